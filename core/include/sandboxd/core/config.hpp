@@ -1,0 +1,68 @@
+// The `sandbox` section of a JSON config file (SPEC.md §11, DESIGN.md "Configuration").
+//
+// Nested shape: `backend` and `ownership` sub-sections, each with its `use:` string and the
+// plugin's own options. DeerFlow's flat keys (provisioner_url, provisioner_api_key, image,
+// port, mounts, environment, container_prefix, ownership.type) are accepted too and mapped
+// onto the equivalent plugin choice; `mapping_notes` says which mapping was made. A key given
+// both ways is an error.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sandboxd::core {
+
+inline constexpr const char* kLocalDockerUse = "local_docker:LocalContainerBackend";
+inline constexpr const char* kRemoteProvisionerUse = "remote_provisioner:RemoteSandboxBackend";
+inline constexpr const char* kMemoryOwnershipUse = "ownership_memory:MemoryOwnershipStore";
+inline constexpr const char* kSqliteOwnershipUse = "ownership_sqlite:SqliteOwnershipStore";
+
+// Names the file, the key path, what was expected and what was found; malformed JSON reports
+// line and column.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One plugin choice with its own options.
+struct PluginSection {
+  std::string use;           // "module:Class"
+  std::string options_json;  // the whole sub-section as a JSON object (secrets resolved)
+  std::string key_path;      // "sandbox.backend" or "sandbox.ownership"
+};
+
+struct SandboxConfig {
+  std::string source_file;  // "" when parsed from a string without a name
+
+  PluginSection backend;
+  PluginSection ownership;
+
+  std::optional<std::string> base_dir;  // unset → SPEC §2.1 resolution
+  int replicas = 3;                     // > 0
+  int idle_timeout = 600;               // seconds; 0 disables the idle checker
+  std::optional<bool> thread_data_mounts;  // null / true / false carried through unchanged
+  std::vector<std::string> plugin_dirs;
+  std::string skills_container_path = "/mnt/skills";  // top-level `skills.container_path`
+
+  // From the ownership section; validated here because the core runs the renewal thread.
+  double renewal_interval_seconds = 30.0;  // > 0
+  double ttl_multiplier = 4.0;             // >= 2
+  double ttl_seconds() const { return renewal_interval_seconds * ttl_multiplier; }
+
+  std::vector<std::string> mapping_notes;  // e.g. "sandbox.image → sandbox.backend.image"
+  std::vector<std::string> warnings;       // unknown keys and similar
+};
+
+// Reads and validates `path`. Throws ConfigError.
+SandboxConfig load_config_file(const std::string& path);
+
+// Parses config text; `source_name` is used in error messages in place of a file name.
+SandboxConfig parse_config(const std::string& json_text, const std::string& source_name);
+
+// The resolved settings as pretty JSON with every secret replaced by "<redacted>" (environment
+// values, api keys, passwords, tokens): what `sandboxctl check-config` prints.
+std::string render_redacted(const SandboxConfig& config);
+
+}  // namespace sandboxd::core

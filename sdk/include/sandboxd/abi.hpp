@@ -1,0 +1,13 @@
+// The SDK's binary-interface version. A plugin records the value it was compiled against in
+// each descriptor it exports; the host refuses a descriptor whose value differs from its own
+// before any C++ object crosses the library boundary. Bump it whenever a type in sdk/ changes
+// layout or a virtual function is added, removed or reordered.
+#pragma once
+
+#include <cstdint>
+
+namespace sandboxd {
+
+inline constexpr std::uint32_t kSdkAbiVersion = 1;
+
+}  // namespace sandboxd

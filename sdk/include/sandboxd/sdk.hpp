@@ -1,0 +1,12 @@
+// Everything a plugin author needs, in one include.
+#pragma once
+
+#include "sandboxd/abi.hpp"
+#include "sandboxd/backend.hpp"
+#include "sandboxd/clock.hpp"
+#include "sandboxd/errors.hpp"
+#include "sandboxd/logger.hpp"
+#include "sandboxd/ownership.hpp"
+#include "sandboxd/plugin.hpp"
+#include "sandboxd/plugin_config.hpp"
+#include "sandboxd/types.hpp"
