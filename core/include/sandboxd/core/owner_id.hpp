@@ -1,0 +1,11 @@
+// Lease identity of one provider instance (SPEC §7.6): unique per instance, not per host.
+#pragma once
+
+#include <string>
+
+namespace sandboxd::core {
+
+// "{hostname}:{32 lowercase hex random}".
+std::string generate_owner_id();
+
+}  // namespace sandboxd::core
