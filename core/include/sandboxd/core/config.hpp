@@ -10,6 +10,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sandboxd::core {
@@ -28,9 +29,12 @@ class ConfigError : public std::runtime_error {
 
 // One plugin choice with its own options.
 struct PluginSection {
-  std::string use;           // "module:Class"
-  std::string options_json;  // the whole sub-section as a JSON object (secrets resolved)
-  std::string key_path;      // "sandbox.backend" or "sandbox.ownership"
+  std::string use;  // "module:Class"
+  // The whole sub-section as a JSON object, `use` included, after `$NAME` substitution. A
+  // section synthesised from DeerFlow keys holds the resolved `use` (and, for the backend, the
+  // moved flat keys; DeerFlow's ownership `type` is dropped). No section at all → "{}".
+  std::string options_json;
+  std::string key_path;  // "sandbox.backend" or "sandbox.ownership"
 };
 
 struct SandboxConfig {
@@ -39,9 +43,9 @@ struct SandboxConfig {
   PluginSection backend;
   PluginSection ownership;
 
-  std::optional<std::string> base_dir;  // unset → SPEC §2.1 resolution
-  int replicas = 3;                     // > 0
-  int idle_timeout = 600;               // seconds; 0 disables the idle checker
+  std::optional<std::string> base_dir;     // unset → SPEC §2.1 resolution
+  int replicas = 3;                        // > 0
+  int idle_timeout = 600;                  // seconds; 0 disables the idle checker
   std::optional<bool> thread_data_mounts;  // null / true / false carried through unchanged
   std::vector<std::string> plugin_dirs;
   std::string skills_container_path = "/mnt/skills";  // top-level `skills.container_path`
@@ -55,11 +59,19 @@ struct SandboxConfig {
   std::vector<std::string> warnings;       // unknown keys and similar
 };
 
-// Reads and validates `path`. Throws ConfigError.
+// Reads and validates `path`. Throws ConfigError. Relative `plugin_dirs` entries are resolved
+// against the directory that holds the file.
 SandboxConfig load_config_file(const std::string& path);
 
-// Parses config text; `source_name` is used in error messages in place of a file name.
-SandboxConfig parse_config(const std::string& json_text, const std::string& source_name);
+// Parses config text; `source_name` is used in error messages in place of a file name (and is
+// stored as source_file). Relative `plugin_dirs` entries are resolved against
+// `relative_base_dir`, or against the current directory when it is empty.
+SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
+                           const std::string& relative_base_dir = "");
+
+// true when a key of this name holds a secret: its lower-cased name (with '-' read as '_')
+// contains api_key, apikey, secret, password, token or credential.
+bool is_secret_key_name(std::string_view key);
 
 // The resolved settings as pretty JSON with every secret replaced by "<redacted>" (environment
 // values, api keys, passwords, tokens): what `sandboxctl check-config` prints.

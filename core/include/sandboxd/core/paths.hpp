@@ -1,0 +1,138 @@
+// Filesystem layout of the gateway's state directory (SPEC §2).
+//
+// Two roots: the container-visible base dir B, where the gateway creates and checks
+// directories, and the host base dir H, a raw string used only to build bind-mount sources
+// (it may be a Windows path when the gateway drives the host's Docker from inside a container).
+// Every id that enters a path is validated first; invalid ids throw std::invalid_argument.
+#pragma once
+
+#include <filesystem>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sandboxd::core {
+
+// Container path prefix under which thread user-data is mounted.
+inline constexpr std::string_view kVirtualPathPrefix = "/mnt/user-data";
+inline constexpr std::string_view kLarkCliIntegrationId = "lark-cli";
+
+// SPEC §2.1: explicit → $DEER_FLOW_HOME → {$DEER_FLOW_PROJECT_ROOT or cwd}/.deer-flow, resolved
+// with weakly_canonical. A DEER_FLOW_PROJECT_ROOT that is not an existing directory throws
+// std::invalid_argument naming it. Empty values count as unset.
+std::filesystem::path resolve_base_dir(std::optional<std::string> explicit_dir = std::nullopt);
+
+// SPEC §2.2: $DEER_FLOW_HOST_BASE_DIR verbatim if set and non-empty, else base_dir's text.
+std::string host_base_dir(const std::filesystem::path& base_dir);
+
+// Python repr of a string ('x', or "x" when it holds a single quote but no double quote), so
+// messages read the same as the reference's.
+std::string python_repr(std::string_view text);
+
+// Each returns its argument. Thread: ^[A-Za-z0-9_-]{1,64}$. User: ^[A-Za-z0-9_-]+$.
+// Integration: ^[A-Za-z0-9_.-]+$ and not "." or "..". Sandbox ids (lock file names) follow the
+// thread id rule.
+const std::string& validate_thread_id(const std::string& thread_id);
+const std::string& validate_user_id(const std::string& user_id);
+const std::string& validate_integration_id(const std::string& integration_id);
+const std::string& validate_sandbox_id(const std::string& sandbox_id);
+
+// SPEC §2.6: joins without touching the filesystem. Windows style (drive letter, leading "\\"
+// or any backslash in base) joins with '\' and turns '/' into '\'; otherwise '/'. Repeated
+// separators collapse and "." segments drop; ".." is kept; a UNC "\\" or a POSIX root stays.
+// No parts → base unchanged.
+std::string join_host_path(std::string_view base, std::initializer_list<std::string_view> parts);
+std::string join_host_path(std::string_view base, const std::vector<std::string>& parts);
+
+class Paths {
+ public:
+  // base_dir is used as given (resolve it with resolve_base_dir first).
+  Paths(std::filesystem::path base_dir, std::string host_base_dir);
+
+  // resolve_base_dir(explicit_dir) and host_base_dir() of it, read from the environment now.
+  static Paths from_environment(std::optional<std::string> explicit_dir = std::nullopt);
+
+  const std::filesystem::path& base_dir() const { return base_dir_; }
+  const std::string& host_base_dir() const { return host_base_dir_; }
+
+  // ── container-visible (under B); user == nullopt selects the legacy layout ──
+  std::filesystem::path user_dir(const std::string& user_id) const;  // users/{u}
+  std::filesystem::path thread_dir(const std::string& thread_id,
+                                   const std::optional<std::string>& user_id) const;
+  std::filesystem::path sandbox_user_data_dir(const std::string& thread_id,
+                                              const std::optional<std::string>& user_id) const;
+  std::filesystem::path sandbox_work_dir(const std::string& thread_id,
+                                         const std::optional<std::string>& user_id) const;
+  std::filesystem::path sandbox_uploads_dir(const std::string& thread_id,
+                                            const std::optional<std::string>& user_id) const;
+  std::filesystem::path sandbox_outputs_dir(const std::string& thread_id,
+                                            const std::optional<std::string>& user_id) const;
+  std::filesystem::path upload_conversions_dir(const std::string& thread_id,
+                                               const std::optional<std::string>& user_id) const;
+  std::filesystem::path acp_workspace_dir(const std::string& thread_id,
+                                          const std::optional<std::string>& user_id) const;
+  // Discover-or-create lock: {thread dir}/{sandbox_id}.lock.
+  std::filesystem::path lock_file(const std::string& thread_id,
+                                  const std::optional<std::string>& user_id,
+                                  const std::string& sandbox_id) const;
+  std::filesystem::path public_skills_view_dir() const;  // skills_view/public
+  // users/{u}/skills_view/{custom|legacy|integrations}
+  std::filesystem::path user_custom_skills_view_dir(const std::string& user_id) const;
+  std::filesystem::path user_legacy_skills_view_dir(const std::string& user_id) const;
+  std::filesystem::path user_integration_skills_view_dir(const std::string& user_id) const;
+  // users/{u}/integrations/{i}[/config|/data]
+  std::filesystem::path user_integration_dir(const std::string& user_id,
+                                             const std::string& integration_id) const;
+  std::filesystem::path user_integration_config_dir(const std::string& user_id,
+                                                    const std::string& integration_id) const;
+  std::filesystem::path user_integration_data_dir(const std::string& user_id,
+                                                  const std::string& integration_id) const;
+  // integrations/{i}/sandbox-cli
+  std::filesystem::path integration_sandbox_cli_dir(const std::string& integration_id) const;
+
+  // ── host mount sources: join_host_path(H, ...) ──
+  std::string host_thread_dir(const std::string& thread_id,
+                              const std::optional<std::string>& user_id) const;
+  std::string host_sandbox_user_data_dir(const std::string& thread_id,
+                                         const std::optional<std::string>& user_id) const;
+  std::string host_sandbox_work_dir(const std::string& thread_id,
+                                    const std::optional<std::string>& user_id) const;
+  std::string host_sandbox_uploads_dir(const std::string& thread_id,
+                                       const std::optional<std::string>& user_id) const;
+  std::string host_sandbox_outputs_dir(const std::string& thread_id,
+                                       const std::optional<std::string>& user_id) const;
+  std::string host_upload_conversions_dir(const std::string& thread_id,
+                                          const std::optional<std::string>& user_id) const;
+  std::string host_acp_workspace_dir(const std::string& thread_id,
+                                     const std::optional<std::string>& user_id) const;
+  std::string host_public_skills_view_dir() const;
+  std::string host_user_custom_skills_view_dir(const std::string& user_id) const;
+  std::string host_user_legacy_skills_view_dir(const std::string& user_id) const;
+  std::string host_user_integration_skills_view_dir(const std::string& user_id) const;
+  std::string host_user_integration_config_dir(const std::string& user_id,
+                                               const std::string& integration_id) const;
+  std::string host_user_integration_data_dir(const std::string& user_id,
+                                             const std::string& integration_id) const;
+  std::string host_integration_sandbox_cli_dir(const std::string& integration_id) const;
+
+  // SPEC §2.5: creates user-data/{workspace,uploads,outputs,.upload-conversions} and
+  // acp-workspace, then chmods each to 0777 (mkdir is subject to umask) so a sandbox running
+  // under another UID can write.
+  void ensure_thread_dirs(const std::string& thread_id,
+                          const std::optional<std::string>& user_id) const;
+
+  // SPEC §2.7: makes users/{u}/integrations/lark-cli owner-only (dirs 0700, files 0600). Throws
+  // std::runtime_error on a symlink anywhere in the tree or a non-dir/non-file entry.
+  void ensure_lark_cli_credential_tree(const std::string& user_id) const;
+
+ private:
+  std::vector<std::string> thread_parts(const std::string& thread_id,
+                                        const std::optional<std::string>& user_id) const;
+
+  std::filesystem::path base_dir_;
+  std::string host_base_dir_;
+};
+
+}  // namespace sandboxd::core

@@ -1,0 +1,357 @@
+// The sandbox provider: one sandbox per (user, thread) conversation, kept alive across turns,
+// parked in a warm pool on release, reaped when idle, capped by replicas, adopted after a
+// restart, coordinated with peer processes through ownership leases (SPEC.md §2–§8, §12).
+//
+// Lock story (read before changing anything here):
+//  - `mutex_` (the registry mutex) guards `registry_` and nothing else. It is never held
+//    while calling the backend, the ownership store, a readiness probe, a hook, or while
+//    closing a client. The only code that runs under it besides map reads is a
+//    `still_reapable` predicate, which must itself only read `registry_`.
+//  - Per-(user, thread) `ThreadLock`s serialise acquisition of one conversation; they are
+//    taken before `mutex_`, never while holding it.
+//  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
+//    between processes on one host; taken under the thread lock, outside `mutex_`.
+//  - `background_mutex_` guards only the stop flag of the two background threads.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sandboxd/backend.hpp"
+#include "sandboxd/clock.hpp"
+#include "sandboxd/errors.hpp"
+#include "sandboxd/logger.hpp"
+#include "sandboxd/ownership.hpp"
+#include "sandboxd/core/executor.hpp"
+#include "sandboxd/core/mounts.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/core/thread_lock.hpp"
+
+namespace sandboxd::core {
+
+struct SandboxConfig;
+
+// (user, thread): user first, as in the reference.
+struct ThreadKey {
+  std::string user_id;
+  std::string thread_id;
+  auto operator<=>(const ThreadKey&) const = default;
+};
+
+// "('alice', 'thread-1')", the reference's rendering in messages.
+std::string to_repr(const ThreadKey& key);
+std::string to_repr(const std::optional<ThreadKey>& key);
+
+// Infos are compared by identity in several race guards, so they are shared and immutable.
+using InfoPtr = std::shared_ptr<const SandboxInfo>;
+using ClientPtr = std::shared_ptr<SandboxClient>;
+
+inline constexpr double kIdleCheckIntervalSeconds = 60.0;
+inline constexpr double kCreateReadinessTimeoutSeconds = 60.0;
+inline constexpr double kTeardownJoinTimeoutSeconds = 12.0;
+inline constexpr int kMaxContractAttempts = 3;
+
+struct ProviderOptions {
+  int replicas = 3;       // soft cap on active + warm; only warm entries are evicted
+  int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
+  std::optional<bool> thread_data_mounts;  // SPEC §3.6 override
+  double renewal_interval_seconds = 30.0;  // lease renewal and teardown heartbeat period
+  double idle_check_interval_seconds = kIdleCheckIntervalSeconds;
+  double readiness_timeout_seconds = kCreateReadinessTimeoutSeconds;
+  // How long an acquire waits for a teardown of the same id (ours or a peer's) before it gives
+  // up with SandboxBeingDestroyedError.
+  double teardown_wait_seconds = 30.0;
+  double teardown_join_timeout_seconds = kTeardownJoinTimeoutSeconds;
+  // Background work starts in start(); tests that drive it by hand leave these off.
+  bool run_background_threads = true;
+  bool reconcile_on_start = true;
+};
+
+// A cross-process exclusive file lock, replaceable in tests (SPEC §5.8).
+struct FileLockOps {
+  std::function<int(const std::string& path)> open;  // returns a handle
+  std::function<void(int handle)> lock;               // exclusive; throws on failure
+  std::function<void(int handle)> unlock;
+  std::function<void(int handle)> close;
+
+  static FileLockOps posix_flock();
+};
+
+// Host facts and replaceable steps. Every member has a working default.
+struct ProviderHooks {
+  std::function<ClientPtr(const std::string& sandbox_id, const std::string& base_url)>
+      make_client;
+  // true once GET {url}/v1/sandbox answers 200 within the timeout.
+  std::function<bool(const std::string& url, double timeout_seconds)> wait_until_ready;
+  std::function<bool(const std::string& user_id)> lark_integration_active;  // default false
+  std::function<bool(const std::string& user_id)> lark_broker_active;       // default false
+  std::function<std::optional<std::string>()> ambient_user;  // default "default"
+  FileLockOps file_lock = FileLockOps::posix_flock();
+};
+
+struct ProviderDeps {
+  std::shared_ptr<SandboxBackend> backend;  // may be null only for helper-style tests
+  std::shared_ptr<OwnershipStore> ownership;
+  std::shared_ptr<Logger> logger;
+  std::shared_ptr<Clock> clock;
+  std::shared_ptr<const Paths> paths;
+  std::shared_ptr<MountComposer> mounts;  // built from paths when null
+  ProviderOptions options;
+  ProviderHooks hooks;
+  // Blocking work of acquire_async; a private pool when null.
+  std::shared_ptr<Executor> blocking_executor;
+  // Per-thread lock waits of acquire_async, never shared with other work (SPEC §12 item 2).
+  std::shared_ptr<Executor> lock_wait_executor;
+};
+
+// The result of acquire_async. get() blocks; wait_for() polls; cancel() abandons the wait
+// without leaking the conversation's lock: a pending lock wait gives the lock back as soon as
+// it gets it, and an acquisition already running completes and releases it.
+class AsyncAcquisition {
+ public:
+  struct State;
+  explicit AsyncAcquisition(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::string get();
+  bool wait_for(std::chrono::milliseconds timeout) const;
+  void cancel();
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+class AsyncAcquisitionCancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
+struct ReconciliationIdentity {
+  std::string provider_key;
+  std::optional<std::string> backend_namespace;
+  std::string incarnation_id;
+};
+
+struct ReconnectResult {
+  SandboxDiscoveryResult::Status status = SandboxDiscoveryResult::Status::unknown;
+  ClientPtr sandbox;         // transient client, only for found
+  bool close_after = false;  // the caller closes `sandbox` when done
+};
+
+class Provider {
+ public:
+  explicit Provider(ProviderDeps deps);
+  virtual ~Provider();
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
+
+  // Construction from a config: loads the plugins it names and starts background work.
+  static std::unique_ptr<Provider> from_config(const SandboxConfig& config,
+                                               std::shared_ptr<Logger> logger,
+                                               ProviderHooks hooks = {});
+
+  // Orphan reconciliation once, then the renewal thread always and the idle checker when
+  // idle_timeout > 0 (SPEC §5.2 steps 5–7). Called by from_config.
+  void start();
+
+  // The sandbox id for this conversation, reusing, reclaiming, discovering or creating it.
+  // No thread → a fresh anonymous sandbox.
+  std::string acquire(const std::optional<std::string>& thread_id,
+                      const std::optional<std::string>& user_id = std::nullopt);
+  // Same, without blocking the caller's thread.
+  AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
+                                 const std::optional<std::string>& user_id = std::nullopt);
+
+  // The client of an active sandbox; in-memory only (safe on an event loop).
+  ClientPtr get(const std::string& sandbox_id);
+  // Close the client and park the sandbox in the warm pool (it keeps running).
+  void release(const std::string& sandbox_id);
+  // Close the client and stop the sandbox, under a teardown lease.
+  void destroy(const std::string& sandbox_id);
+  // Destroy everything this instance tracks and stop background work. Idempotent.
+  void shutdown();
+
+  // SPEC §3.6: whether thread data is bind-mounted. Never blocks.
+  bool uses_thread_data_mounts() const;
+  // Host helpers of §3.6 (may probe the backend: call off any event loop).
+  bool provider_uses_thread_data_mounts();
+  bool sandbox_uses_thread_data_mounts(const std::string& sandbox_id) const;
+
+  // Background work, callable directly (tests, hosts with their own scheduler).
+  void cleanup_idle_sandboxes(double idle_timeout);
+  void reap_expired_warm(std::optional<double> timeout = std::nullopt);
+  std::optional<std::string> evict_oldest_warm();
+  void reconcile_orphans();
+  void renew_owned_leases();
+
+  // Crash-recovery journal support (SPEC §5.19); backend only, no maps.
+  static std::string reconciliation_provider_key() { return "aio_sandbox"; }
+  std::optional<ReconciliationIdentity> prepare_sandbox_reconciliation_identity(
+      const std::string& sandbox_id);
+  ReconnectResult reconnect_sandbox_for_reconciliation(const std::string& sandbox_id,
+                                                       const std::string& thread_id,
+                                                       const std::string& user_id,
+                                                       const ReconciliationIdentity& identity);
+
+  const std::string& owner_id() const;
+  SandboxBackend* backend() const { return backend_.get(); }
+  OwnershipStore* ownership() const { return ownership_.get(); }
+
+  // Counts for diagnostics and tests.
+  struct Counts {
+    std::size_t active = 0;
+    std::size_t warm = 0;
+    std::size_t reserved_for_teardown = 0;
+  };
+  Counts counts() const;
+
+ protected:
+  struct WarmEntry {
+    InfoPtr info;
+    double released_at = 0.0;
+  };
+  // Everything guarded by mutex_. Active and warm are mutually exclusive for an id.
+  struct Registry {
+    std::map<std::string, ClientPtr> clients;  // active clients
+    std::map<std::string, InfoPtr> infos;      // active infos
+    std::map<ThreadKey, std::string> thread_map;
+    std::map<std::string, std::optional<ThreadKey>> active_identity;
+    std::map<std::string, double> last_activity;
+    std::map<std::string, WarmEntry> warm_pool;
+    std::map<std::string, std::optional<ThreadKey>> warm_identity;
+    std::map<std::string, double> unowned_since;
+    std::set<std::string> local_teardown;
+    std::map<std::string, std::uint64_t> acquire_epoch;
+    std::uint64_t epoch_counter = 0;
+    std::map<std::string, int> acquire_inflight;
+    std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks;
+    bool shutdown = false;
+  };
+  using Snapshot = std::optional<MountContractSnapshot>;
+  using Predicate = std::function<bool()>;  // runs with mutex_ held; reads registry_ only
+
+  // ── acquisition (SPEC §5.3–§5.11); virtual so tests can replace one step ──
+  virtual std::string acquire_with_restarts(const std::optional<std::string>& thread_id,
+                                            const std::string& user_id);
+  virtual Snapshot acquisition_contract_snapshot();
+  virtual std::string acquire_internal(const std::optional<std::string>& thread_id,
+                                       const std::string& user_id, Snapshot snapshot);
+  virtual std::optional<std::string> reuse_in_process_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& user_id,
+      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
+      const Snapshot& snapshot);
+  virtual std::optional<std::string> reclaim_warm_pool_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& sandbox_id,
+      const std::string& user_id, bool post_lock, const Snapshot& snapshot);
+  virtual std::string discover_or_create_with_lock(const std::string& thread_id,
+                                                   const std::string& sandbox_id,
+                                                   const std::string& user_id,
+                                                   const Snapshot& snapshot);
+  virtual std::optional<std::string> recheck_cached_sandbox(const std::string& thread_id,
+                                                            const std::string& sandbox_id,
+                                                            const std::string& user_id,
+                                                            const Snapshot& snapshot);
+  virtual std::string create_sandbox(const std::optional<std::string>& thread_id,
+                                     const std::string& sandbox_id, const std::string& user_id,
+                                     const Snapshot& snapshot);
+  virtual std::string register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
+                                                  const std::string& user_id);
+  virtual std::string register_created_sandbox(const std::optional<std::string>& thread_id,
+                                               const std::string& sandbox_id, InfoPtr info,
+                                               const std::string& user_id);
+  virtual void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info);
+
+  // ── ids and mounts ──
+  virtual std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
+                                            const std::string& user_id,
+                                            const Snapshot& snapshot);
+  virtual std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
+                                              const std::string& user_id);
+  virtual void ensure_skills_projection(const std::string& user_id);
+
+  // ── ownership (SPEC §7.7–§7.9) ──
+  virtual void publish_ownership(const std::string& sandbox_id);
+  virtual bool claim_ownership(const std::string& sandbox_id, bool for_destroy);
+  bool refresh_ownership(const std::string& sandbox_id);
+  void release_ownership(const std::string& sandbox_id);
+  // Runs `stop` while a heartbeat keeps our `del` lease alive; the heartbeat releases it.
+  virtual void with_held_teardown_lease(const std::string& sandbox_id,
+                                        const std::function<void()>& stop);
+  bool reserve_local_teardown(const std::string& sandbox_id, const Predicate& still_reapable);
+  void finish_local_teardown(const std::string& sandbox_id);
+  void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch);
+
+  // ── teardown and health (SPEC §5.13, §5.16, §6.2) ──
+  virtual void destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable);
+  virtual bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+                                  const std::string& reason, const Predicate& still_reapable);
+  std::optional<bool> check_alive(const std::string& sandbox_id, const SandboxInfo& info);
+  void drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
+                              const InfoPtr& expected_info);
+  struct Removed {
+    ClientPtr client;
+    InfoPtr info;
+    bool removed = false;
+  };
+  Removed remove_tracked(const std::string& sandbox_id, const InfoPtr& expected_info);
+
+  // ── helpers ──
+  std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
+  std::string effective_user(const std::optional<std::string>& user_id) const;
+  ClientPtr make_client(const std::string& sandbox_id, const std::string& url);
+  void close_client(const ClientPtr& client, const std::string& what_on_error);
+  // Throws SandboxIdentityCollisionError when `sandbox_id` is active for another key.
+  void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
+  void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
+  void install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
+                             const std::optional<ThreadKey>& key);
+  InfoPtr revalidate_through_create(const std::string& thread_id, const std::string& sandbox_id,
+                                    const std::string& user_id, const Snapshot& snapshot);
+  void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
+                              const InfoPtr& validated);
+  // Waits (bounded) until neither this process nor a peer is tearing `sandbox_id` down.
+  bool wait_out_teardown(const std::string& sandbox_id, double deadline);
+  bool negotiates_contract() const;
+  double now() const { return clock_->wall_now(); }
+  void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
+
+  void start_background_threads();
+  void stop_background_threads();
+  void idle_checker_loop(double idle_timeout);
+  void renewal_loop();
+  // Sleeps up to `seconds` or until stop; false once stop was requested.
+  bool wait_for_background_tick(double seconds);
+
+  std::shared_ptr<SandboxBackend> backend_;
+  std::shared_ptr<OwnershipStore> ownership_;
+  std::shared_ptr<Logger> logger_;
+  std::shared_ptr<Clock> clock_;
+  std::shared_ptr<const Paths> paths_;
+  std::shared_ptr<MountComposer> mounts_;
+  const ProviderOptions options_;
+  ProviderHooks hooks_;
+  std::shared_ptr<Executor> blocking_executor_;
+  std::shared_ptr<Executor> lock_wait_executor_;
+
+  mutable std::mutex mutex_;  // the registry mutex: guards registry_ (see the lock story)
+  Registry registry_;
+  std::condition_variable teardown_finished_;  // with mutex_: local_teardown shrank
+
+  std::mutex background_mutex_;  // guards background_stop_
+  std::condition_variable background_wake_;
+  bool background_stop_ = false;
+  std::thread idle_checker_;  // started/joined only by start()/shutdown()
+  std::thread renewer_;       // started/joined only by start()/shutdown()
+};
+
+}  // namespace sandboxd::core

@@ -1,0 +1,550 @@
+// Loading and validating the `sandbox` section (SPEC.md §11, §7.6; DESIGN.md "Configuration").
+//
+// Every error is one sentence of the form "{file}: {key path}: expected {what}, got {value}" so
+// an operator knows which line of which file to fix. Secrets never appear in errors or warnings:
+// a bad value under a secret-named key is described by its type only, and `$NAME` warnings name
+// the variable, never a value.
+#include "sandboxd/core/config.hpp"
+
+#include <rapidjson/document.h>
+#include <rapidjson/error/en.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sandboxd/plugin_config.hpp"
+
+namespace sandboxd::core {
+
+namespace {
+
+using rapidjson::Document;
+using rapidjson::Value;
+using Allocator = Document::AllocatorType;
+
+// DeerFlow's flat `sandbox` keys that belong to a backend.
+constexpr const char* kFlatBackendKeys[] = {
+    "provisioner_url", "provisioner_api_key", "image",           "port",
+    "mounts",          "environment",         "container_prefix"};
+// Keys of our own shape.
+constexpr const char* kKnownSandboxKeys[] = {
+    "use",      "backend",      "ownership",          "base_dir",
+    "replicas", "idle_timeout", "thread_data_mounts", "plugin_dirs"};
+
+constexpr std::size_t kMaxShownValueChars = 200;
+
+bool is_flat_backend_key(std::string_view key) {
+  return std::find(std::begin(kFlatBackendKeys), std::end(kFlatBackendKeys), key) !=
+         std::end(kFlatBackendKeys);
+}
+
+bool is_known_sandbox_key(std::string_view key) {
+  return std::find(std::begin(kKnownSandboxKeys), std::end(kKnownSandboxKeys), key) !=
+         std::end(kKnownSandboxKeys);
+}
+
+std::string lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+std::string name_of(const Value& name) {
+  return std::string(name.GetString(), name.GetStringLength());
+}
+
+std::string json_quote(const std::string& text) {
+  Value v(rapidjson::StringRef(text.data(), text.size()));
+  return json_to_string(v);
+}
+
+// The last component of a key path ("sandbox.backend.api_key" → "api_key").
+std::string last_key(const std::string& key_path) {
+  const auto dot = key_path.find_last_of('.');
+  std::string key = dot == std::string::npos ? key_path : key_path.substr(dot + 1);
+  const auto bracket = key.find('[');
+  return bracket == std::string::npos ? key : key.substr(0, bracket);
+}
+
+// A bad value as shown in an error: compact JSON, shortened; a secret shows only its type.
+std::string describe(const Value& value, const std::string& key_path) {
+  if (is_secret_key_name(last_key(key_path)) && !value.IsNull()) {
+    return std::string(json_type_name(value)) + " (value redacted)";
+  }
+  std::string text = json_to_string(value);
+  if (text.size() > kMaxShownValueChars) text = text.substr(0, kMaxShownValueChars) + "...";
+  return text;
+}
+
+// Integers may be written as 3 or 3.0; anything fractional or out of range is not one.
+std::optional<long long> as_integer(const Value& value) {
+  if (value.IsInt64()) return value.GetInt64();
+  if (value.IsDouble()) {
+    const double d = value.GetDouble();
+    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) {
+      return static_cast<long long>(d);
+    }
+  }
+  return std::nullopt;
+}
+
+// A JSON object member, with null read as absent ("key": null means "use the default").
+const Value* member(const Value& object, const char* key) {
+  auto it = object.FindMember(key);
+  if (it == object.MemberEnd() || it->value.IsNull()) return nullptr;
+  return &it->value;
+}
+
+class Parser {
+ public:
+  Parser(std::string source_name, std::filesystem::path relative_base)
+      : source_(source_name.empty() ? std::string("<config>") : std::move(source_name)),
+        relative_base_(std::move(relative_base)) {}
+
+  SandboxConfig parse(const std::string& text, const std::string& source_file) {
+    config_.source_file = source_file;
+    Document doc;
+    parse_json(text, doc);
+    if (!doc.IsObject()) {
+      error("expected a JSON object at the top level, got " + describe(doc, ""));
+    }
+    reject_duplicate_keys(doc, "");
+
+    const Value* sandbox = member(doc, "sandbox");
+    if (sandbox == nullptr) {
+      error("sandbox: missing required section \"sandbox\" (expected an object)");
+    }
+    if (!sandbox->IsObject()) fail("sandbox", "an object", *sandbox);
+    reject_duplicate_keys(*sandbox, "sandbox");
+
+    read_skills(doc);
+    read_provider_use(*sandbox);
+    read_backend(*sandbox);
+    read_ownership(*sandbox, doc);
+    read_scalars(*sandbox);
+    read_plugin_dirs(*sandbox);
+    warn_unknown_keys(*sandbox);
+    return std::move(config_);
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& message) const {
+    throw ConfigError(source_ + ": " + message);
+  }
+  [[noreturn]] void fail(const std::string& key_path, const std::string& expected,
+                         const Value& got) const {
+    error(key_path + ": expected " + expected + ", got " + describe(got, key_path));
+  }
+
+  void parse_json(const std::string& text, Document& doc) const {
+    std::size_t skip = 0;
+    if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) skip = 3;  // UTF-8 BOM
+    doc.Parse<rapidjson::kParseValidateEncodingFlag>(text.data() + skip, text.size() - skip);
+    if (!doc.HasParseError()) return;
+    const std::size_t offset = std::min(text.size(), skip + doc.GetErrorOffset());
+    std::size_t line = 1;
+    std::size_t line_start = 0;
+    for (std::size_t i = 0; i < offset; ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        line_start = i + 1;
+      }
+    }
+    const std::size_t column = offset - line_start + 1;
+    error("malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
+          ": " + rapidjson::GetParseError_En(doc.GetParseError()));
+  }
+
+  // RapidJSON keeps duplicate members and lookups see the first: refuse the silent pick.
+  void reject_duplicate_keys(const Value& object, const std::string& path) const {
+    std::set<std::string> seen;
+    for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) {
+      const std::string key = name_of(it->name);
+      if (!seen.insert(key).second) {
+        error((path.empty() ? key : path + "." + key) +
+              ": key given more than once (expected each key once)");
+      }
+    }
+  }
+
+  std::string required_use(const Value& section, const std::string& path) const {
+    auto it = section.FindMember("use");
+    if (it == section.MemberEnd() || it->value.IsNull()) {
+      error(path + ".use: required key missing (expected a \"module:Class\" string such as \"" +
+            kLocalDockerUse + "\")");
+    }
+    if (!it->value.IsString() || it->value.GetStringLength() == 0) {
+      fail(path + ".use", "a non-empty \"module:Class\" string", it->value);
+    }
+    return name_of(it->value);
+  }
+
+  // `$NAME` → value of the environment variable NAME (missing → "" and a warning).
+  void resolve_variable(Value& value, const std::string& path, Allocator& alloc) {
+    const std::string text = name_of(value);
+    const std::string name = text.substr(1);
+    const char* found = name.empty() ? nullptr : std::getenv(name.c_str());
+    if (found == nullptr) {
+      config_.warnings.push_back(path + ": environment variable " + name +
+                                 " is not set; using an empty string");
+      found = "";
+    }
+    value.SetString(found, static_cast<rapidjson::SizeType>(std::strlen(found)), alloc);
+  }
+
+  static bool is_variable_reference(const Value& value) {
+    return value.IsString() && value.GetStringLength() > 0 && value.GetString()[0] == '$';
+  }
+
+  // Applies `$NAME` substitution to `value`, which sits at `path` under member name `key`:
+  // every value of an `environment` object (non-strings stringified) and every string under a
+  // key whose name ends in `api_key`, at any depth.
+  void substitute(Value& value, const std::string& path, const std::string& key, Allocator& alloc) {
+    if (key == "environment" && value.IsObject()) {
+      for (auto it = value.MemberBegin(); it != value.MemberEnd(); ++it) {
+        const std::string item_path = path + "." + name_of(it->name);
+        if (is_variable_reference(it->value)) {
+          resolve_variable(it->value, item_path, alloc);
+        } else if (it->value.IsNumber() || it->value.IsBool()) {
+          const std::string text = json_to_string(it->value);
+          it->value.SetString(text.data(), static_cast<rapidjson::SizeType>(text.size()), alloc);
+        }
+      }
+      return;
+    }
+    std::string normalised = lower(key);
+    std::replace(normalised.begin(), normalised.end(), '-', '_');
+    if (ends_with(normalised, "api_key") && is_variable_reference(value)) {
+      resolve_variable(value, path, alloc);
+      return;
+    }
+    if (value.IsObject()) {
+      for (auto it = value.MemberBegin(); it != value.MemberEnd(); ++it) {
+        const std::string name = name_of(it->name);
+        substitute(it->value, path + "." + name, name, alloc);
+      }
+    } else if (value.IsArray()) {
+      for (rapidjson::SizeType i = 0; i < value.Size(); ++i) {
+        substitute(value[i], path + "[" + std::to_string(i) + "]", "", alloc);
+      }
+    }
+  }
+
+  // A copy of `section` with `use` set to `use` as its first member and `drop` left out.
+  static void rebuild_with_use(const Value& section, const std::string& use, const char* drop,
+                               Document& out) {
+    out.SetObject();
+    Allocator& alloc = out.GetAllocator();
+    out.AddMember("use", Value(use.c_str(), alloc), alloc);
+    for (auto it = section.MemberBegin(); it != section.MemberEnd(); ++it) {
+      const std::string key = name_of(it->name);
+      if (key == "use" || (drop != nullptr && key == drop)) continue;
+      out.AddMember(Value(key.c_str(), alloc), Value(it->value, alloc), alloc);
+    }
+  }
+
+  void read_skills(const Value& root) {
+    const Value* skills = member(root, "skills");
+    if (skills == nullptr) return;
+    if (!skills->IsObject()) fail("skills", "an object", *skills);
+    const Value* path = member(*skills, "container_path");
+    if (path == nullptr) return;
+    if (!path->IsString() || path->GetStringLength() == 0 || path->GetString()[0] != '/') {
+      fail("skills.container_path", "an absolute container path string", *path);
+    }
+    config_.skills_container_path = name_of(*path);
+  }
+
+  void read_provider_use(const Value& sandbox) {
+    const Value* use = member(sandbox, "use");
+    if (use == nullptr) return;
+    if (!use->IsString()) fail("sandbox.use", "a string", *use);
+    config_.mapping_notes.push_back("sandbox.use " + json_quote(name_of(*use)) +
+                                    " → ignored: the sandboxd core is the provider");
+  }
+
+  void read_backend(const Value& sandbox) {
+    config_.backend.key_path = "sandbox.backend";
+    Document options;
+    Allocator& alloc = options.GetAllocator();
+    const Value* backend = member(sandbox, "backend");
+    if (backend != nullptr) {
+      if (!backend->IsObject()) fail("sandbox.backend", "an object with a \"use\" key", *backend);
+      reject_duplicate_keys(*backend, "sandbox.backend");
+      for (const char* flat : kFlatBackendKeys) {
+        if (member(sandbox, flat) != nullptr) {
+          const std::string flat_path = std::string("sandbox.") + flat;
+          error(flat_path + ": given both as a DeerFlow flat key and through the sandbox.backend " +
+                "section; set it once, as sandbox.backend." + flat +
+                " (a key given both ways is an error)");
+        }
+      }
+      config_.backend.use = required_use(*backend, "sandbox.backend");
+      options.CopyFrom(*backend, alloc);
+      substitute(options, "sandbox.backend", "", alloc);
+      config_.backend.options_json = json_to_string(options);
+      return;
+    }
+
+    // DeerFlow's flat shape: move each key into the backend section.
+    const Value* url = member(sandbox, "provisioner_url");
+    if (url != nullptr && !url->IsString()) fail("sandbox.provisioner_url", "a string", *url);
+    const bool remote = url != nullptr && url->GetStringLength() > 0;
+    config_.backend.use = remote ? kRemoteProvisionerUse : kLocalDockerUse;
+
+    options.SetObject();
+    options.AddMember("use", Value(config_.backend.use.c_str(), alloc), alloc);
+    std::vector<std::string> moved_notes;
+    for (auto it = sandbox.MemberBegin(); it != sandbox.MemberEnd(); ++it) {
+      const std::string key = name_of(it->name);
+      if (!is_flat_backend_key(key) || it->value.IsNull()) continue;
+      Value copy(it->value, alloc);
+      substitute(copy, "sandbox." + key, key, alloc);
+      options.AddMember(Value(key.c_str(), alloc), copy, alloc);
+      moved_notes.push_back("sandbox." + key + " → sandbox.backend." + key);
+    }
+    if (moved_notes.empty()) {
+      config_.backend.options_json = "{}";
+      config_.mapping_notes.push_back(std::string("no sandbox.backend section → ") +
+                                      "sandbox.backend.use " + json_quote(kLocalDockerUse) +
+                                      " with default options");
+      return;
+    }
+    if (remote) {
+      config_.mapping_notes.push_back(std::string("sandbox.provisioner_url is set → ") +
+                                      "sandbox.backend.use " + json_quote(kRemoteProvisionerUse));
+    } else {
+      config_.mapping_notes.push_back(std::string("sandbox.provisioner_url is not set → ") +
+                                      "sandbox.backend.use " + json_quote(kLocalDockerUse));
+    }
+    for (auto& note : moved_notes) config_.mapping_notes.push_back(std::move(note));
+    config_.backend.options_json = json_to_string(options);
+  }
+
+  std::string use_for_ownership_type(const Value& type) const {
+    const std::string path = "sandbox.ownership.type";
+    if (!type.IsString()) fail(path, "a string (\"memory\" or \"sqlite\")", type);
+    const std::string name = name_of(type);
+    if (name == "memory") return kMemoryOwnershipUse;
+    if (name == "sqlite") return kSqliteOwnershipUse;
+    if (name == "redis") {
+      error(path + ": \"redis\" is not available in this port (there is no redis ownership " +
+            "store); use \"sqlite\" (sandbox.ownership.use: \"" + kSqliteOwnershipUse +
+            "\", leases shared between processes through a SQLite file) or \"memory\" for a " +
+            "single process");
+    }
+    error(path + ": Unknown sandbox ownership type: '" + name +
+          "' (expected \"memory\" or \"sqlite\")");
+  }
+
+  // SPEC §7.6: without an ownership section DeerFlow would pick a redis store in these cases.
+  void warn_if_redis_would_be_inferred(const Value& root) {
+    std::string reason;
+    const Value* bridge = member(root, "stream_bridge");
+    if (bridge != nullptr && bridge->IsObject()) {
+      const Value* type = member(*bridge, "type");
+      if (type != nullptr && type->IsString() && name_of(*type) == "redis") {
+        reason = "stream_bridge.type is \"redis\"";
+      }
+    }
+    for (const char* variable :
+         {"DEER_FLOW_SANDBOX_OWNERSHIP_REDIS_URL", "DEER_FLOW_STREAM_BRIDGE_REDIS_URL"}) {
+      const char* value = std::getenv(variable);
+      if (reason.empty() && value != nullptr && *value != '\0') {
+        reason = std::string("environment variable ") + variable + " is set";
+      }
+    }
+    if (reason.empty()) return;
+    config_.warnings.push_back(
+        "sandbox.ownership is not set and " + reason +
+        ", so DeerFlow would use a redis ownership store; there is no redis store in this "
+        "port, falling back to " +
+        kMemoryOwnershipUse +
+        " (single process only). Multi-process deployments should configure "
+        "sandbox.ownership.use: \"" +
+        kSqliteOwnershipUse + "\"");
+  }
+
+  void read_ownership(const Value& sandbox, const Value& root) {
+    config_.ownership.key_path = "sandbox.ownership";
+    const Value* section = member(sandbox, "ownership");
+    if (section == nullptr) {
+      warn_if_redis_would_be_inferred(root);
+      config_.ownership.use = kMemoryOwnershipUse;
+      config_.ownership.options_json = "{}";
+      config_.mapping_notes.push_back(std::string("no sandbox.ownership section → ") +
+                                      "sandbox.ownership.use " + json_quote(kMemoryOwnershipUse));
+      return;
+    }
+    if (!section->IsObject()) fail("sandbox.ownership", "an object", *section);
+    reject_duplicate_keys(*section, "sandbox.ownership");
+
+    std::optional<std::string> use;
+    if (const Value* v = member(*section, "use")) {
+      if (!v->IsString() || v->GetStringLength() == 0) {
+        fail("sandbox.ownership.use", "a non-empty \"module:Class\" string", *v);
+      }
+      use = name_of(*v);
+    }
+    const Value* type = member(*section, "type");
+    std::optional<std::string> type_use;
+    if (type != nullptr) type_use = use_for_ownership_type(*type);
+    if (use && type_use && *use != *type_use) {
+      error("sandbox.ownership.use and sandbox.ownership.type disagree: use " + json_quote(*use) +
+            " but type " + json_quote(name_of(*type)) + " means " + json_quote(*type_use) +
+            " (expected one of them, or both naming the same store)");
+    }
+
+    Document options;
+    if (use) {
+      config_.ownership.use = *use;
+      rebuild_with_use(*section, *use, type_use ? "type" : nullptr, options);
+    } else if (type_use) {
+      config_.ownership.use = *type_use;
+      rebuild_with_use(*section, *type_use, "type", options);
+    } else {
+      config_.ownership.use = kMemoryOwnershipUse;
+      rebuild_with_use(*section, kMemoryOwnershipUse, nullptr, options);
+      config_.mapping_notes.push_back(std::string("sandbox.ownership has no use or type → ") +
+                                      "sandbox.ownership.use " + json_quote(kMemoryOwnershipUse));
+    }
+    if (type_use) {
+      config_.mapping_notes.push_back("sandbox.ownership.type " + json_quote(name_of(*type)) +
+                                      " → sandbox.ownership.use " + json_quote(*type_use));
+    }
+
+    if (const Value* v = member(*section, "renewal_interval_seconds")) {
+      if (!v->IsNumber() || !(v->GetDouble() > 0.0)) {
+        fail("sandbox.ownership.renewal_interval_seconds", "a number > 0", *v);
+      }
+      config_.renewal_interval_seconds = v->GetDouble();
+    }
+    if (const Value* v = member(*section, "ttl_multiplier")) {
+      if (!v->IsNumber() || !(v->GetDouble() >= 2.0)) {
+        fail("sandbox.ownership.ttl_multiplier", "a number >= 2", *v);
+      }
+      config_.ttl_multiplier = v->GetDouble();
+    }
+
+    substitute(options, "sandbox.ownership", "", options.GetAllocator());
+    config_.ownership.options_json = json_to_string(options);
+  }
+
+  int read_int(const Value& sandbox, const char* key, long long minimum,
+               const std::string& expected, int fallback) const {
+    const Value* v = member(sandbox, key);
+    if (v == nullptr) return fallback;
+    const auto number = as_integer(*v);
+    if (!number || *number < minimum || *number > INT_MAX) {
+      fail(std::string("sandbox.") + key, expected, *v);
+    }
+    return static_cast<int>(*number);
+  }
+
+  void read_scalars(const Value& sandbox) {
+    if (const Value* v = member(sandbox, "base_dir")) {
+      if (!v->IsString() || v->GetStringLength() == 0) {
+        fail("sandbox.base_dir", "a non-empty path string", *v);
+      }
+      config_.base_dir = name_of(*v);
+    }
+    config_.replicas = read_int(sandbox, "replicas", 1, "an integer > 0", config_.replicas);
+    config_.idle_timeout =
+        read_int(sandbox, "idle_timeout", 0, "an integer >= 0 (seconds)", config_.idle_timeout);
+    if (const Value* v = member(sandbox, "thread_data_mounts")) {
+      if (!v->IsBool()) fail("sandbox.thread_data_mounts", "true, false or null", *v);
+      config_.thread_data_mounts = v->GetBool();
+    }
+  }
+
+  void read_plugin_dirs(const Value& sandbox) {
+    const Value* dirs = member(sandbox, "plugin_dirs");
+    if (dirs == nullptr) return;
+    if (!dirs->IsArray()) fail("sandbox.plugin_dirs", "an array of directory strings", *dirs);
+    for (rapidjson::SizeType i = 0; i < dirs->Size(); ++i) {
+      const Value& item = (*dirs)[i];
+      if (!item.IsString() || item.GetStringLength() == 0) {
+        fail("sandbox.plugin_dirs[" + std::to_string(i) + "]", "a non-empty directory string",
+             item);
+      }
+      std::filesystem::path dir(name_of(item));
+      if (dir.is_relative()) dir = (relative_base_ / dir).lexically_normal();
+      config_.plugin_dirs.push_back(dir.string());
+    }
+  }
+
+  void warn_unknown_keys(const Value& sandbox) {
+    for (auto it = sandbox.MemberBegin(); it != sandbox.MemberEnd(); ++it) {
+      const std::string key = name_of(it->name);
+      if (is_known_sandbox_key(key) || is_flat_backend_key(key)) continue;
+      config_.warnings.push_back("unknown key sandbox." + key + " (ignored)");
+    }
+  }
+
+  std::string source_;
+  std::filesystem::path relative_base_;
+  SandboxConfig config_;
+};
+
+std::filesystem::path absolute_or_cwd(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::path base =
+      dir.empty() ? std::filesystem::current_path(ec) : std::filesystem::path(dir);
+  if (ec) return std::filesystem::path(dir);
+  base = std::filesystem::absolute(base, ec);
+  return base.lexically_normal();
+}
+
+}  // namespace
+
+bool is_secret_key_name(std::string_view key) {
+  std::string name = lower(key);
+  std::replace(name.begin(), name.end(), '-', '_');
+  for (const char* marker : {"api_key", "apikey", "secret", "password", "token", "credential"}) {
+    if (name.find(marker) != std::string::npos) return true;
+  }
+  return false;
+}
+
+SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
+                           const std::string& relative_base_dir) {
+  Parser parser(source_name, absolute_or_cwd(relative_base_dir));
+  return parser.parse(json_text, source_name);
+}
+
+SandboxConfig load_config_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    const int err = errno;
+    throw ConfigError(path + ": cannot open config file: " + std::strerror(err));
+  }
+  std::string text;
+  char buffer[8192];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  const int err = errno;
+  std::fclose(file);
+  if (failed) throw ConfigError(path + ": cannot read config file: " + std::strerror(err));
+
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  Parser parser(path, absolute_or_cwd(dir.string()));
+  return parser.parse(text, path);
+}
+
+}  // namespace sandboxd::core

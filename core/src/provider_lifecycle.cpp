@@ -1,0 +1,848 @@
+// Provider: release, destroy, shutdown, health, warm pool, ownership use, reconciliation and
+// background threads (SPEC §5.12–§5.16, §6, §7.7–§7.10, §8).
+#include <cmath>
+#include <cstdio>
+
+#include "sandboxd/core/provider.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+// Runs `action` when the scope ends, whatever happens.
+class ScopeExit {
+ public:
+  explicit ScopeExit(std::function<void()> action) : action_(std::move(action)) {}
+  ~ScopeExit() { action_(); }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+
+ private:
+  std::function<void()> action_;
+};
+
+}  // namespace
+
+// ── release (SPEC §5.12) ─────────────────────────────────────────────────────
+
+void Provider::release(const std::string& sandbox_id) {
+  ClientPtr client;
+  InfoPtr info;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
+      client = it->second;
+      registry_.clients.erase(it);
+    }
+    if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
+      info = it->second;
+      registry_.infos.erase(it);
+    }
+    std::optional<ThreadKey> first_key;
+    for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
+      if (it->second == sandbox_id) {
+        if (!first_key) first_key = it->first;
+        it = registry_.thread_map.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    std::optional<ThreadKey> identity;
+    if (auto it = registry_.active_identity.find(sandbox_id);
+        it != registry_.active_identity.end()) {
+      identity = it->second;
+      registry_.active_identity.erase(it);
+    }
+    registry_.last_activity.erase(sandbox_id);
+    if (info && !registry_.warm_pool.count(sandbox_id)) {
+      registry_.warm_pool[sandbox_id] = WarmEntry{info, now()};
+      registry_.warm_identity[sandbox_id] = first_key ? first_key : identity;
+    }
+  }
+  close_client(client, "Error closing sandbox " + sandbox_id + " during release");
+  if (info) {
+    std::optional<std::uint64_t> epoch;
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = registry_.acquire_epoch.find(sandbox_id); it != registry_.acquire_epoch.end()) {
+        epoch = it->second;
+      }
+    }
+    if (!refresh_ownership(sandbox_id)) {
+      log(LogLevel::warning, "Sandbox " + sandbox_id +
+                                 " is owned by another instance; releasing it from this warm pool");
+      forget(sandbox_id, epoch);
+    }
+  }
+  log(LogLevel::info,
+      "Released sandbox " + sandbox_id + " to warm pool (container still running)");
+}
+
+// ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
+
+void Provider::destroy(const std::string& sandbox_id) {
+  destroy_tracked(sandbox_id, [] { return true; });
+}
+
+void Provider::destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable) {
+  if (!reserve_local_teardown(sandbox_id, still_reapable)) {
+    log(LogLevel::info, "Skipping destroy of sandbox " + sandbox_id +
+                            ": re-acquired by this instance or already being torn down");
+    return;
+  }
+  ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
+  // Claim before untracking: a refused claim must not leave a running, untracked container.
+  if (!claim_ownership(sandbox_id, true)) {
+    log(LogLevel::warning,
+        "Refusing to destroy sandbox " + sandbox_id + ": owned by another instance");
+    return;
+  }
+  Removed removed = remove_tracked(sandbox_id, nullptr);
+  close_client(removed.client, "Error closing sandbox " + sandbox_id + " during destroy");
+  if (removed.info) {
+    with_held_teardown_lease(sandbox_id, [&] { backend_->destroy(*removed.info); });
+    log(LogLevel::info, "Destroyed sandbox " + sandbox_id);
+  } else {
+    release_ownership(sandbox_id);  // leave no `del` marker behind
+  }
+}
+
+// ── shutdown (SPEC §5.15) ────────────────────────────────────────────────────
+
+void Provider::shutdown() {
+  std::vector<std::string> active;
+  std::vector<std::pair<std::string, WarmEntry>> warm;
+  {
+    std::lock_guard lock(mutex_);
+    if (registry_.shutdown) return;
+    registry_.shutdown = true;
+    for (const auto& [id, client] : registry_.clients) active.push_back(id);
+    for (const auto& [id, entry] : registry_.warm_pool) warm.emplace_back(id, entry);
+    registry_.warm_pool.clear();
+    registry_.warm_identity.clear();
+  }
+  // Stop renewal before destroying, so it does not re-publish leases being dropped.
+  stop_background_threads();
+  log(LogLevel::info, "Shutting down " + std::to_string(active.size()) + " active + " +
+                          std::to_string(warm.size()) + " warm-pool sandbox(es)");
+  for (const auto& id : active) {
+    try {
+      destroy(id);
+    } catch (const std::exception& e) {
+      log(LogLevel::error, "Failed to destroy sandbox " + id + " during shutdown: " + e.what());
+    }
+  }
+  for (const auto& [id, entry] : warm) {
+    try {
+      destroy_warm_entry(id, entry, "shutdown", [] { return true; });
+    } catch (const std::exception& e) {
+      log(LogLevel::error, "Failed to destroy sandbox " + id + " during shutdown: " + e.what());
+    }
+  }
+  try {
+    ownership_->close();
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, std::string("Error closing the ownership store: ") + e.what());
+  }
+}
+
+// ── health (SPEC §5.16) ──────────────────────────────────────────────────────
+
+std::optional<bool> Provider::check_alive(const std::string& sandbox_id,
+                                          const SandboxInfo& info) {
+  if (!backend_) return std::nullopt;
+  try {
+    return backend_->is_alive(info);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, "Failed to check sandbox " + sandbox_id + " health: " + e.what());
+    return std::nullopt;
+  }
+}
+
+Provider::Removed Provider::remove_tracked(const std::string& sandbox_id,
+                                           const InfoPtr& expected_info) {
+  std::lock_guard lock(mutex_);
+  if (expected_info) {
+    const auto active = registry_.infos.find(sandbox_id);
+    const auto warm = registry_.warm_pool.find(sandbox_id);
+    const bool is_active = active != registry_.infos.end() && active->second == expected_info;
+    const bool is_warm = warm != registry_.warm_pool.end() && warm->second.info == expected_info;
+    if (!is_active && !is_warm) return {};
+  }
+  Removed removed;
+  removed.removed = true;
+  if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
+    removed.client = it->second;
+    registry_.clients.erase(it);
+  }
+  if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
+    removed.info = it->second;
+    registry_.infos.erase(it);
+  }
+  registry_.active_identity.erase(sandbox_id);
+  for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
+    it = it->second == sandbox_id ? registry_.thread_map.erase(it) : std::next(it);
+  }
+  registry_.last_activity.erase(sandbox_id);
+  registry_.acquire_epoch.erase(sandbox_id);
+  if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
+    if (!removed.info) removed.info = it->second.info;
+    registry_.warm_pool.erase(it);
+  }
+  registry_.warm_identity.erase(sandbox_id);
+  return removed;
+}
+
+void Provider::drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
+                                      const InfoPtr& expected_info) {
+  if (!reserve_local_teardown(sandbox_id, [] { return true; })) {
+    log(LogLevel::info, "Skipped dropping sandbox " + sandbox_id +
+                            ": already being torn down by this instance");
+    return;
+  }
+  ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
+  Removed removed = remove_tracked(sandbox_id, expected_info);
+  if (!removed.removed) {
+    log(LogLevel::info, "Skipped dropping sandbox " + sandbox_id +
+                            ": tracked info changed after health check");
+    return;
+  }
+  close_client(removed.client, "Error closing unhealthy sandbox " + sandbox_id);
+  if (removed.info) {
+    if (claim_ownership(sandbox_id, true)) {
+      with_held_teardown_lease(sandbox_id, [&] {
+        try {
+          backend_->destroy(*removed.info);
+        } catch (const std::exception& e) {
+          log(LogLevel::warning,
+              "Error destroying unhealthy sandbox " + sandbox_id + ": " + e.what());
+        }
+      });
+    } else {
+      log(LogLevel::info,
+          "Not destroying unhealthy sandbox " + sandbox_id + ": owned by another instance");
+    }
+  }
+  log(LogLevel::warning, "Dropped unhealthy sandbox " + sandbox_id + ": " + reason);
+}
+
+// ── warm pool (SPEC §6.2, §6.3) ──────────────────────────────────────────────
+
+bool Provider::destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+                                  const std::string& reason, const Predicate& still_reapable) {
+  if (!reserve_local_teardown(sandbox_id, still_reapable)) {
+    log(LogLevel::info, "Refusing to destroy warm-pool sandbox " + sandbox_id + " for " + reason +
+                            ": reclaimed by this instance");
+    return false;
+  }
+  ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
+  if (!claim_ownership(sandbox_id, true)) {
+    log(LogLevel::info, "Refusing to destroy warm-pool sandbox " + sandbox_id + " for " + reason +
+                            ": owned by another instance");
+    return false;
+  }
+  bool stopped = true;
+  with_held_teardown_lease(sandbox_id, [&] {
+    try {
+      backend_->destroy(*entry.info);
+    } catch (const std::exception& e) {
+      stopped = false;
+      if (reason == "idle_timeout") {
+        log(LogLevel::error,
+            "Failed to destroy idle warm-pool sandbox " + sandbox_id + ": " + e.what());
+      } else if (reason == "replica_enforcement") {
+        log(LogLevel::error, "Failed to destroy warm-pool sandbox " + sandbox_id + ": " + e.what());
+      } else {
+        log(LogLevel::error, "Failed to destroy warm-pool sandbox " + sandbox_id + " for " +
+                                 reason + ": " + e.what());
+      }
+    }
+  });
+  if (!stopped) return false;
+  {
+    // Still inside the reservation: drop the entry only if it is the very one we stopped.
+    std::lock_guard lock(mutex_);
+    auto it = registry_.warm_pool.find(sandbox_id);
+    if (it != registry_.warm_pool.end() && it->second.info == entry.info) {
+      registry_.warm_pool.erase(it);
+      registry_.warm_identity.erase(sandbox_id);
+    }
+  }
+  if (reason == "idle_timeout") {
+    log(LogLevel::info, "Destroyed idle warm-pool sandbox " + sandbox_id);
+  } else if (reason == "replica_enforcement") {
+    log(LogLevel::info, "Destroyed warm-pool sandbox " + sandbox_id);
+  } else {
+    log(LogLevel::info, "Destroyed warm-pool sandbox " + sandbox_id + " for " + reason);
+  }
+  return true;
+}
+
+void Provider::reap_expired_warm(std::optional<double> timeout) {
+  const double limit = timeout.value_or(options_.idle_timeout);
+  if (limit <= 0) return;
+  std::vector<std::pair<std::string, WarmEntry>> expired;
+  {
+    std::lock_guard lock(mutex_);
+    const double current = now();
+    for (const auto& [id, entry] : registry_.warm_pool) {
+      if (current - entry.released_at > limit) expired.emplace_back(id, entry);
+    }
+  }
+  for (const auto& [id, entry] : expired) {
+    destroy_warm_entry(id, entry, "idle_timeout",
+                       [this, id = id] { return registry_.warm_pool.count(id) > 0; });
+  }
+}
+
+std::optional<std::string> Provider::evict_oldest_warm() {
+  std::vector<std::pair<std::string, WarmEntry>> by_age;
+  {
+    std::lock_guard lock(mutex_);
+    by_age.assign(registry_.warm_pool.begin(), registry_.warm_pool.end());
+  }
+  std::stable_sort(by_age.begin(), by_age.end(), [](const auto& a, const auto& b) {
+    return a.second.released_at < b.second.released_at;
+  });
+  for (const auto& [id, entry] : by_age) {
+    if (destroy_warm_entry(id, entry, "replica_enforcement",
+                           [this, id = id] { return registry_.warm_pool.count(id) > 0; })) {
+      return id;
+    }
+  }
+  return std::nullopt;
+}
+
+// ── idle reaper (SPEC §6.1) ──────────────────────────────────────────────────
+
+void Provider::cleanup_idle_sandboxes(double idle_timeout) {
+  std::vector<std::string> idle;
+  {
+    std::lock_guard lock(mutex_);
+    const double current = now();
+    for (const auto& [id, last] : registry_.last_activity) {
+      if (registry_.clients.count(id) && current - last > idle_timeout) {
+        log(LogLevel::info, "Sandbox " + id + " idle for " + fixed(current - last, 1) +
+                                "s, marking for destroy");
+        idle.push_back(id);
+      }
+    }
+  }
+  for (const auto& id : idle) {
+    log(LogLevel::info, "Destroying idle sandbox " + id);
+    // Re-checked inside the reservation's critical section: a turn may have re-acquired it.
+    const Predicate still_idle = [this, id, idle_timeout] {
+      auto it = registry_.last_activity.find(id);
+      if (it == registry_.last_activity.end()) {
+        log(LogLevel::info, "Sandbox " + id + " already gone before idle destroy, skipping");
+        return false;
+      }
+      if (now() - it->second < idle_timeout) {
+        log(LogLevel::info, "Sandbox " + id + " was re-acquired before idle destroy, skipping");
+        return false;
+      }
+      return true;
+    };
+    try {
+      destroy_tracked(id, still_idle);
+    } catch (const std::exception& e) {
+      log(LogLevel::error, "Failed to destroy idle sandbox " + id + ": " + e.what());
+    }
+  }
+  reap_expired_warm(idle_timeout);
+}
+
+// ── ownership helpers (SPEC §7.7–§7.10) ──────────────────────────────────────
+
+void Provider::publish_ownership(const std::string& sandbox_id) {
+  {
+    // The intent mark is visible before the takeover can become durable in the store.
+    std::lock_guard lock(mutex_);
+    ++registry_.acquire_inflight[sandbox_id];
+  }
+  ScopeExit done([&] {
+    std::lock_guard lock(mutex_);
+    auto it = registry_.acquire_inflight.find(sandbox_id);
+    if (it != registry_.acquire_inflight.end() && --it->second <= 0) {
+      registry_.acquire_inflight.erase(it);
+    }
+  });
+  if (!ownership_->take(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
+  std::lock_guard lock(mutex_);
+  registry_.acquire_epoch[sandbox_id] = ++registry_.epoch_counter;
+}
+
+bool Provider::claim_ownership(const std::string& sandbox_id, bool for_destroy) {
+  try {
+    return ownership_->claim(sandbox_id, for_destroy);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, "Sandbox ownership claim failed for " + sandbox_id +
+                               " (treating as not owned): " + e.what());
+    return false;
+  }
+}
+
+bool Provider::refresh_ownership(const std::string& sandbox_id) {
+  RenewOutcome outcome;
+  try {
+    outcome = ownership_->renew(sandbox_id);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Could not renew sandbox ownership for " + sandbox_id + ", will retry: " + e.what());
+    return true;
+  }
+  if (outcome == RenewOutcome::renewed) return true;
+  if (outcome == RenewOutcome::lost) return false;
+  try {
+    if (ownership_->claim(sandbox_id, false)) {
+      log(LogLevel::info, "Re-established a lapsed ownership lease for " + sandbox_id);
+      return true;
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, "Could not re-establish lapsed lease for " + sandbox_id +
+                               ", will retry: " + e.what());
+    return true;
+  }
+  log(LogLevel::warning, "Lapsed ownership lease for " + sandbox_id + " was taken by a peer");
+  return false;
+}
+
+void Provider::release_ownership(const std::string& sandbox_id) {
+  try {
+    ownership_->release(sandbox_id);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Failed to release sandbox ownership for " + sandbox_id + ": " + e.what());
+  }
+}
+
+namespace {
+
+// State shared between a teardown and its heartbeat; outlives the provider if the heartbeat
+// has to be abandoned (its final release then happens on that thread).
+struct TeardownHeartbeat {
+  std::mutex mutex;  // guards stop and exited
+  std::condition_variable wake;
+  bool stop = false;
+  bool exited = false;
+};
+
+}  // namespace
+
+void Provider::with_held_teardown_lease(const std::string& sandbox_id,
+                                        const std::function<void()>& stop) {
+  auto shared = std::make_shared<TeardownHeartbeat>();
+  auto store = ownership_;
+  auto logger = logger_;
+  const double interval = options_.renewal_interval_seconds;
+  std::thread heartbeat([shared, store, logger, sandbox_id, interval] {
+    {
+      std::unique_lock lock(shared->mutex);
+      while (!shared->stop) {
+        if (shared->wake.wait_for(lock, std::chrono::duration<double>(interval),
+                                  [&] { return shared->stop; })) {
+          break;
+        }
+        lock.unlock();
+        bool keep_beating = true;
+        try {
+          if (!store->claim(sandbox_id, true)) {
+            logger->error("Lost the teardown exclusion for " + sandbox_id +
+                          " while its container stop was still in flight; a peer may have "
+                          "taken it");
+            keep_beating = false;
+          }
+        } catch (const std::exception& e) {
+          logger->warning("Could not refresh the teardown lease for " + sandbox_id +
+                          ", will retry: " + e.what());
+        }
+        lock.lock();
+        if (!keep_beating) {
+          // Stop beating but still wait for the stop to finish before releasing.
+          shared->wake.wait(lock, [&] { return shared->stop; });
+          break;
+        }
+      }
+    }
+    // The heartbeat makes the final release itself, so no refresh can land after it.
+    try {
+      store->release(sandbox_id);
+    } catch (const std::exception& e) {
+      logger->warning("Failed to release sandbox ownership for " + sandbox_id + ": " + e.what());
+    }
+    std::lock_guard lock(shared->mutex);
+    shared->exited = true;
+    shared->wake.notify_all();
+  });
+  auto join = [&] {
+    std::unique_lock lock(shared->mutex);
+    shared->stop = true;
+    shared->wake.notify_all();
+    const bool exited =
+        shared->wake.wait_for(lock, std::chrono::duration<double>(options_.teardown_join_timeout_seconds),
+                              [&] { return shared->exited; });
+    lock.unlock();
+    if (exited) {
+      heartbeat.join();
+    } else {
+      log(LogLevel::warning, "Teardown heartbeat for " + sandbox_id + " did not exit within " +
+                                 fixed(options_.teardown_join_timeout_seconds, 1) +
+                                 "s; its lease release is deferred to that thread");
+      heartbeat.detach();
+    }
+  };
+  try {
+    stop();
+  } catch (...) {
+    join();
+    throw;
+  }
+  join();
+}
+
+bool Provider::reserve_local_teardown(const std::string& sandbox_id,
+                                      const Predicate& still_reapable) {
+  std::lock_guard lock(mutex_);
+  if (registry_.local_teardown.count(sandbox_id)) return false;
+  if (!still_reapable()) return false;
+  registry_.local_teardown.insert(sandbox_id);
+  return true;
+}
+
+void Provider::finish_local_teardown(const std::string& sandbox_id) {
+  {
+    std::lock_guard lock(mutex_);
+    registry_.local_teardown.erase(sandbox_id);
+  }
+  teardown_finished_.notify_all();
+}
+
+bool Provider::wait_out_teardown(const std::string& sandbox_id, double deadline) {
+  const auto remaining = [&] { return deadline - clock_->monotonic_now(); };
+  {
+    std::unique_lock lock(mutex_);
+    while (registry_.local_teardown.count(sandbox_id)) {
+      const double left = remaining();
+      if (left <= 0) return false;
+      teardown_finished_.wait_for(lock, std::chrono::duration<double>(std::min(left, 0.5)));
+    }
+  }
+  // A peer's `del` lease: poll with back-off until it is gone or the deadline passes.
+  double delay = 0.005;
+  while (true) {
+    std::optional<LeaseRecord> lease;
+    try {
+      lease = ownership_->inspect(sandbox_id);
+    } catch (const std::exception&) {
+      return false;  // cannot tell: fail closed
+    }
+    if (!lease || !lease->destroying) return true;
+    const double left = remaining();
+    if (left <= 0) return false;
+    std::unique_lock lock(background_mutex_);
+    if (background_wake_.wait_for(lock, std::chrono::duration<double>(std::min(delay, left)),
+                                  [&] { return background_stop_; })) {
+      return false;
+    }
+    delay = std::min(delay * 2, 0.5);
+  }
+}
+
+void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch) {
+  ClientPtr client;
+  {
+    std::lock_guard lock(mutex_);
+    if (registry_.local_teardown.count(sandbox_id)) return;
+    if (registry_.acquire_inflight.count(sandbox_id)) {
+      log(LogLevel::info, "Not dropping sandbox " + sandbox_id +
+                              ": an acquire is publishing ownership for it");
+      return;
+    }
+    if (expected_epoch) {
+      auto it = registry_.acquire_epoch.find(sandbox_id);
+      const std::uint64_t current = it == registry_.acquire_epoch.end() ? 0 : it->second;
+      if (current != *expected_epoch) {
+        log(LogLevel::info, "Not dropping sandbox " + sandbox_id +
+                                ": this instance re-acquired it after the lease check");
+        return;
+      }
+    }
+    if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
+      client = it->second;
+      registry_.clients.erase(it);
+    }
+    registry_.infos.erase(sandbox_id);
+    registry_.active_identity.erase(sandbox_id);
+    registry_.last_activity.erase(sandbox_id);
+    registry_.warm_pool.erase(sandbox_id);
+    registry_.warm_identity.erase(sandbox_id);
+    registry_.acquire_epoch.erase(sandbox_id);
+    for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
+      it = it->second == sandbox_id ? registry_.thread_map.erase(it) : std::next(it);
+    }
+  }
+  // Never touch the container: it belongs to the peer now.
+  close_client(client, "Error closing sandbox " + sandbox_id + " after losing its lease");
+}
+
+void Provider::renew_owned_leases() {
+  std::vector<std::pair<std::string, std::optional<std::uint64_t>>> ids;
+  {
+    std::lock_guard lock(mutex_);
+    std::set<std::string> all;
+    for (const auto& [id, client] : registry_.clients) all.insert(id);
+    for (const auto& [id, entry] : registry_.warm_pool) all.insert(id);
+    for (const auto& id : all) {
+      auto it = registry_.acquire_epoch.find(id);
+      ids.emplace_back(id, it == registry_.acquire_epoch.end()
+                               ? std::nullopt
+                               : std::optional<std::uint64_t>(it->second));
+    }
+  }
+  for (const auto& [id, epoch] : ids) {
+    if (!refresh_ownership(id)) {
+      log(LogLevel::warning,
+          "Lost sandbox ownership lease for " + id + "; dropping it from this instance");
+      forget(id, epoch);
+    }
+  }
+}
+
+// ── orphan reconciliation (SPEC §8) ──────────────────────────────────────────
+
+void Provider::reconcile_orphans() {
+  if (!backend_) return;
+  std::vector<SandboxInfo> running;
+  try {
+    running = backend_->list_running();
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        std::string("Failed to enumerate running containers during startup reconciliation: ") +
+            e.what());
+    return;
+  }
+  {
+    std::set<std::string> present;
+    for (const auto& info : running) present.insert(info.sandbox_id);
+    std::lock_guard lock(mutex_);
+    for (auto it = registry_.unowned_since.begin(); it != registry_.unowned_since.end();) {
+      it = present.count(it->first) ? std::next(it) : registry_.unowned_since.erase(it);
+    }
+  }
+  if (running.empty()) return;
+
+  const double ttl = ownership_->ttl_seconds();
+  int adopted = 0, skipped = 0, deferred = 0;
+  for (const auto& info : running) {
+    const std::string& id = info.sandbox_id;
+    const double current = now();
+    const double age = info.created_at > 0 ? current - info.created_at : INFINITY;
+    if (ownership_->supports_cross_process()) {
+      std::optional<std::string> owner;
+      try {
+        owner = ownership_->owner(id);
+      } catch (const std::exception& e) {
+        log(LogLevel::warning, "Could not read sandbox ownership for " + id +
+                                   " during reconciliation (deferring adoption): " + e.what());
+        ++deferred;
+        continue;
+      }
+      bool adoptable = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (owner) {
+          registry_.unowned_since.erase(id);
+        } else {
+          const double first_seen = registry_.unowned_since.try_emplace(id, current).first->second;
+          adoptable = current - first_seen >= ttl;
+        }
+      }
+      if (!adoptable) {
+        ++deferred;
+        log(LogLevel::debug, "Deferring adoption of sandbox " + id +
+                                 " (owned or within recovery grace)");
+        continue;
+      }
+    }
+    if (!claim_ownership(id, false)) {
+      ++skipped;
+      continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (registry_.clients.count(id) || registry_.infos.count(id) ||
+          registry_.warm_pool.count(id)) {
+        continue;
+      }
+      if (registry_.local_teardown.count(id)) {
+        ++deferred;
+        continue;
+      }
+      registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(info), current};
+      registry_.warm_identity[id] = std::nullopt;
+      registry_.unowned_since.erase(id);
+    }
+    ++adopted;
+    log(LogLevel::info, "Adopted container " + id + " into warm pool (age: " +
+                            (std::isinf(age) ? std::string("inf") : fixed(age, 0)) + "s)");
+  }
+  log(LogLevel::info, "Startup reconciliation complete: " + std::to_string(adopted) +
+                          " adopted into warm pool, " + std::to_string(skipped) +
+                          " skipped (live peer ownership), " + std::to_string(deferred) +
+                          " deferred (owned or within recovery grace), " +
+                          std::to_string(running.size()) + " total found");
+}
+
+// ── background threads (SPEC §5.2, §6, §7.10) ────────────────────────────────
+
+void Provider::start() {
+  if (options_.reconcile_on_start) reconcile_orphans();
+  if (options_.run_background_threads) start_background_threads();
+}
+
+void Provider::start_background_threads() {
+  renewer_ = std::thread([this] { renewal_loop(); });
+  log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
+                          fixed(options_.renewal_interval_seconds, 1) +
+                          "s, ttl: " + fixed(ownership_->ttl_seconds(), 1) + "s)");
+  if (options_.idle_timeout > 0) {
+    const double idle_timeout = options_.idle_timeout;
+    idle_checker_ = std::thread([this, idle_timeout] { idle_checker_loop(idle_timeout); });
+    log(LogLevel::info, "Started warm-pool idle checker thread (timeout: " +
+                            std::to_string(options_.idle_timeout) + "s)");
+  }
+}
+
+void Provider::stop_background_threads() {
+  {
+    std::lock_guard lock(background_mutex_);
+    background_stop_ = true;
+  }
+  background_wake_.notify_all();
+  if (idle_checker_.joinable() && idle_checker_.get_id() != std::this_thread::get_id()) {
+    idle_checker_.join();
+  }
+  if (renewer_.joinable() && renewer_.get_id() != std::this_thread::get_id()) renewer_.join();
+}
+
+bool Provider::wait_for_background_tick(double seconds) {
+  std::unique_lock lock(background_mutex_);
+  return !background_wake_.wait_for(lock, std::chrono::duration<double>(seconds),
+                                    [&] { return background_stop_; });
+}
+
+void Provider::idle_checker_loop(double idle_timeout) {
+  while (wait_for_background_tick(options_.idle_check_interval_seconds)) {
+    try {
+      reconcile_orphans();
+      cleanup_idle_sandboxes(idle_timeout);
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("Error in warm-pool idle checker loop: ") + e.what());
+    }
+  }
+}
+
+void Provider::renewal_loop() {
+  while (wait_for_background_tick(options_.renewal_interval_seconds)) {
+    try {
+      renew_owned_leases();
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("Error in sandbox ownership renewal loop: ") + e.what());
+    }
+  }
+}
+
+// ── async acquire (SPEC §12) ─────────────────────────────────────────────────
+
+struct AsyncAcquisition::State {
+  std::mutex mutex;  // guards everything below
+  std::condition_variable done_cv;
+  bool done = false;
+  bool cancelled = false;
+  std::string result;
+  std::exception_ptr error;
+
+  void finish(std::string value, std::exception_ptr failure) {
+    {
+      std::lock_guard lock(mutex);
+      if (done) return;
+      done = true;
+      result = std::move(value);
+      error = failure;
+    }
+    done_cv.notify_all();
+  }
+  bool is_cancelled() {
+    std::lock_guard lock(mutex);
+    return cancelled;
+  }
+};
+
+std::string AsyncAcquisition::get() {
+  std::unique_lock lock(state_->mutex);
+  state_->done_cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+  return state_->result;
+}
+
+bool AsyncAcquisition::wait_for(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(state_->mutex);
+  return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
+}
+
+void AsyncAcquisition::cancel() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->cancelled = true;
+  }
+  state_->finish("", std::make_exception_ptr(AsyncAcquisitionCancelled("acquire_async cancelled")));
+}
+
+AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& thread_id,
+                                         const std::optional<std::string>& user_id) {
+  auto state = std::make_shared<AsyncAcquisition::State>();
+  // Runs on the blocking executor; `lock` (if any) is held and released here, whatever happens.
+  auto run = [this, state, thread_id, user_id](std::shared_ptr<ThreadLock> lock) {
+    std::string result;
+    std::exception_ptr error;
+    if (!state->is_cancelled()) {
+      try {
+        result = acquire_with_restarts(thread_id, effective_user(user_id));
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    if (lock) lock->unlock();
+    state->finish(std::move(result), error);
+  };
+  try {
+    if (!thread_id) {
+      blocking_executor_->submit([run] { run(nullptr); });
+      return AsyncAcquisition(state);
+    }
+    const std::string user = effective_user(user_id);
+    validate_thread_id(*thread_id);
+    validate_user_id(user);
+    auto lock = thread_lock({user, *thread_id});
+    // The wait for the conversation's lock has its own executor, so waiters can never starve
+    // the blocking work that would let the holder finish.
+    lock_wait_executor_->submit([this, state, lock, run] {
+      lock->lock();
+      if (state->is_cancelled()) {
+        lock->unlock();  // the waiter gave up: hand the lock straight back
+        return;
+      }
+      blocking_executor_->submit([lock, run] { run(lock); });
+    });
+  } catch (...) {
+    state->finish("", std::current_exception());
+  }
+  return AsyncAcquisition(state);
+}
+
+}  // namespace sandboxd::core

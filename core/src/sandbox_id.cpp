@@ -1,0 +1,79 @@
+#include "sandboxd/core/sandbox_id.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <array>
+#include <stdexcept>
+
+namespace sandboxd::core {
+namespace {
+
+constexpr char kHexDigits[] = "0123456789abcdef";
+
+std::string to_hex(const unsigned char* bytes, std::size_t size) {
+  std::string out;
+  out.reserve(size * 2);
+  for (std::size_t i = 0; i < size; ++i) {
+    out.push_back(kHexDigits[bytes[i] >> 4]);
+    out.push_back(kHexDigits[bytes[i] & 0x0f]);
+  }
+  return out;
+}
+
+bool is_id_char(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+         c == '-';
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned int length = 0;
+  if (EVP_Digest(data.data(), data.size(), digest.data(), &length, EVP_sha256(), nullptr) != 1) {
+    throw std::runtime_error("SHA-256 computation failed");
+  }
+  return to_hex(digest.data(), length);
+}
+
+std::string deterministic_sandbox_id(std::string_view thread_id, std::string_view user_id,
+                                     int version) {
+  std::string input = "mount-v" + std::to_string(version) + ":";
+  input.append(user_id);
+  input.push_back(':');
+  input.append(thread_id);
+  return sha256_hex(input).substr(0, 16);
+}
+
+std::string random_sandbox_id() {
+  std::array<unsigned char, 16> bytes{};
+  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
+    throw std::runtime_error("random sandbox id: RAND_bytes failed");
+  }
+  bytes[6] = static_cast<unsigned char>((bytes[6] & 0x0f) | 0x40);  // version 4
+  bytes[8] = static_cast<unsigned char>((bytes[8] & 0x3f) | 0x80);  // RFC 4122 variant
+  // The first 8 characters of the canonical text are the first 4 bytes, no hyphen yet.
+  return to_hex(bytes.data(), bytes.size()).substr(0, 8);
+}
+
+std::string sanitize_external_id(std::string_view raw) {
+  if (raw.empty()) throw std::invalid_argument("external id must be a non-empty string");
+  std::string sanitized;
+  sanitized.reserve(raw.size());
+  bool changed = false;
+  for (char c : raw) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (is_id_char(c)) {
+      sanitized.push_back(c);
+    } else {
+      changed = true;
+      // UTF-8 continuation bytes belong to the code point already replaced.
+      if ((byte & 0xc0) != 0x80) sanitized.push_back('-');
+    }
+  }
+  if (!changed) return sanitized;
+  return sanitized + "-" + sha256_hex(raw).substr(0, 16);
+}
+
+}  // namespace sandboxd::core

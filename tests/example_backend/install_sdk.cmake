@@ -1,0 +1,29 @@
+# Installs the whole sandboxd build into a fresh prefix, the way a packager would, and checks
+# that the SDK a third party needs (headers + CMake package) is in it.
+#   cmake -DBINARY_DIR=<sandboxd build> -DPREFIX=<prefix> -P install_sdk.cmake
+foreach(var BINARY_DIR PREFIX)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "install_sdk.cmake: pass -D${var}=...")
+  endif()
+endforeach()
+
+file(REMOVE_RECURSE "${PREFIX}")
+execute_process(
+  COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --prefix "${PREFIX}"
+  RESULT_VARIABLE result)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "cmake --install ${BINARY_DIR} --prefix ${PREFIX} failed (${result})")
+endif()
+
+foreach(header sdk.hpp backend.hpp plugin.hpp plugin_config.hpp types.hpp)
+  if(NOT EXISTS "${PREFIX}/include/sandboxd/${header}")
+    message(FATAL_ERROR "the install lacks ${PREFIX}/include/sandboxd/${header}")
+  endif()
+endforeach()
+file(GLOB_RECURSE configs "${PREFIX}/*/sandboxdConfig.cmake")
+file(GLOB_RECURSE add_plugin "${PREFIX}/*/sandboxd_add_plugin.cmake")
+if(NOT configs OR NOT add_plugin)
+  message(FATAL_ERROR "the install lacks the sandboxd CMake package (sandboxdConfig.cmake, "
+                      "sandboxd_add_plugin.cmake) under ${PREFIX}")
+endif()
+message(STATUS "sandboxd installed into ${PREFIX}: ${configs}")

@@ -1,0 +1,218 @@
+// The SQLite store between real processes: ownership_contender children share one database
+// file with each other and with this test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "ownership_test_support.hpp"
+
+extern char** environ;
+
+namespace sandboxd::testing {
+namespace {
+
+// One ownership_contender child. The destructor kills and reaps it if the test did not, so a
+// failing assertion never leaves a process behind.
+class Contender {
+ public:
+  Contender(const std::string& db_path, const std::string& owner_id, const std::string& ids,
+            int duration_ms, const std::string& output, const std::string& mode)
+      : owner_id_(owner_id), output_(output) {
+    std::vector<std::string> args = {OWNERSHIP_CONTENDER_PATH,    db_path, owner_id, ids,
+                                     std::to_string(duration_ms), output,  mode};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    const int rc =
+        ::posix_spawn(&pid_, OWNERSHIP_CONTENDER_PATH, nullptr, nullptr, argv.data(), environ);
+    if (rc != 0) {
+      pid_ = -1;
+      ADD_FAILURE() << "cannot start " << OWNERSHIP_CONTENDER_PATH << ": " << std::strerror(rc);
+    }
+  }
+  ~Contender() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Contender(const Contender&) = delete;
+  Contender& operator=(const Contender&) = delete;
+
+  const std::string& owner_id() const { return owner_id_; }
+  const std::string& output() const { return output_; }
+
+  // The wait status, or nothing if the child did not end within `timeout` (it is then killed).
+  std::optional<int> wait(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      const pid_t done = ::waitpid(pid_, &status, WNOHANG);
+      if (done == pid_) {
+        pid_ = -1;
+        return status;
+      }
+      if (std::chrono::steady_clock::now() > deadline) return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::nullopt;
+  }
+
+  void kill_now() {
+    if (pid_ > 0) ::kill(pid_, SIGKILL);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string owner_id_;
+  std::string output_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// Polls until `path` exists (the child writes it atomically) or the timeout passes.
+bool wait_for_file(const std::string& path, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (std::filesystem::exists(path)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+struct HeldInterval {
+  std::string owner_id;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcesses) {
+  TempDir dir;
+  const std::string db_path = dir.file("leases.db");
+  constexpr int kContenders = 4;
+  constexpr int kDurationMs = 2500;
+
+  std::vector<std::unique_ptr<Contender>> contenders;
+  for (int i = 0; i < kContenders; ++i) {
+    contenders.push_back(std::make_unique<Contender>(
+        db_path, "contender-" + std::to_string(i), "sb-0,sb-1,sb-2", kDurationMs,
+        dir.file("intervals-" + std::to_string(i) + ".txt"), "contend"));
+  }
+
+  std::map<std::string, std::vector<HeldInterval>> intervals_by_id;
+  for (auto& contender : contenders) {
+    const std::optional<int> status = contender->wait(std::chrono::seconds(20));
+    ASSERT_TRUE(status.has_value()) << contender->owner_id() << " did not finish in time";
+    ASSERT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+        << contender->owner_id() << " ended with wait status " << *status
+        << " (exit 1: store error, 2: broken invariant; see its stderr above)";
+
+    std::istringstream lines(read_file(contender->output()));
+    int held = 0;
+    long iterations = 0;
+    for (std::string kind; lines >> kind;) {
+      if (kind == "interval") {
+        std::string id;
+        HeldInterval interval{contender->owner_id()};
+        lines >> id >> interval.start_ns >> interval.end_ns;
+        intervals_by_id[id].push_back(interval);
+        ++held;
+      } else if (kind == "iterations") {
+        lines >> iterations;
+      }
+    }
+    EXPECT_GE(held, 1) << contender->owner_id() << " never held a destroy claim in " << iterations
+                       << " iterations, so exclusivity was not exercised";
+  }
+
+  int total = 0;
+  for (auto& [id, intervals] : intervals_by_id) {
+    total += static_cast<int>(intervals.size());
+    std::sort(intervals.begin(), intervals.end(),
+              [](const HeldInterval& a, const HeldInterval& b) { return a.start_ns < b.start_ns; });
+    // Sorted by start, two holds overlap iff one starts before the latest end seen so far.
+    const HeldInterval* latest_ending = nullptr;
+    for (const HeldInterval& interval : intervals) {
+      if (latest_ending != nullptr) {
+        EXPECT_GE(interval.start_ns, latest_ending->end_ns)
+            << id << ": " << interval.owner_id << " held a destroy claim from " << interval.start_ns
+            << " while " << latest_ending->owner_id << " held it until " << latest_ending->end_ns;
+      }
+      if (latest_ending == nullptr || interval.end_ns > latest_ending->end_ns) {
+        latest_ending = &interval;
+      }
+    }
+  }
+  RecordProperty("destroy_claims_held", total);
+}
+
+// A child claims a lease, is SIGKILLed, and the lease frees itself one TTL later. The child
+// runs on the real wall clock; this test reads the expiry instant from inspect() and puts its
+// own ManualClock just before and just after it.
+class KilledHolder : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KilledHolder, LeaseOfAKilledProcessLastsUntilItsTtlThenFrees) {
+  const bool destroying = GetParam();
+  TempDir dir;
+  const std::string db_path = dir.file("leases.db");
+  const std::string sandbox_id = "sb-held";
+  auto clock = std::make_shared<ManualClock>(0.0);
+  auto logger = std::make_shared<CapturingLogger>();
+  auto parent =
+      load_store(kSqliteStoreUse, make_store_context("parent", R"({"path": ")" + db_path + R"("})",
+                                                     dir.path().string(), clock, logger));
+
+  Contender child(db_path, "child", sandbox_id, 0, dir.file("held.txt"),
+                  destroying ? "hold-del" : "hold-own");
+  ASSERT_TRUE(wait_for_file(child.output(), std::chrono::seconds(10)))
+      << "the child never reported holding the lease";
+  child.kill_now();
+  const std::optional<int> status = child.wait(std::chrono::seconds(10));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << "status " << *status;
+
+  const std::optional<LeaseRecord> lease = parent->inspect(sandbox_id);
+  ASSERT_TRUE(lease.has_value()) << "the killed child's lease vanished before its TTL";
+  EXPECT_EQ(lease->owner_id, "child");
+  EXPECT_EQ(lease->destroying, destroying);
+
+  clock->set(lease->expires_at - 0.05);
+  EXPECT_EQ(parent->owner(sandbox_id), "child");
+  EXPECT_FALSE(parent->claim(sandbox_id));
+  EXPECT_FALSE(parent->claim(sandbox_id, /*for_destroy=*/true));
+  EXPECT_EQ(parent->renew(sandbox_id), RenewOutcome::lost);
+  EXPECT_EQ(parent->owner(sandbox_id), "child") << "the refused calls changed nothing";
+
+  clock->set(lease->expires_at + 0.05);
+  EXPECT_EQ(parent->owner(sandbox_id), std::nullopt);
+  EXPECT_EQ(parent->inspect(sandbox_id), std::nullopt);
+  EXPECT_TRUE(parent->claim(sandbox_id));
+  EXPECT_EQ(parent->owner(sandbox_id), "parent");
+}
+
+INSTANTIATE_TEST_SUITE_P(States, KilledHolder, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Del" : "Own");
+                         });
+
+}  // namespace
+}  // namespace sandboxd::testing

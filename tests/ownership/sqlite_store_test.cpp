@@ -1,0 +1,281 @@
+// What only the SQLite store promises: where its file lives and with which mode, WAL, a
+// recorded schema version, clear start-up errors naming the path, and SQLite failures during a
+// call surfacing as OwnershipBackendError.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+
+#include "ownership_test_support.hpp"
+
+namespace sandboxd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A plain connection of the test's own, to look at (or lock) the file behind the store's back.
+class RawDatabase {
+ public:
+  explicit RawDatabase(const std::string& path) {
+    if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << path << ": " << sqlite3_errmsg(db_);
+    }
+  }
+  ~RawDatabase() { sqlite3_close_v2(db_); }
+  RawDatabase(const RawDatabase&) = delete;
+  RawDatabase& operator=(const RawDatabase&) = delete;
+
+  std::string query(const std::string& sql) {
+    sqlite3_stmt* statement = nullptr;
+    std::string result;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &statement, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db_);
+    } else if (sqlite3_step(statement) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(statement, 0);
+      result = text == nullptr ? "" : reinterpret_cast<const char*>(text);
+    }
+    sqlite3_finalize(statement);
+    return result;
+  }
+  void execute(const std::string& sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+      ADD_FAILURE() << sql << ": " << (error != nullptr ? error : "?");
+    }
+    sqlite3_free(error);
+  }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// Runs `body` in a forked child that has dropped to uid/gid 65534 and returns what it returned.
+// Only for single-threaded moments of the test process (fork copies just the calling thread).
+std::string in_child_as_nobody(const std::function<std::string()>& body) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return "pipe failed";
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string result = "could not drop privileges";
+    if (::setgid(65534) == 0 && ::setuid(65534) == 0) result = body();
+    const ssize_t written = ::write(pipe_fds[1], result.data(), result.size());
+    ::_exit(written == static_cast<ssize_t>(result.size()) ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  std::string result;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) result.append(buffer, n);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  return result;
+}
+
+class SqliteStore : public ::testing::Test {
+ protected:
+  PluginContext context(const std::string& options_json = "{}",
+                        const std::string& owner_id = "owner-a") {
+    return make_store_context(owner_id, options_json, dir_.path().string(), clock_, logger_);
+  }
+  std::shared_ptr<OwnershipStore> open(const std::string& options_json = "{}") {
+    return load_store(kSqliteStoreUse, context(options_json));
+  }
+  std::string load_error_for(const std::string& options_json) {
+    return load_error(kSqliteStoreUse, context(options_json));
+  }
+  static std::string path_option(const std::string& path) {
+    return R"({"path": ")" + path + R"("})";
+  }
+
+  TempDir dir_;
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<CapturingLogger> logger_ = std::make_shared<CapturingLogger>();
+};
+
+TEST_F(SqliteStore, DefaultsToAFileUnderTheBaseDirectory) {
+  auto store = open();
+  EXPECT_TRUE(std::filesystem::is_regular_file(dir_.file("sandbox_ownership.db")));
+}
+
+TEST_F(SqliteStore, AnExplicitPathWins) {
+  const std::string path = dir_.file("leases.db");
+  auto store = open(path_option(path));
+  EXPECT_TRUE(std::filesystem::is_regular_file(path));
+  EXPECT_FALSE(std::filesystem::exists(dir_.file("sandbox_ownership.db")));
+  EXPECT_TRUE(logger_->contains(LogLevel::info,
+                                "Sandbox ownership store: sqlite " + path + " (ttl=120.0s)"));
+}
+
+TEST_F(SqliteStore, NeedsAPathWhenTheHostGivesNoBaseDirectory) {
+  PluginContext no_base = context();
+  no_base.base_dir.clear();
+  const std::string message = load_error(kSqliteStoreUse, no_base);
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr("is required"));
+}
+
+TEST_F(SqliteStore, CreatesItsFilesPrivateWhateverTheUmask) {
+  const std::string path = dir_.file("leases.db");
+  const mode_t previous_umask = ::umask(0);
+  std::shared_ptr<OwnershipStore> store;
+  try {
+    store = open(path_option(path));
+  } catch (...) {
+    ::umask(previous_umask);
+    throw;
+  }
+  ::umask(previous_umask);
+  ASSERT_TRUE(store->take("sb-1"));  // makes sure the WAL side files exist
+
+  EXPECT_EQ(file_mode(path), 0600u);
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string side_file = path + suffix;
+    if (!std::filesystem::exists(side_file)) continue;
+    EXPECT_EQ(file_mode(side_file) & 0077u, 0u) << side_file << " is readable by others";
+  }
+}
+
+TEST_F(SqliteStore, LeavesTheModeOfAnExistingFileAlone) {
+  const std::string path = dir_.file("leases.db");
+  write_file(path, "");  // an empty file is a valid empty database
+  ASSERT_EQ(::chmod(path.c_str(), 0640), 0);
+  auto store = open(path_option(path));
+  EXPECT_EQ(file_mode(path), 0640u);
+}
+
+TEST_F(SqliteStore, UsesWalJournalModeAndRecordsItsSchemaVersion) {
+  auto store = open();
+  RawDatabase raw(dir_.file("sandbox_ownership.db"));
+  EXPECT_EQ(raw.query("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(raw.query("PRAGMA user_version"), "1");
+  EXPECT_EQ(raw.query("SELECT count(*) FROM sqlite_master WHERE name = 'leases'"), "1");
+}
+
+TEST_F(SqliteStore, StoresLeaseStateAsOwnOrDel) {
+  auto store = open();
+  ASSERT_TRUE(store->take("sb-own"));
+  ASSERT_TRUE(store->claim("sb-del", /*for_destroy=*/true));
+  RawDatabase raw(dir_.file("sandbox_ownership.db"));
+  EXPECT_EQ(raw.query("SELECT state FROM leases WHERE sandbox_id = 'sb-own'"), "own");
+  EXPECT_EQ(raw.query("SELECT state FROM leases WHERE sandbox_id = 'sb-del'"), "del");
+  EXPECT_EQ(raw.query("SELECT owner_id FROM leases WHERE sandbox_id = 'sb-del'"), "owner-a");
+}
+
+TEST_F(SqliteStore, RefusesADatabaseFromANewerSchemaVersion) {
+  open()->close();
+  {
+    RawDatabase raw(dir_.file("sandbox_ownership.db"));
+    raw.execute("PRAGMA user_version = 7");
+  }
+  const std::string message = load_error_for("{}");
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(dir_.file("sandbox_ownership.db")));
+  EXPECT_THAT(message, HasSubstr("schema version 7"));
+}
+
+TEST_F(SqliteStore, RefusesAnotherProgramsDatabase) {
+  const std::string path = dir_.file("other.db");
+  write_file(path, "");
+  {
+    RawDatabase raw(path);
+    raw.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY)");
+  }
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("not a sandboxd ownership database"));
+}
+
+TEST_F(SqliteStore, RejectsAFileThatIsNotADatabase) {
+  const std::string path = dir_.file("garbage.db");
+  write_file(path, std::string(4096, 'x'));
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("file is not a database"));
+}
+
+TEST_F(SqliteStore, RejectsAPathThatIsADirectory) {
+  const std::string path = dir_.file("a-directory");
+  std::filesystem::create_directory(path);
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("is a directory"));
+}
+
+TEST_F(SqliteStore, RejectsAPathInADirectoryThatDoesNotExist) {
+  const std::string path = dir_.file("missing/leases.db");
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("No such file or directory"));
+}
+
+TEST_F(SqliteStore, RejectsAPathUnderARegularFile) {
+  write_file(dir_.file("plain-file"), "hello");
+  const std::string path = dir_.file("plain-file/leases.db");
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("Not a directory"));
+}
+
+TEST_F(SqliteStore, RejectsAPathInADirectoryItCannotWrite) {
+  const std::string locked_dir = dir_.file("read-only");
+  std::filesystem::create_directory(locked_dir);
+  ASSERT_EQ(::chmod(dir_.path().c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(locked_dir.c_str(), 0555), 0);
+  const std::string path = locked_dir + "/leases.db";
+  const PluginContext options = context(path_option(path));
+
+  std::string message;
+  if (::access(locked_dir.c_str(), W_OK) != 0) {
+    message = load_error(kSqliteStoreUse, options);
+  } else if (::geteuid() == 0) {
+    // Root writes anywhere, so load as an unprivileged user in a child process.
+    message = in_child_as_nobody([&] { return load_error(kSqliteStoreUse, options); });
+  } else {
+    GTEST_SKIP() << "this process can write a 0555 directory";
+  }
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.path"));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("Permission denied"));
+}
+
+TEST_F(SqliteStore, RejectsABusyTimeoutBelowOneMillisecond) {
+  const std::string message = load_error_for(R"({"busy_timeout_ms": 0})");
+  EXPECT_THAT(message, HasSubstr("sandbox.ownership.busy_timeout_ms"));
+  EXPECT_THAT(message, HasSubstr("got 0"));
+}
+
+TEST_F(SqliteStore, ASqliteFailureDuringACallIsAnOwnershipBackendError) {
+  auto store = open(R"({"busy_timeout_ms": 50})");
+  RawDatabase locker(dir_.file("sandbox_ownership.db"));
+  locker.execute("BEGIN IMMEDIATE");  // holds the write lock past the store's busy timeout
+  try {
+    store->claim("sb-1");
+    ADD_FAILURE() << "claim succeeded while another connection held the write lock";
+  } catch (const OwnershipBackendError& error) {
+    EXPECT_THAT(error.what(), HasSubstr("failed to claim sandbox ownership for sb-1: "));
+    EXPECT_THAT(error.what(), HasSubstr("database is locked"));
+  }
+  EXPECT_THROW(store->renew("sb-1"), OwnershipBackendError);
+  locker.execute("COMMIT");
+  EXPECT_TRUE(store->claim("sb-1")) << "the store recovers once the lock is gone";
+}
+
+TEST_F(SqliteStore, LeasesSurviveReopeningTheFile) {
+  open()->take("sb-1");
+  auto reopened = open();
+  EXPECT_EQ(reopened->owner("sb-1"), "owner-a");
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
