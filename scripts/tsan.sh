@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds only the concurrency-heavy test targets with ThreadSanitizer into ./build-tsan and runs
-# them. Container-engine tests are left to the normal run.
+# them (the loader, both ownership stores with the cross-process test, the provider core).
+# Container-engine tests are left to the normal run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(loader_test)
-for t in ownership_test ownership_contender provider_test; do
-  grep -rqs "$t" tests/ && targets+=("$t")
-done
+targets=(loader_test ownership_store_test ownership_cross_process_test ownership_contender
+         ownership_memory ownership_sqlite)
+[ -f tests/provider/CMakeLists.txt ] && targets+=(provider_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_SANITIZER=thread >/dev/null
-cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}" ownership_memory ownership_sqlite
+cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 SANDBOXD_SKIP_ENGINE=1 BUILD_DIR=build-tsan bash scripts/test.sh -L "loader|ownership|provider"

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# sandboxctl end to end: plugin listing, check-config on good and bad files, usage errors.
+set -u
+ctl="$1"
+example_dir="$2"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+passes=0
+
+check() {  # check NAME CONDITION-RESULT DETAIL
+  if [ "$2" -eq 0 ]; then passes=$((passes + 1)); else
+    failures=$((failures + 1)); echo "FAIL: $1"; echo "$3" | sed 's/^/    /'; fi
+}
+contains() { grep -qE -- "$2" <<<"$1"; }
+
+# plugins: both stores and the out-of-tree example backend, one line each.
+out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins 2>&1); rc=$?
+check "plugins exits 0" $rc "$out"
+for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=1 +/' \
+            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=1 +/' \
+            'process_backend:ProcessSandboxBackend +backend +abi=1 +.*process_backend.so'; do
+  contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
+done
+out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins --json 2>&1)
+contains "$out" '"use": "process_backend:ProcessSandboxBackend"'; check "plugins --json" $? "$out"
+
+# check-config: resolved settings, secrets redacted, plugins constructed.
+export SANDBOXCTL_TEST_SECRET="s3cr3t-value-from-env"
+cat >"$work/good.json" <<JSON
+{"sandbox": {"image": "busybox", "replicas": 2,
+  "environment": {"TOKEN": "\$SANDBOXCTL_TEST_SECRET", "PLAIN": "inline-secret"},
+  "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore", "path": "$work/leases.db"}}}
+JSON
+out=$("$ctl" --config "$work/good.json" check-config 2>&1); rc=$?
+check "check-config good exits 0" $rc "$out"
+contains "$out" '"TOKEN": "<redacted>"'; check "check-config redacts env" $? "$out"
+! contains "$out" 's3cr3t-value-from-env|inline-secret'; check "no secret in output" $? "$out"
+contains "$out" 'ownership: ownership_sqlite:SqliteOwnershipStore loaded'; check "store loaded" $? "$out"
+[ -f "$work/leases.db" ]; check "sqlite file created" $? "$(ls -l "$work")"
+
+cat >"$work/bad.json" <<'JSON'
+{"sandbox": {"replicas": -1}}
+JSON
+out=$("$ctl" --config "$work/bad.json" check-config 2>&1); rc=$?
+[ $rc -ne 0 ]; check "bad replicas fails" $? "$out"
+contains "$out" "bad.json: sandbox.replicas: .*-1"; check "bad replicas names file, key, value" $? "$out"
+
+cat >"$work/ttl.json" <<'JSON'
+{"sandbox": {"ownership": {"use": "ownership_memory:MemoryOwnershipStore", "ttl_multiplier": 1.5}}}
+JSON
+out=$("$ctl" --config "$work/ttl.json" check-config 2>&1); rc=$?
+[ $rc -ne 0 ]; check "plugin-rejected option fails" $? "$out"
+contains "$out" "sandbox.ownership.ttl_multiplier"; check "plugin rejection names key path" $? "$out"
+
+cat >"$work/use.json" <<'JSON'
+{"sandbox": {"backend": {"use": "ownership_memory:MemoryOwnershipStore"}}}
+JSON
+out=$("$ctl" --config "$work/use.json" check-config 2>&1); rc=$?
+[ $rc -ne 0 ]; check "store as backend fails" $? "$out"
+contains "$out" "sandbox.backend.use.*is an ownership store"; check "kind mismatch message" $? "$out"
+
+printf '{"sandbox": {"replicas": 2,,}}' >"$work/malformed.json"
+out=$("$ctl" --config "$work/malformed.json" check-config 2>&1); rc=$?
+[ $rc -ne 0 ]; check "malformed JSON fails" $? "$out"
+contains "$out" "line 1"; check "malformed JSON reports the line" $? "$out"
+
+out=$("$ctl" frobnicate 2>&1); rc=$?
+[ $rc -eq 2 ]; check "unknown command exits 2" $? "$out"
+out=$("$ctl" check-config 2>&1); rc=$?
+[ $rc -eq 2 ] && contains "$out" "--config FILE is required"; check "check-config needs --config" $? "$out"
+out=$("$ctl" --help 2>&1); rc=$?
+[ $rc -eq 0 ] && contains "$out" "check-config"; check "--help" $? "$out"
+
+echo "sandboxctl: $passes passed, $failures failed"
+[ $failures -eq 0 ]
