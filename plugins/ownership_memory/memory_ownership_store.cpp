@@ -5,7 +5,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "lease_common.hpp"
+#include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace sandboxd::plugins::ownership_memory {
@@ -13,13 +13,13 @@ namespace sandboxd::plugins::ownership_memory {
 class MemoryOwnershipStore final : public OwnershipStore {
  public:
   explicit MemoryOwnershipStore(const PluginContext& context)
-      : owner_id_(lease_common::resolve_owner_id(context)), clock_(context.clock) {
+      : owner_id_(lease_rules::resolve_owner_id(context)), clock_(context.clock) {
     const PluginConfig options = context.options();
-    ttl_seconds_ = lease_common::read_lease_timing(options).ttl_seconds();
-    lease_common::check_type(options, "memory", "ownership_memory:MemoryOwnershipStore");
-    lease_common::warn_unread_keys(options, *context.logger);
+    ttl_seconds_ = lease_rules::read_lease_timing(options).ttl_seconds();
+    lease_rules::check_type(options, "memory", "ownership_memory:MemoryOwnershipStore");
+    lease_rules::warn_unread_keys(options, *context.logger);
     context.logger->info("Sandbox ownership store: memory (single-instance; ttl=" +
-                         lease_common::format_one_decimal(ttl_seconds_) + "s)");
+                         lease_rules::format_one_decimal(ttl_seconds_) + "s)");
   }
 
   const std::string& owner_id() const override { return owner_id_; }
@@ -30,7 +30,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
     std::lock_guard lock(mutex_);
     require_open("take", sandbox_id);
     const double now = clock_->monotonic_now();
-    if (!lease_common::may_take(live_lease(sandbox_id, now))) return false;
+    if (!lease_rules::may_take(live_lease(sandbox_id, now))) return false;
     leases_[sandbox_id] = Lease{owner_id_, now + ttl_seconds_, false};
     return true;
   }
@@ -39,7 +39,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
     std::lock_guard lock(mutex_);
     require_open("claim", sandbox_id);
     const double now = clock_->monotonic_now();
-    if (!lease_common::may_claim(live_lease(sandbox_id, now), owner_id_, for_destroy)) {
+    if (!lease_rules::may_claim(live_lease(sandbox_id, now), owner_id_, for_destroy)) {
       return false;
     }
     leases_[sandbox_id] = Lease{owner_id_, now + ttl_seconds_, for_destroy};
@@ -51,7 +51,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
     require_open("renew", sandbox_id);
     const double now = clock_->monotonic_now();
     const RenewOutcome outcome =
-        lease_common::renew_outcome(live_lease(sandbox_id, now), owner_id_);
+        lease_rules::renew_outcome(live_lease(sandbox_id, now), owner_id_);
     if (outcome == RenewOutcome::renewed) leases_[sandbox_id].expires_at = now + ttl_seconds_;
     return outcome;
   }
@@ -59,7 +59,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   void release(const std::string& sandbox_id) override {
     std::lock_guard lock(mutex_);
     require_open("release", sandbox_id);
-    if (lease_common::may_release(live_lease(sandbox_id, clock_->monotonic_now()), owner_id_)) {
+    if (lease_rules::may_release(live_lease(sandbox_id, clock_->monotonic_now()), owner_id_)) {
       leases_.erase(sandbox_id);
     }
   }
@@ -67,7 +67,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   std::optional<std::string> owner(const std::string& sandbox_id) override {
     std::lock_guard lock(mutex_);
     require_open("read", sandbox_id);
-    std::optional<lease_common::LiveLease> live = live_lease(sandbox_id, clock_->monotonic_now());
+    std::optional<lease_rules::LiveLease> live = live_lease(sandbox_id, clock_->monotonic_now());
     if (!live.has_value()) return std::nullopt;
     return live->owner_id;
   }
@@ -104,14 +104,14 @@ class MemoryOwnershipStore final : public OwnershipStore {
 
   // The lease for sandbox_id if it has not expired; an expired one is deleted here, so expired
   // entries never accumulate past their next read. Caller holds mutex_.
-  std::optional<lease_common::LiveLease> live_lease(const std::string& sandbox_id, double now) {
+  std::optional<lease_rules::LiveLease> live_lease(const std::string& sandbox_id, double now) {
     auto it = leases_.find(sandbox_id);
     if (it == leases_.end()) return std::nullopt;
-    if (!lease_common::is_live(it->second.expires_at, now)) {
+    if (!lease_rules::is_live(it->second.expires_at, now)) {
       leases_.erase(it);
       return std::nullopt;
     }
-    return lease_common::LiveLease{it->second.owner_id, it->second.destroying};
+    return lease_rules::LiveLease{it->second.owner_id, it->second.destroying};
   }
 
   const std::string owner_id_;

@@ -18,7 +18,7 @@
 #include <string>
 #include <type_traits>
 
-#include "lease_common.hpp"
+#include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace sandboxd::plugins::ownership_sqlite {
@@ -178,12 +178,12 @@ bool ensure_private_file(const std::string& path, const std::string& path_key,
 class SqliteOwnershipStore final : public OwnershipStore {
  public:
   explicit SqliteOwnershipStore(const PluginContext& context)
-      : owner_id_(lease_common::resolve_owner_id(context)), clock_(context.clock) {
+      : owner_id_(lease_rules::resolve_owner_id(context)), clock_(context.clock) {
     const PluginConfig options = context.options();
     const std::string path_key = options.path_of("path");
 
     const std::optional<std::string> configured_path = options.optional_string("path");
-    ttl_seconds_ = lease_common::read_lease_timing(options).ttl_seconds();
+    ttl_seconds_ = lease_rules::read_lease_timing(options).ttl_seconds();
     const long long busy_timeout_ms = options.get_integer("busy_timeout_ms", kDefaultBusyTimeoutMs);
     if (busy_timeout_ms < 1 || busy_timeout_ms > INT_MAX) {
       // 0 would turn every moment of contention between processes into a store error.
@@ -191,8 +191,8 @@ class SqliteOwnershipStore final : public OwnershipStore {
                                             " milliseconds, got " +
                                             json_to_string(*options.raw("busy_timeout_ms")));
     }
-    lease_common::check_type(options, "sqlite", kUse);
-    lease_common::warn_unread_keys(options, *context.logger);
+    lease_rules::check_type(options, "sqlite", kUse);
+    lease_rules::warn_unread_keys(options, *context.logger);
 
     std::string described_path;  // the path, and where it came from, for error messages
     if (configured_path.has_value() && !configured_path->empty()) {
@@ -217,7 +217,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
                                             " as the ownership database: " + failure.what());
     }
     context.logger->info("Sandbox ownership store: sqlite " + path_ +
-                         " (ttl=" + lease_common::format_one_decimal(ttl_seconds_) + "s)");
+                         " (ttl=" + lease_rules::format_one_decimal(ttl_seconds_) + "s)");
   }
 
   ~SqliteOwnershipStore() override { close(); }
@@ -228,7 +228,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
 
   bool take(const std::string& sandbox_id) override {
     return in_write_transaction("take", sandbox_id, [&](double now) {
-      if (!lease_common::may_take(live_lease_for_write(sandbox_id, now))) return false;
+      if (!lease_rules::may_take(live_lease_for_write(sandbox_id, now))) return false;
       write_lease(sandbox_id, /*destroying=*/false, now + ttl_seconds_);
       return true;
     });
@@ -236,7 +236,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
 
   bool claim(const std::string& sandbox_id, bool for_destroy) override {
     return in_write_transaction("claim", sandbox_id, [&](double now) {
-      if (!lease_common::may_claim(live_lease_for_write(sandbox_id, now), owner_id_, for_destroy)) {
+      if (!lease_rules::may_claim(live_lease_for_write(sandbox_id, now), owner_id_, for_destroy)) {
         return false;
       }
       write_lease(sandbox_id, for_destroy, now + ttl_seconds_);
@@ -247,7 +247,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
   RenewOutcome renew(const std::string& sandbox_id) override {
     return in_write_transaction("renew", sandbox_id, [&](double now) {
       const RenewOutcome outcome =
-          lease_common::renew_outcome(live_lease_for_write(sandbox_id, now), owner_id_);
+          lease_rules::renew_outcome(live_lease_for_write(sandbox_id, now), owner_id_);
       if (outcome == RenewOutcome::renewed) {
         write_lease(sandbox_id, /*destroying=*/false, now + ttl_seconds_);
       }
@@ -257,7 +257,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
 
   void release(const std::string& sandbox_id) override {
     in_write_transaction("release", sandbox_id, [&](double now) {
-      if (lease_common::may_release(live_lease_for_write(sandbox_id, now), owner_id_)) {
+      if (lease_rules::may_release(live_lease_for_write(sandbox_id, now), owner_id_)) {
         delete_lease(sandbox_id);
       }
       return true;
@@ -268,7 +268,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
   std::optional<std::string> owner(const std::string& sandbox_id) override {
     return in_read("read", sandbox_id, [&](double now) -> std::optional<std::string> {
       std::optional<LeaseRecord> row = select_lease(sandbox_id);
-      if (!row.has_value() || !lease_common::is_live(row->expires_at, now)) return std::nullopt;
+      if (!row.has_value() || !lease_rules::is_live(row->expires_at, now)) return std::nullopt;
       return row->owner_id;
     });
   }
@@ -277,7 +277,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
     return in_read("inspect", sandbox_id, [&](double now) -> std::optional<LeaseRecord> {
       std::optional<LeaseRecord> row = select_lease(sandbox_id);
-      if (!row.has_value() || !lease_common::is_live(row->expires_at, now)) return std::nullopt;
+      if (!row.has_value() || !lease_rules::is_live(row->expires_at, now)) return std::nullopt;
       return row;
     });
   }
@@ -474,15 +474,15 @@ class SqliteOwnershipStore final : public OwnershipStore {
 
   // The live lease; an expired row is deleted on the way, as the memory store does. Caller
   // holds mutex_ and is inside a write transaction.
-  std::optional<lease_common::LiveLease> live_lease_for_write(const std::string& sandbox_id,
+  std::optional<lease_rules::LiveLease> live_lease_for_write(const std::string& sandbox_id,
                                                               double now) {
     std::optional<LeaseRecord> row = select_lease(sandbox_id);
     if (!row.has_value()) return std::nullopt;
-    if (!lease_common::is_live(row->expires_at, now)) {
+    if (!lease_rules::is_live(row->expires_at, now)) {
       delete_lease(sandbox_id);
       return std::nullopt;
     }
-    return lease_common::LiveLease{row->owner_id, row->destroying};
+    return lease_rules::LiveLease{row->owner_id, row->destroying};
   }
 
   // Caller holds mutex_ and is inside a write transaction.

@@ -1,5 +1,5 @@
-// Shared by ownership_memory and ownership_sqlite (the sqlite plugin adds this directory to its
-// include path): the SPEC §7.2 decision table, the TTL options both stores read (§7.3, §11)
+// For ownership-store authors (ownership_memory and ownership_sqlite use it): the SPEC §7.2
+// decision table, the TTL options both stores read (§7.3, §11)
 // and owner-id generation (§7.6). Keeping one copy means the two stores cannot drift apart on
 // what a lease means; only how a lease is stored differs.
 #pragma once
@@ -18,7 +18,7 @@
 #include "sandboxd/plugin.hpp"
 #include "sandboxd/plugin_config.hpp"
 
-namespace sandboxd::lease_common {
+namespace sandboxd::lease_rules {
 
 // A live (unexpired) lease as the decision table sees it.
 struct LiveLease {
@@ -141,4 +141,4 @@ inline std::string resolve_owner_id(const PluginContext& context) {
   return context.owner_id.empty() ? generate_owner_id() : context.owner_id;
 }
 
-}  // namespace sandboxd::lease_common
+}  // namespace sandboxd::lease_rules
