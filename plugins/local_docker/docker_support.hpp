@@ -1,0 +1,73 @@
+// Pure helpers of the local container backend: no I/O, no engine. Kept apart so that unit
+// tests can check them without a container engine (tests/local_docker/support_test.cpp).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sandboxd::local_docker {
+
+// Where the engine's REST API listens: a unix socket, or plain HTTP on host:port.
+struct EngineEndpoint {
+  std::string unix_socket;  // non-empty for unix sockets
+  std::string base_url;     // "http://localhost" for unix sockets, else "http://host:port"
+  std::string display;      // what messages name: "unix:///run/docker.sock", "tcp://…"
+
+  // Accepts "unix:///path", a bare absolute path, and "tcp://host:port" (also http://).
+  // Throws std::invalid_argument naming the problem.
+  static EngineEndpoint parse(const std::string& spec);
+};
+
+// "2g", "512m", "1024k", "1073741824", "1.5g" (case-insensitive, optional trailing "b").
+// Throws std::invalid_argument. 0 means "no limit".
+long long parse_memory_bytes(const std::string& text);
+
+// Docker/RFC 3339 timestamps ("2026-04-08T01:22:50.123456789Z", offsets allowed) to epoch
+// seconds; empty or unparsable → 0.0 (SPEC §9.9).
+double parse_docker_timestamp(const std::string& text);
+
+// SPEC §9.4: the host address `-p` binds to. `reason` receives the debug-log wording.
+std::string resolve_bind_host(const std::optional<std::string>& explicit_bind_host,
+                              const std::string& sandbox_host, std::string* reason);
+
+// "http://{host}:{port}", with IPv6 literals bracketed.
+std::string sandbox_url(const std::string& host, int port);
+
+// The engine refused a host port because something else holds it (SPEC §9.2).
+bool is_port_conflict_message(const std::string& message);
+
+// The engine refused a container name that is taken. Docker answers 409 "Conflict. The container
+// name … is already in use by container …"; podman 4.3 answers 500 "… the container name "x"
+// is already in use by <id> … that name is already in use".
+bool is_name_conflict(long status, const std::string& message);
+
+// SPEC §9.6 "does not exist": 404, or a message saying "no such container" / "no such object",
+// or "not found" together with the container's name, "container" or "object". podman 4.3
+// answers an inspect racing an auto-removal with HTTP 500 "container … does not exist in
+// database: no such container", which this counts as gone too.
+bool is_no_such_container(long status, const std::string& message, const std::string& name);
+
+// A create that failed because the image is not present locally.
+bool is_missing_image(long status, const std::string& message);
+
+// Environment rendered for logs: "A=<redacted> B=<redacted>"; values never appear.
+std::string redacted_environment(const std::map<std::string, std::string>& environment);
+
+// Docker container names: [a-zA-Z0-9][a-zA-Z0-9_.-]*.
+bool is_valid_container_name(std::string_view name);
+
+// Splits an image reference into (repository, tag-or-digest) for POST /images/create.
+// "busybox" → ("busybox", "latest"); "host:5000/a/b:1" → ("host:5000/a/b", "1");
+// "a@sha256:…" → ("a", "sha256:…").
+std::pair<std::string, std::string> split_image_reference(const std::string& image);
+
+// Percent-encodes everything outside RFC 3986 unreserved characters.
+std::string url_encode(std::string_view text);
+
+// "1.41" → {1, 41}; malformed → nullopt.
+std::optional<std::pair<int, int>> parse_api_version(const std::string& text);
+
+}  // namespace sandboxd::local_docker

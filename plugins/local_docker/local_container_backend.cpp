@@ -1,0 +1,998 @@
+// local_docker:LocalContainerBackend — sandboxes as containers of a local engine, driven
+// through the Docker Engine REST API (Docker, or `podman system service`), SPEC §9.
+//
+//   "backend": {
+//     "use": "local_docker:LocalContainerBackend",
+//     "socket": "unix:///var/run/docker.sock",  // default: DOCKER_HOST, else this path;
+//                                                // tcp://127.0.0.1:2375 works too (no TLS)
+//     "image": "…",                              // default: SPEC §11
+//     "container_prefix": "deer-flow-sandbox",
+//     "port": 0,                   // base host port, searched upward; 0/absent: engine picks
+//     "mounts": [{"host_path": "/srv/x", "container_path": "/mnt/x", "read_only": true}],
+//     "environment": {"KEY": "value"},          // values are never logged
+//     "memory": "2g", "cpus": 2, "pids_limit": 1024,
+//     "stop_timeout_seconds": 10,
+//     "security_opt": ["seccomp=unconfined"],
+//     "init": true,
+//     "bind_host": "127.0.0.1",    // else DEER_FLOW_SANDBOX_BIND_HOST, else SPEC §9.4
+//     "sandbox_host": "localhost", // host in sandbox URLs; else DEER_FLOW_SANDBOX_HOST
+//     "request_timeout_seconds": 30, "pull_timeout_seconds": 600
+//   }
+//
+// Deviations from the Python reference, on purpose:
+// - Ports: without a base port the engine picks a free host port (empty HostPort) and we read
+//   it back, which removes the host-port race of scanning locally; with a base port we search
+//   upward as §9.2 does, skipping ports this process is starting containers on.
+// - A name conflict adopts the existing container once it runs (starting it if it is still
+//   in the "created" state), without the discovery readiness probe: readiness after create is
+//   the core's job, and a racing creator's container is not ready yet.
+// - destroy() throws on every failure other than "already gone"/"already stopped" (not only on
+//   a timeout), so a stop that did not happen is never reported as clean (backend.hpp).
+// - is_alive() answers false when the name now belongs to a different container than the
+//   info's container_id: the instance the info describes is gone.
+//
+// Lock story: after construction the settings are immutable. EngineClient uses one CURL handle
+// per request (no shared libcurl state) and guards its cached API version with its own mutex.
+// The only other shared state is the process-wide set of host ports being started, guarded by
+// `port_mutex()`. No lock is held across an HTTP call.
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sandboxd/readiness.hpp>
+#include <sandboxd/sdk.hpp>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "docker_support.hpp"
+#include "engine_client.hpp"
+
+namespace sandboxd::local_docker {
+namespace {
+
+constexpr const char* kDefaultImage =
+    "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest";
+constexpr const char* kDefaultPrefix = "deer-flow-sandbox";
+constexpr const char* kLogPrefix = "local_docker: ";
+
+constexpr const char* kLabelManagedBy = "sandboxd.managed-by";
+constexpr const char* kManagedByValue = "sandboxd";
+constexpr const char* kLabelSandboxId = "sandboxd.sandbox-id";
+constexpr const char* kLabelUserId = "sandboxd.user-id";
+constexpr const char* kLabelThreadId = "sandboxd.thread-id";
+constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
+
+constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
+constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
+constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
+constexpr double kDiscoveryReadySeconds = 5.0;  // SPEC §5.17
+constexpr int kAdoptWaitSeconds = 30;           // how long a name conflict waits for the holder
+constexpr const char* kContainerPort = "8080/tcp";
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : fallback;
+}
+
+std::optional<std::string> env_optional(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+std::string trimmed(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::size_t start = 0;
+  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
+  return text.substr(start);
+}
+
+std::string short_id(const std::string& id) {
+  return id.size() > 12 ? id.substr(0, 12) : id;
+}
+
+bool same_container(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  return a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0;
+}
+
+std::string string_member(const rapidjson::Value& object, const char* name) {
+  if (!object.IsObject()) return "";
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsString()) return "";
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+std::map<std::string, std::string> string_map_member(const rapidjson::Value& object,
+                                                     const char* name) {
+  std::map<std::string, std::string> out;
+  if (!object.IsObject()) return out;
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsObject()) return out;
+  for (auto m = it->value.MemberBegin(); m != it->value.MemberEnd(); ++m) {
+    if (m->value.IsString()) out[m->name.GetString()] = m->value.GetString();
+  }
+  return out;
+}
+
+int parse_port_text(const std::string& text) {
+  if (text.empty() || text.size() > 5) return 0;
+  int value = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return 0;
+    value = value * 10 + (c - '0');
+  }
+  return value <= 65535 ? value : 0;
+}
+
+// One container as GET /containers/{name}/json describes it.
+struct ContainerState {
+  std::string id;
+  std::string name;
+  std::string status;  // "created", "running", "exited", ...
+  bool running = false;
+  int host_port = 0;  // 0: not published (yet)
+  double created_at = 0.0;
+  std::map<std::string, std::string> labels;
+};
+
+std::optional<ContainerState> parse_inspect(const std::string& body) {
+  rapidjson::Document doc;
+  doc.Parse(body.c_str(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) return std::nullopt;
+  ContainerState state;
+  state.id = string_member(doc, "Id");
+  state.name = string_member(doc, "Name");
+  if (!state.name.empty() && state.name.front() == '/') state.name.erase(0, 1);
+  state.created_at = parse_docker_timestamp(string_member(doc, "Created"));
+  if (doc.HasMember("State") && doc["State"].IsObject()) {
+    const rapidjson::Value& s = doc["State"];
+    state.status = string_member(s, "Status");
+    if (s.HasMember("Running") && s["Running"].IsBool()) state.running = s["Running"].GetBool();
+  }
+  if (doc.HasMember("Config") && doc["Config"].IsObject()) {
+    state.labels = string_map_member(doc["Config"], "Labels");
+  }
+  if (doc.HasMember("NetworkSettings") && doc["NetworkSettings"].IsObject()) {
+    const rapidjson::Value& ns = doc["NetworkSettings"];
+    auto ports = ns.FindMember("Ports");
+    if (ports != ns.MemberEnd() && ports->value.IsObject()) {
+      auto bindings = ports->value.FindMember(kContainerPort);
+      if (bindings != ports->value.MemberEnd() && bindings->value.IsArray()) {
+        for (const auto& binding : bindings->value.GetArray()) {
+          const int port = parse_port_text(string_member(binding, "HostPort"));
+          if (port > 0) {
+            state.host_port = port;
+            break;
+          }
+        }
+      }
+    }
+  }
+  if (state.id.empty()) return std::nullopt;
+  return state;
+}
+
+// Host ports this process is currently starting containers on (only with a base port): two
+// threads never offer the engine the same port at once. Process-wide, like SPEC §9.2's
+// allocator.
+std::mutex& port_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+std::set<int>& reserved_ports() {
+  static std::set<int> ports;  // guarded by port_mutex()
+  return ports;
+}
+
+class PortReservation {
+ public:
+  PortReservation() = default;
+  PortReservation(const PortReservation&) = delete;
+  PortReservation& operator=(const PortReservation&) = delete;
+  ~PortReservation() { release(); }
+
+  // Reserves the first port >= start that no other thread of this process is starting on.
+  int claim_from(int start) {
+    release();
+    std::lock_guard lock(port_mutex());
+    for (int port = start; port <= 65535 && port < start + 100; ++port) {
+      if (reserved_ports().insert(port).second) {
+        port_ = port;
+        return port;
+      }
+    }
+    throw std::runtime_error("No available port found in range " + std::to_string(start) + "-" +
+                             std::to_string(start + 100));
+  }
+
+  void release() {
+    if (port_ == 0) return;
+    std::lock_guard lock(port_mutex());
+    reserved_ports().erase(port_);
+    port_ = 0;
+  }
+
+ private:
+  int port_ = 0;
+};
+
+struct Settings {
+  EngineEndpoint endpoint;
+  std::string socket_source;  // which setting chose the socket, for messages
+  std::string image;
+  std::string prefix;
+  int base_port = 0;
+  std::vector<Mount> mounts;
+  std::map<std::string, std::string> environment;
+  long long memory_bytes = 0;
+  double cpus = 0;
+  long long pids_limit = 0;
+  long long stop_timeout_seconds = 10;
+  std::vector<std::string> security_opt;
+  bool init = true;
+  std::string bind_host;     // as SPEC §9.4 renders it ("[::1]" for IPv6 loopback)
+  std::string sandbox_host;  // host part of sandbox URLs
+  double request_timeout_seconds = 30;
+  double pull_timeout_seconds = 600;
+};
+
+std::string render_mounts(const std::vector<Mount>& mounts) {
+  std::string out;
+  for (const Mount& m : mounts) {
+    if (!out.empty()) out += ", ";
+    out += m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "");
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+class LocalContainerBackend final : public SandboxBackend {
+ public:
+  explicit LocalContainerBackend(const PluginContext& context)
+      : logger_(context.logger), settings_(read_settings(context)), client_(settings_.endpoint) {}
+
+  SandboxInfo create(const CreateRequest& request) override;
+  void destroy(const SandboxInfo& info) override;
+  bool is_alive(const SandboxInfo& info) override;
+  std::optional<SandboxInfo> discover(const std::string& sandbox_id) override;
+  std::vector<SandboxInfo> list_running() override;
+  SandboxDiscoveryResult discover_for_reconciliation(const std::string& sandbox_id) override;
+  bool requires_create_validation() const override { return false; }
+  MountModeKind mount_mode_kind() const override { return MountModeKind::local_bind_mounts; }
+
+ private:
+  Settings read_settings(const PluginContext& context);
+
+  void log(LogLevel level, const std::string& message) {
+    logger_->log(level, kLogPrefix + message);
+  }
+
+  std::string container_name(const std::string& sandbox_id) const {
+    return settings_.prefix + "-" + sandbox_id;
+  }
+  std::string backend_namespace() const { return "local:docker:" + settings_.prefix; }
+
+  std::string create_body(const CreateRequest& request, const std::vector<Mount>& mounts,
+                          int host_port) const;
+  void pull_image();
+  // nullopt: the holder of the name went away, try creating again.
+  std::optional<SandboxInfo> adopt_existing(const std::string& name);
+  void remove_quietly(const std::string& id);
+  // nullopt: no such container. Throws on anything else that is not an answer.
+  std::optional<ContainerState> inspect(const std::string& target);
+  SandboxInfo info_from(const std::string& sandbox_id, const ContainerState& state) const;
+
+  std::shared_ptr<Logger> logger_;
+  const Settings settings_;
+  EngineClient client_;
+};
+
+Settings LocalContainerBackend::read_settings(const PluginContext& context) {
+  PluginConfig options = context.options();
+  Settings s;
+
+  // socket: the option, else DOCKER_HOST, else the default path.
+  std::string socket_spec;
+  if (auto socket = options.optional_string("socket"); socket && !trimmed(*socket).empty()) {
+    socket_spec = *socket;
+    s.socket_source = options.path_of("socket");
+  } else if (auto host = env_optional("DOCKER_HOST"); host && !trimmed(*host).empty()) {
+    socket_spec = *host;
+    s.socket_source = "environment variable DOCKER_HOST";
+  } else {
+    socket_spec = "unix:///var/run/docker.sock";
+    s.socket_source = "the default";
+  }
+  try {
+    s.endpoint = EngineEndpoint::parse(socket_spec);
+  } catch (const std::invalid_argument& e) {
+    if (s.socket_source == "environment variable DOCKER_HOST") {
+      throw PluginConfigError("DOCKER_HOST", e.what());
+    }
+    options.reject("socket", e.what());
+  }
+
+  s.image = trimmed(options.get_string("image", ""));
+  if (s.image.empty()) s.image = kDefaultImage;
+
+  s.prefix = trimmed(options.get_string("container_prefix", ""));
+  if (s.prefix.empty()) s.prefix = kDefaultPrefix;
+  if (!is_valid_container_name(s.prefix)) {
+    options.reject("container_prefix",
+                   "\"" + s.prefix +
+                       "\" is not usable in a container name (letters, digits, '_', '.', '-'; "
+                       "starting with a letter or digit)");
+  }
+
+  const long long port = options.get_integer("port", 0);
+  if (port < 0 || port > 65535) options.reject("port", "must be between 0 and 65535");
+  s.base_port = static_cast<int>(port);
+
+  s.mounts = options.get_mounts("mounts");
+  for (std::size_t i = 0; i < s.mounts.size(); ++i) {
+    if (s.mounts[i].container_path.front() != '/') {
+      options.reject("mounts[" + std::to_string(i) + "].container_path",
+                     "must be an absolute path inside the container");
+    }
+  }
+
+  s.environment = options.get_string_map("environment");
+  for (const auto& [key, value] : s.environment) {
+    (void)value;
+    if (key.empty() || key.find('=') != std::string::npos) {
+      options.reject("environment." + key, "variable names must be non-empty and contain no '='");
+    }
+  }
+
+  if (const rapidjson::Value* memory = options.raw("memory")) {
+    try {
+      if (memory->IsString()) {
+        s.memory_bytes = parse_memory_bytes(memory->GetString());
+      } else if (memory->IsInt64() && memory->GetInt64() >= 0) {
+        s.memory_bytes = memory->GetInt64();
+      } else {
+        options.fail("memory", "a size such as \"2g\" or a byte count", *memory);
+      }
+    } catch (const std::invalid_argument& e) {
+      options.reject("memory", e.what());
+    }
+  } else {
+    s.memory_bytes = parse_memory_bytes("2g");
+  }
+
+  s.cpus = options.get_number("cpus", 2.0);
+  if (s.cpus < 0) options.reject("cpus", "must be >= 0 (0: no limit)");
+  // The engine refuses more CPUs than the host has; the default must work on small hosts.
+  const unsigned host_cpus = std::thread::hardware_concurrency();
+  if (!options.has("cpus") && host_cpus > 0 && s.cpus > host_cpus) s.cpus = host_cpus;
+
+  s.pids_limit = options.get_integer("pids_limit", 1024);
+  if (s.pids_limit < -1) options.reject("pids_limit", "must be >= -1 (0 or -1: no limit)");
+
+  s.stop_timeout_seconds = options.get_integer("stop_timeout_seconds", 10);
+  if (s.stop_timeout_seconds < 0 || s.stop_timeout_seconds > 3600) {
+    options.reject("stop_timeout_seconds", "must be between 0 and 3600");
+  }
+
+  s.security_opt = options.has("security_opt") ? options.get_string_list("security_opt")
+                                               : std::vector<std::string>{"seccomp=unconfined"};
+  s.init = options.get_bool("init", true);
+
+  s.sandbox_host = trimmed(options.get_string("sandbox_host", ""));
+  if (s.sandbox_host.empty()) s.sandbox_host = trimmed(env_or("DEER_FLOW_SANDBOX_HOST", ""));
+  if (s.sandbox_host.empty()) s.sandbox_host = "localhost";
+
+  std::optional<std::string> bind_host = options.optional_string("bind_host");
+  if (!bind_host || trimmed(*bind_host).empty())
+    bind_host = env_optional("DEER_FLOW_SANDBOX_BIND_HOST");
+  std::string bind_reason;
+  s.bind_host = resolve_bind_host(bind_host, s.sandbox_host, &bind_reason);
+
+  s.request_timeout_seconds = options.get_number("request_timeout_seconds", 30.0);
+  if (!(s.request_timeout_seconds > 0)) options.reject("request_timeout_seconds", "must be > 0");
+  s.pull_timeout_seconds = options.get_number("pull_timeout_seconds", 600.0);
+  if (!(s.pull_timeout_seconds > 0)) options.reject("pull_timeout_seconds", "must be > 0");
+
+  for (const std::string& key : options.unread_keys()) {
+    logger_->warning(std::string(kLogPrefix) + "ignoring unknown option " + key);
+  }
+  logger_->debug(std::string(kLogPrefix) + bind_reason);
+  logger_->info(
+      std::string(kLogPrefix) + "engine " + s.endpoint.display + " (from " + s.socket_source +
+      "), image " + s.image + ", container prefix " + s.prefix + ", host port " +
+      (s.base_port > 0 ? "from " + std::to_string(s.base_port) : "chosen by the engine") + " on " +
+      s.bind_host + ", sandbox host " + s.sandbox_host + ", mounts: " + render_mounts(s.mounts) +
+      ", environment: " + (s.environment.empty() ? "none" : redacted_environment(s.environment)));
+  return s;
+}
+
+std::string LocalContainerBackend::create_body(const CreateRequest& request,
+                                               const std::vector<Mount>& mounts,
+                                               int host_port) const {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  const auto str = [&w](const std::string& text) {
+    w.String(text.c_str(), static_cast<rapidjson::SizeType>(text.size()));
+  };
+  w.StartObject();
+  w.Key("Image");
+  str(settings_.image);
+  w.Key("Env");
+  w.StartArray();
+  for (const auto& [key, value] : settings_.environment) str(key + "=" + value);
+  w.EndArray();
+  w.Key("Labels");
+  w.StartObject();
+  w.Key(kLabelManagedBy);
+  w.String(kManagedByValue);
+  w.Key(kLabelSandboxId);
+  str(request.sandbox_id);
+  if (request.user_id) {
+    w.Key(kLabelUserId);
+    str(*request.user_id);
+  }
+  if (request.thread_id) {
+    w.Key(kLabelThreadId);
+    str(*request.thread_id);
+  }
+  w.Key(kLabelContract);
+  str(std::to_string(kSandboxMountContractVersion));
+  w.EndObject();
+  w.Key("ExposedPorts");
+  w.StartObject();
+  w.Key(kContainerPort);
+  w.StartObject();
+  w.EndObject();
+  w.EndObject();
+
+  w.Key("HostConfig");
+  w.StartObject();
+  w.Key("PortBindings");
+  w.StartObject();
+  w.Key(kContainerPort);
+  w.StartArray();
+  w.StartObject();
+  std::string host_ip = settings_.bind_host;
+  if (host_ip.size() > 2 && host_ip.front() == '[' && host_ip.back() == ']') {
+    host_ip = host_ip.substr(1, host_ip.size() - 2);
+  }
+  w.Key("HostIp");
+  str(host_ip);
+  w.Key("HostPort");
+  str(host_port > 0 ? std::to_string(host_port) : std::string());
+  w.EndObject();
+  w.EndArray();
+  w.EndObject();
+  w.Key("AutoRemove");
+  w.Bool(true);
+  if (!settings_.security_opt.empty()) {
+    w.Key("SecurityOpt");
+    w.StartArray();
+    for (const auto& opt : settings_.security_opt) str(opt);
+    w.EndArray();
+  }
+  w.Key("Init");
+  w.Bool(settings_.init);
+  if (settings_.memory_bytes > 0) {
+    w.Key("Memory");
+    w.Int64(settings_.memory_bytes);
+  }
+  if (settings_.cpus > 0) {
+    w.Key("NanoCpus");
+    w.Int64(static_cast<long long>(settings_.cpus * 1e9));
+  }
+  if (settings_.pids_limit > 0) {
+    w.Key("PidsLimit");
+    w.Int64(settings_.pids_limit);
+  }
+  w.Key("Mounts");
+  w.StartArray();
+  for (const Mount& m : mounts) {
+    w.StartObject();
+    w.Key("Type");
+    w.String("bind");
+    w.Key("Source");
+    str(m.host_path);
+    w.Key("Target");
+    str(m.container_path);
+    w.Key("ReadOnly");
+    w.Bool(m.read_only);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();  // HostConfig
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
+  const std::string name = container_name(request.sandbox_id);
+  if (request.sandbox_id.empty() || !is_valid_container_name(name)) {
+    throw std::invalid_argument("Invalid sandbox id \"" + request.sandbox_id +
+                                "\": container names allow letters, digits, '_', '.' and '-'");
+  }
+  std::vector<Mount> mounts = settings_.mounts;
+  mounts.insert(mounts.end(), request.extra_mounts.begin(), request.extra_mounts.end());
+
+  log(LogLevel::info,
+      "Starting container " + name + " using the engine API at " + settings_.endpoint.display +
+          ": image " + settings_.image + ", port " + settings_.bind_host + ":" +
+          (settings_.base_port > 0 ? std::to_string(settings_.base_port) + "+" : "auto") +
+          "->8080, mounts: " + render_mounts(mounts) + ", environment: " +
+          (settings_.environment.empty() ? "none" : redacted_environment(settings_.environment)));
+
+  int next_port = settings_.base_port;
+  bool pulled = false;
+  for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
+    PortReservation reservation;
+    int host_port = 0;
+    if (settings_.base_port > 0) {
+      host_port = reservation.claim_from(next_port);
+    }
+
+    const HttpResponse created =
+        client_.call("POST", "/containers/create?name=" + url_encode(name),
+                     settings_.request_timeout_seconds, create_body(request, mounts, host_port));
+    if (created.status != 201) {
+      const std::string message = created.message();
+      if (!pulled && is_missing_image(created.status, message)) {
+        pull_image();
+        pulled = true;
+        --attempt;  // the pull does not use up a port attempt
+        continue;
+      }
+      if (is_name_conflict(created.status, message)) {
+        log(LogLevel::warning, "Container name " + name +
+                                   " already in use, attempting to discover existing sandbox "
+                                   "instance");
+        if (auto adopted = adopt_existing(name)) return *adopted;
+        continue;  // its holder went away meanwhile: create again
+      }
+      log(LogLevel::error, "Failed to create container " + name + " using the engine API: HTTP " +
+                               std::to_string(created.status) + ": " + message);
+      throw std::runtime_error("Failed to start sandbox container: " + message);
+    }
+
+    rapidjson::Document doc;
+    doc.Parse(created.body.c_str(), created.body.size());
+    const std::string id = doc.HasParseError() ? std::string() : string_member(doc, "Id");
+    if (id.empty()) {
+      throw std::runtime_error(
+          "Failed to start sandbox container: the engine's create answer "
+          "carried no container id");
+    }
+
+    const HttpResponse started =
+        client_.call("POST", "/containers/" + id + "/start", settings_.request_timeout_seconds);
+    bool running_anyway = false;
+    if (started.status != 204 && started.status != 304) {
+      // A racing create of the same name may have started it meanwhile (adopt_existing starts
+      // a container left in "created"); if it runs, it is the sandbox.
+      try {
+        const std::optional<ContainerState> now = inspect(id);
+        running_anyway = now && now->running;
+      } catch (const std::exception&) {
+      }
+    }
+    if (started.status != 204 && started.status != 304 && !running_anyway) {
+      const std::string message = started.message();
+      remove_quietly(id);
+      if (is_port_conflict_message(message)) {
+        log(LogLevel::warning,
+            "Port " + (host_port > 0 ? std::to_string(host_port) : std::string("(engine-chosen)")) +
+                " rejected by Docker (already allocated), retrying with next port");
+        if (host_port > 0) next_port = host_port + 1;
+        continue;
+      }
+      log(LogLevel::error, "Failed to start container using the engine API: " + message);
+      throw std::runtime_error("Failed to start sandbox container: " + message);
+    }
+
+    std::optional<ContainerState> state = inspect(id);
+    if (!state || !state->running) {
+      throw std::runtime_error("Sandbox container " + name + " (ID: " + short_id(id) +
+                               ") exited right after it started (" +
+                               (state ? "state " + state->status : std::string("removed")) +
+                               "); check that image " + settings_.image +
+                               " runs a long-lived server on port 8080");
+    }
+    if (state->host_port == 0) state->host_port = host_port;
+    if (state->host_port == 0) {
+      remove_quietly(id);
+      throw std::runtime_error("Sandbox container " + name +
+                               " started but the engine reported no host port for 8080/tcp");
+    }
+    log(LogLevel::info, "Started container " + name + " (ID: " + short_id(id) +
+                            ") using the engine API on port " + std::to_string(state->host_port));
+    SandboxInfo info = info_from(request.sandbox_id, *state);
+    info.container_name = name;
+    // Identity as requested: these are the labels we just wrote.
+    info.user_id = request.user_id;
+    info.thread_id = request.thread_id;
+    info.mount_contract_version = kSandboxMountContractVersion;
+    return info;
+  }
+  throw std::runtime_error(
+      "Could not start sandbox container: all candidate ports are already allocated by Docker");
+}
+
+void LocalContainerBackend::pull_image() {
+  const auto [repository, tag] = split_image_reference(settings_.image);
+  log(LogLevel::info, "Image " + settings_.image + " is not present on the engine; pulling it");
+
+  std::string pending;                             // an incomplete line of the progress stream
+  std::string error;                               // the last error the stream reported
+  std::string head;                                // the start of the answer, for HTTP errors
+  std::map<std::string, std::string> last_status;  // layer id → last status logged
+  const auto handle_line = [&](const std::string& line) {
+    if (line.find_first_not_of(" \r\t") == std::string::npos) return;
+    rapidjson::Document doc;
+    doc.Parse(line.c_str(), line.size());
+    if (doc.HasParseError() || !doc.IsObject()) return;
+    if (std::string e = string_member(doc, "error"); !e.empty()) {
+      error = e;
+      return;
+    }
+    if (doc.HasMember("errorDetail") && doc["errorDetail"].IsObject()) {
+      if (std::string e = string_member(doc["errorDetail"], "message"); !e.empty()) {
+        error = e;
+        return;
+      }
+    }
+    const std::string status = string_member(doc, "status");
+    const std::string id = string_member(doc, "id");
+    if (status.empty() || last_status[id] == status) return;
+    last_status[id] = status;
+    log(LogLevel::info,
+        "Pulling image " + settings_.image + ": " + (id.empty() ? "" : id + ": ") + status);
+  };
+  const BodySink sink = [&](std::string_view chunk) {
+    if (head.size() < 4096) head.append(chunk.substr(0, 4096 - head.size()));
+    pending.append(chunk);
+    std::size_t newline;
+    while ((newline = pending.find('\n')) != std::string::npos) {
+      handle_line(pending.substr(0, newline));
+      pending.erase(0, newline + 1);
+    }
+  };
+
+  HttpResponse response;
+  try {
+    response = client_.call(
+        "POST", "/images/create?fromImage=" + url_encode(repository) + "&tag=" + url_encode(tag),
+        settings_.pull_timeout_seconds, "", sink);
+  } catch (const EngineTimeoutError& e) {
+    throw std::runtime_error(
+        "Sandbox image " + settings_.image +
+        " is not present on the engine and pulling it did not finish: " + e.what());
+  }
+  handle_line(pending);
+  if (!response.ok()) {
+    response.body = head;
+    error = response.message();
+  }
+  if (!error.empty()) {
+    log(LogLevel::error, "Failed to pull image " + settings_.image + ": " + error);
+    throw std::runtime_error("Sandbox image " + settings_.image +
+                             " is not present on the engine at " + settings_.endpoint.display +
+                             " and pulling it failed: " + error);
+  }
+  log(LogLevel::info, "Pulled image " + settings_.image);
+}
+
+std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::string& name) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kAdoptWaitSeconds);
+  auto delay = std::chrono::milliseconds(10);
+  bool start_tried = false;
+  std::optional<std::chrono::steady_clock::time_point> created_since;
+  std::string last_status;
+  while (true) {
+    std::optional<ContainerState> state = inspect(name);
+    if (!state) return std::nullopt;
+    last_status = state->status;
+    if (state->running && state->host_port > 0) {
+      const std::string sandbox_id = name.substr(settings_.prefix.size() + 1);
+      SandboxInfo info = info_from(sandbox_id, *state);
+      log(LogLevel::info, "Adopted existing container " + name + " (ID: " + short_id(state->id) +
+                              ") on port " + std::to_string(state->host_port));
+      return info;
+    }
+    if (state->status != "created") {
+      created_since.reset();
+    } else if (!created_since) {
+      created_since = std::chrono::steady_clock::now();
+    }
+    if (created_since && !start_tried &&
+        std::chrono::steady_clock::now() - *created_since > std::chrono::seconds(2)) {
+      // Its creator normally starts it within milliseconds; one that stays "created" lost its
+      // creator (crash, timeout). Starting it is harmless if someone else does too (304).
+      start_tried = true;
+      try {
+        client_.call("POST", "/containers/" + state->id + "/start",
+                     settings_.request_timeout_seconds);
+      } catch (const EngineTimeoutError&) {
+      }
+    }
+    if (std::chrono::steady_clock::now() + delay > deadline) break;
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+  throw std::runtime_error("Container name " + name + " is held by a container in state \"" +
+                           last_status + "\" that did not start serving within " +
+                           std::to_string(kAdoptWaitSeconds) + "s; not adopting it");
+}
+
+void LocalContainerBackend::remove_quietly(const std::string& id) {
+  try {
+    const HttpResponse r = client_.call("DELETE", "/containers/" + id + "?force=true&v=true",
+                                        settings_.request_timeout_seconds);
+    if (!r.ok() && r.status != 404) {
+      log(LogLevel::warning,
+          "Could not remove container " + short_id(id) + " after a failed start: " + r.message());
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Could not remove container " + short_id(id) + " after a failed start: " + e.what());
+  }
+}
+
+std::optional<ContainerState> LocalContainerBackend::inspect(const std::string& target) {
+  HttpResponse response;
+  try {
+    response =
+        client_.call("GET", "/containers/" + url_encode(target) + "/json", kInspectTimeoutSeconds);
+  } catch (const EngineTimeoutError&) {
+    throw std::runtime_error("Timed out checking container " + target);
+  } catch (const EngineUnreachableError& e) {
+    throw std::runtime_error("Failed to inspect container " + target + ": " + e.what());
+  }
+  if (response.status == 200) {
+    std::optional<ContainerState> state = parse_inspect(response.body);
+    if (!state) {
+      throw std::runtime_error("Failed to inspect container " + target +
+                               ": the engine's answer could not be read");
+    }
+    return state;
+  }
+  if (is_no_such_container(response.status, response.message(), target)) return std::nullopt;
+  throw std::runtime_error("Failed to inspect container " + target + ": " +
+                           trimmed(response.message()));
+}
+
+SandboxInfo LocalContainerBackend::info_from(const std::string& sandbox_id,
+                                             const ContainerState& state) const {
+  SandboxInfo info;
+  info.sandbox_id = sandbox_id;
+  info.sandbox_url =
+      state.host_port > 0 ? sandbox_url(settings_.sandbox_host, state.host_port) : std::string();
+  info.container_name = state.name.empty() ? container_name(sandbox_id) : state.name;
+  info.container_id = state.id;
+  info.created_at = state.created_at;
+  if (auto it = state.labels.find(kLabelUserId); it != state.labels.end())
+    info.user_id = it->second;
+  if (auto it = state.labels.find(kLabelThreadId); it != state.labels.end()) {
+    info.thread_id = it->second;
+  }
+  if (auto it = state.labels.find(kLabelContract); it != state.labels.end()) {
+    info.mount_contract_version = parse_port_text(it->second);  // small non-negative integer
+  }
+  return info;
+}
+
+void LocalContainerBackend::destroy(const SandboxInfo& info) {
+  std::string target;
+  if (info.container_id && !info.container_id->empty()) {
+    target = *info.container_id;
+  } else if (info.container_name && !info.container_name->empty()) {
+    target = *info.container_name;
+  } else {
+    log(LogLevel::debug, "Sandbox " + info.sandbox_id + " names no container; nothing to stop");
+    return;
+  }
+  const std::string shown = target == info.container_id.value_or("") ? short_id(target) : target;
+  const double timeout = static_cast<double>(settings_.stop_timeout_seconds) + 30.0;
+  HttpResponse response;
+  try {
+    response = client_.call("POST",
+                            "/containers/" + url_encode(target) +
+                                "/stop?t=" + std::to_string(settings_.stop_timeout_seconds),
+                            timeout);
+  } catch (const EngineTimeoutError& e) {
+    const std::string message =
+        "Timed out stopping container " + shown + " using the engine API: " + e.what();
+    log(LogLevel::error, message);
+    throw std::runtime_error(message);
+  } catch (const EngineUnreachableError& e) {
+    log(LogLevel::warning, "Failed to stop container " + shown + ": " + e.what());
+    throw std::runtime_error("Failed to stop container " + shown + ": " + e.what());
+  }
+  if (response.status == 204) {
+    log(LogLevel::info, "Stopped container " + shown + " using the engine API");
+  } else if (response.status == 304) {
+    log(LogLevel::info, "Container " + shown + " was already stopped");
+  } else if (is_no_such_container(response.status, response.message(), target)) {
+    log(LogLevel::info, "Container " + shown + " is already gone");
+  } else {
+    const std::string message = response.message();
+    log(LogLevel::warning, "Failed to stop container " + shown + ": " + message);
+    throw std::runtime_error("Failed to stop container " + shown + ": " + message);
+  }
+}
+
+bool LocalContainerBackend::is_alive(const SandboxInfo& info) {
+  std::string target;
+  if (info.container_name && !info.container_name->empty()) {
+    target = *info.container_name;
+  } else if (info.container_id && !info.container_id->empty()) {
+    target = *info.container_id;
+  } else {
+    return false;
+  }
+  std::optional<ContainerState> state = inspect(target);
+  if (!state) return false;
+  if (info.container_id && !info.container_id->empty() &&
+      !same_container(state->id, *info.container_id)) {
+    log(LogLevel::debug, "Container name " + target + " now belongs to container " +
+                             short_id(state->id) + ", not " + short_id(*info.container_id));
+    return false;
+  }
+  return state->running;
+}
+
+std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sandbox_id) {
+  const std::string name = container_name(sandbox_id);
+  if (sandbox_id.empty() || !is_valid_container_name(name)) return std::nullopt;
+  std::optional<ContainerState> state;
+  try {
+    state = inspect(name);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Could not verify container " + name + " during discovery; not adopting it: " + e.what());
+    return std::nullopt;
+  }
+  if (!state || !state->running) return std::nullopt;
+  if (state->host_port == 0) {
+    log(LogLevel::debug, "Container " + name + " publishes no host port for 8080/tcp");
+    return std::nullopt;
+  }
+  SandboxInfo info = info_from(sandbox_id, *state);
+  if (!wait_for_sandbox_ready(info.sandbox_url, kDiscoveryReadySeconds)) {
+    log(LogLevel::info, "Container " + name + " is running but not ready at " + info.sandbox_url +
+                            "; not adopting it");
+    return std::nullopt;
+  }
+  return info;
+}
+
+std::vector<SandboxInfo> LocalContainerBackend::list_running() {
+  const std::string name_prefix = settings_.prefix + "-";
+  const auto list = [this](const std::string& filter_key, const std::string& filter_value) {
+    const std::string filters = "{\"" + filter_key + "\":[\"" + filter_value + "\"]}";
+    HttpResponse response =
+        client_.call("GET", "/containers/json?filters=" + url_encode(filters), kListTimeoutSeconds);
+    if (response.status != 200) {
+      throw std::runtime_error("HTTP " + std::to_string(response.status) + ": " +
+                               response.message());
+    }
+    return response.body;
+  };
+
+  // id → info; both listings merged.
+  std::map<std::string, SandboxInfo> found;
+  try {
+    for (const std::string& body :
+         {list("label", std::string(kLabelManagedBy) + "=" + kManagedByValue),
+          list("name", name_prefix)}) {
+      rapidjson::Document doc;
+      doc.Parse(body.c_str(), body.size());
+      if (doc.HasParseError() || !doc.IsArray()) {
+        throw std::runtime_error("the engine's container list could not be read");
+      }
+      for (const auto& entry : doc.GetArray()) {
+        const std::string id = string_member(entry, "Id");
+        if (id.empty() || found.count(id) != 0) continue;
+        std::string name;
+        if (entry.HasMember("Names") && entry["Names"].IsArray()) {
+          for (const auto& n : entry["Names"].GetArray()) {
+            if (!n.IsString()) continue;
+            std::string candidate = n.GetString();
+            if (!candidate.empty() && candidate.front() == '/') candidate.erase(0, 1);
+            if (candidate.find('/') == std::string::npos) {
+              name = candidate;
+              break;
+            }
+          }
+        }
+        // The name filter is a substring match, and labelled containers of other prefixes
+        // belong to other configurations.
+        if (name.size() <= name_prefix.size() || name.rfind(name_prefix, 0) != 0) continue;
+        const std::string state = string_member(entry, "State");
+        if (!state.empty() && state != "running") continue;
+
+        ContainerState cs;
+        cs.id = id;
+        cs.name = name;
+        cs.labels = string_map_member(entry, "Labels");
+        if (entry.HasMember("Created")) {
+          const rapidjson::Value& created = entry["Created"];
+          if (created.IsNumber()) {
+            cs.created_at = created.GetDouble();
+          } else if (created.IsString()) {
+            cs.created_at = parse_docker_timestamp(created.GetString());
+          }
+        }
+        if (entry.HasMember("Ports") && entry["Ports"].IsArray()) {
+          for (const auto& port : entry["Ports"].GetArray()) {
+            if (!port.IsObject() || !port.HasMember("PrivatePort") ||
+                !port["PrivatePort"].IsInt() || port["PrivatePort"].GetInt() != 8080) {
+              continue;
+            }
+            if (string_member(port, "Type") != "" && string_member(port, "Type") != "tcp") continue;
+            if (port.HasMember("PublicPort") && port["PublicPort"].IsInt() &&
+                port["PublicPort"].GetInt() > 0) {
+              cs.host_port = port["PublicPort"].GetInt();
+              break;
+            }
+          }
+        }
+        found.emplace(id, info_from(name.substr(name_prefix.size()), cs));
+      }
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, "Failed to list running containers with the engine API at " +
+                               settings_.endpoint.display + ": " + e.what());
+    return {};
+  }
+  std::vector<SandboxInfo> out;
+  out.reserve(found.size());
+  for (auto& [id, info] : found) out.push_back(std::move(info));
+  log(LogLevel::info, "Found " + std::to_string(out.size()) + " running sandbox container(s)");
+  return out;
+}
+
+SandboxDiscoveryResult LocalContainerBackend::discover_for_reconciliation(
+    const std::string& sandbox_id) {
+  const std::string name = container_name(sandbox_id);
+  if (sandbox_id.empty() || !is_valid_container_name(name)) {
+    return SandboxDiscoveryResult::absent(backend_namespace());
+  }
+  std::optional<ContainerState> state;
+  try {
+    state = inspect(name);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Could not look up container " + name + " for reconciliation: " + e.what());
+    return SandboxDiscoveryResult::unknown();
+  }
+  if (!state) return SandboxDiscoveryResult::absent(backend_namespace());
+  if (state->running) {
+    std::optional<SandboxInfo> info;
+    if (state->host_port > 0) info = info_from(sandbox_id, *state);
+    return SandboxDiscoveryResult::found(std::move(info), backend_namespace(), state->id);
+  }
+  // Stopped, dying or removed-on-exit: that instance is over.
+  if (state->status == "exited" || state->status == "dead" || state->status == "removing" ||
+      state->status == "stopping" || state->status == "stopped") {
+    return SandboxDiscoveryResult::absent(backend_namespace());
+  }
+  // created / restarting / paused: it exists but cannot be reached now.
+  return SandboxDiscoveryResult::found(std::nullopt, backend_namespace(), state->id);
+}
+
+SANDBOXD_EXPORT_BACKEND(LocalContainerBackend,
+                        "sandboxes as containers of a local Docker-compatible engine (REST API)")
+
+}  // namespace sandboxd::local_docker

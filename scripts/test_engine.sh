@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# Starts and stops the container engine the "docker"-labelled tests run against: podman's
+# Docker-compatible REST API on a private unix socket, plus an offline-built test image.
+#
+#   bash scripts/test_engine.sh start   # start the service (idempotent), build the image
+#   bash scripts/test_engine.sh stop    # remove our containers, stop the service (idempotent)
+#   bash scripts/test_engine.sh env     # print the exports a shell or a test run needs
+#   bash scripts/test_engine.sh status  # say whether the service answers
+#
+# State lives in $SANDBOXD_ENGINE_DIR (default /tmp/sandboxd-test-engine): containers.conf,
+# podman.sock, podman.pid, podman.log and the image build tree.
+#
+# Machine constraints this encodes (Debian 12, podman 4.3): crun fails on the hybrid cgroup
+# layout, so runtime = runc with the cgroupfs manager; raising rlimits is not permitted, so the
+# default ulimits are pinned at or below the current limits.
+set -euo pipefail
+
+DIR="${SANDBOXD_ENGINE_DIR:-/tmp/sandboxd-test-engine}"
+SOCK="$DIR/podman.sock"
+PIDFILE="$DIR/podman.pid"
+LOGFILE="$DIR/podman.log"
+CONF="$DIR/containers.conf"
+IMAGE="localhost/sandboxd-test-sandbox:latest"
+LABEL="sandboxd.managed-by=sandboxd"
+START_TIMEOUT="${SANDBOXD_ENGINE_START_TIMEOUT:-30}"
+
+die() {
+  echo "test_engine: error: $*" >&2
+  exit 1
+}
+say() { echo "test_engine: $*"; }
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || die "'$1' is not installed (run scripts/setup.sh)"
+}
+
+write_conf() {
+  mkdir -p "$DIR"
+  cat >"$CONF" <<'EOF'
+# Written by scripts/test_engine.sh; regenerated on every start.
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+EOF
+}
+
+export_env() {
+  export CONTAINERS_CONF="$CONF"
+}
+
+service_pid() {
+  [ -f "$PIDFILE" ] || return 1
+  local pid
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  # Make sure the PID still belongs to our service and was not recycled.
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "system service" || return 1
+  echo "$pid"
+}
+
+ping_ok() {
+  [ -S "$SOCK" ] || return 1
+  [ "$(curl -s --max-time 2 --unix-socket "$SOCK" http://d/_ping 2>/dev/null || true)" = "OK" ]
+}
+
+pm() { podman --url "unix://$SOCK" "$@"; }
+
+build_image() {
+  if pm image exists "$IMAGE" 2>/dev/null; then
+    say "image $IMAGE present"
+    return 0
+  fi
+  local busybox=""
+  for candidate in /bin/busybox /usr/bin/busybox; do
+    if [ -x "$candidate" ] && file_is_static "$candidate"; then
+      busybox="$candidate"
+      break
+    fi
+  done
+  [ -n "$busybox" ] || die "no statically linked busybox found (install busybox-static)"
+  say "building $IMAGE offline from $busybox"
+  local root="$DIR/image-build/rootfs"
+  rm -rf "$DIR/image-build"
+  mkdir -p "$root"/{bin,sbin,etc,tmp,proc,sys,dev,www/v1,var/run}
+  chmod 1777 "$root/tmp"
+  cp "$busybox" "$root/bin/busybox"
+  local applet
+  for applet in $("$root/bin/busybox" --list); do
+    [ "$applet" = busybox ] || ln -sf busybox "$root/bin/$applet"
+  done
+  echo '{"status":"ok","sandbox":"sandboxd-test"}' >"$root/www/v1/sandbox"
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$root/etc/passwd"
+  echo 'root:x:0:' >"$root/etc/group"
+  # PID 1 (or catatonit's child) must stop promptly on TERM: httpd runs in the background and
+  # the shell waits for it, so the trap fires as soon as TERM arrives.
+  cat >"$root/entrypoint.sh" <<'EOF'
+#!/bin/sh
+busybox httpd -f -p 8080 -h /www &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null; exit 0' TERM INT
+wait "$child"
+EOF
+  chmod 755 "$root/entrypoint.sh"
+  tar -C "$root" -c . | pm import \
+    --change 'CMD ["/bin/sh","/entrypoint.sh"]' \
+    --change 'ENV PATH=/bin:/sbin' \
+    --change 'EXPOSE 8080' \
+    - "$IMAGE" >/dev/null || die "podman import of $IMAGE failed"
+  rm -rf "$DIR/image-build"
+  say "built $IMAGE"
+}
+
+file_is_static() {
+  # busybox-static's binary has no interpreter; ldd says "not a dynamic executable".
+  ! ldd "$1" >/dev/null 2>&1
+}
+
+cmd_start() {
+  need podman
+  need curl
+  need runc
+  write_conf
+  export_env
+  local pid
+  if pid="$(service_pid)" && ping_ok; then
+    say "podman service already running (pid $pid) on $SOCK"
+  else
+    if pid="$(service_pid)"; then
+      say "stale service pid $pid does not answer; stopping it"
+      kill "$pid" 2>/dev/null || true
+      sleep 1
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$SOCK" "$PIDFILE"
+    say "starting podman system service on unix://$SOCK (log: $LOGFILE)"
+    # setsid: the service must outlive this shell and must not get the caller's job signals.
+    setsid podman system service --time=0 "unix://$SOCK" >"$LOGFILE" 2>&1 </dev/null &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+    local waited=0
+    until ping_ok; do
+      if ! kill -0 "$pid" 2>/dev/null; then
+        rm -f "$PIDFILE"
+        echo "---- $LOGFILE" >&2
+        tail -n 20 "$LOGFILE" >&2 || true
+        die "podman system service exited before answering on $SOCK"
+      fi
+      if ((waited >= START_TIMEOUT * 2)); then
+        kill "$pid" 2>/dev/null || true
+        rm -f "$PIDFILE"
+        die "podman service did not answer GET /_ping on $SOCK within ${START_TIMEOUT}s (see $LOGFILE)"
+      fi
+      if ((waited % 4 == 0)); then
+        say "waiting for $SOCK to answer /_ping ... ($((waited / 2))s of ${START_TIMEOUT}s)"
+      fi
+      sleep 0.5
+      waited=$((waited + 1))
+    done
+    say "podman service up (pid $pid)"
+  fi
+  build_image
+  say "ready; run: export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK CONTAINERS_CONF=$CONF"
+}
+
+remove_our_containers() {
+  # Works with or without the service: the local podman CLI reads the same storage.
+  local ids
+  if ping_ok; then
+    ids="$(pm ps -aq --filter "label=$LABEL" 2>/dev/null || true)"
+  else
+    ids="$(podman ps -aq --filter "label=$LABEL" 2>/dev/null || true)"
+  fi
+  if [ -n "$ids" ]; then
+    say "removing leftover containers labelled $LABEL: $(echo "$ids" | tr '\n' ' ')"
+    # shellcheck disable=SC2086
+    podman rm -f -t 1 $ids >/dev/null 2>&1 || say "warning: could not remove some containers"
+  fi
+}
+
+cmd_stop() {
+  if [ -f "$CONF" ]; then
+    export_env
+  fi
+  if command -v podman >/dev/null 2>&1; then
+    remove_our_containers
+  fi
+  local pid
+  if pid="$(service_pid)"; then
+    say "stopping podman service (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.25
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      say "service did not exit on TERM within 5s; sending KILL"
+      kill -9 "$pid" 2>/dev/null || true
+    fi
+  else
+    say "podman service not running"
+  fi
+  rm -f "$PIDFILE" "$SOCK"
+}
+
+cmd_env() {
+  echo "export CONTAINERS_CONF=$CONF"
+  echo "export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK"
+}
+
+cmd_status() {
+  local pid
+  if pid="$(service_pid)" && ping_ok; then
+    say "running (pid $pid) on $SOCK"
+  else
+    say "not running"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  start) cmd_start ;;
+  stop) cmd_stop ;;
+  env) cmd_env ;;
+  status) cmd_status ;;
+  *)
+    echo "usage: $0 start|stop|env|status   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,623 @@
+// Integration tests of local_docker:LocalContainerBackend against a real engine: podman's
+// Docker-compatible API started by scripts/test_engine.sh, whose socket path arrives in
+// SANDBOXD_TEST_DOCKER_SOCKET. Without that variable every engine test is skipped with a
+// message saying so. The plugin is loaded through the real PluginLoader by its use string.
+//
+// Every test uses its own container prefix (unique per process and test), and its TearDown
+// fails the test if any container with that prefix is left behind (after removing it).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <sandboxd/readiness.hpp>
+#include <netinet/in.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_client.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/sdk.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace ld = sandboxd::local_docker;
+using sandboxd::CreateRequest;
+using sandboxd::LogLevel;
+using sandboxd::SandboxBackend;
+using sandboxd::SandboxDiscoveryResult;
+using sandboxd::SandboxInfo;
+using sandboxd::testing::CapturingLogger;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kUse = "local_docker:LocalContainerBackend";
+constexpr const char* kTestImage = "localhost/sandboxd-test-sandbox:latest";
+constexpr const char* kSocketEnv = "SANDBOXD_TEST_DOCKER_SOCKET";
+
+std::string random_token() {
+  std::random_device device;
+  std::mt19937_64 generator(device() ^ (static_cast<std::uint64_t>(::getpid()) << 20));
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  std::uint64_t value = generator();
+  for (int i = 0; i < 8; ++i) out += hex[(value >> (i * 4)) & 0xf];
+  return out;
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string json_string(const std::string& text) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  writer.String(text.c_str(), static_cast<rapidjson::SizeType>(text.size()));
+  return buffer.GetString();
+}
+
+// Talks to the engine directly, for what the backend does not offer (exec, raw containers).
+class EngineHelper {
+ public:
+  explicit EngineHelper(const std::string& socket) : client_(ld::EngineEndpoint::parse(socket)) {}
+
+  ld::EngineClient& client() { return client_; }
+
+  struct ExecResult {
+    int exit_code = -1;
+    std::string output;  // raw multiplexed stream
+  };
+
+  ExecResult exec(const std::string& container, const std::vector<std::string>& command) {
+    std::string cmd = "[";
+    for (std::size_t i = 0; i < command.size(); ++i) {
+      if (i) cmd += ",";
+      cmd += json_string(command[i]);
+    }
+    cmd += "]";
+    const ld::HttpResponse created =
+        client_.call("POST", "/containers/" + container + "/exec", 10.0,
+                     "{\"Cmd\":" + cmd + ",\"AttachStdout\":true,\"AttachStderr\":true}");
+    EXPECT_EQ(created.status, 201) << created.body;
+    rapidjson::Document doc;
+    doc.Parse(created.body.c_str());
+    const std::string exec_id = doc["Id"].GetString();
+    const ld::HttpResponse started = client_.call("POST", "/exec/" + exec_id + "/start", 30.0,
+                                                  "{\"Detach\":false,\"Tty\":false}");
+    EXPECT_EQ(started.status, 200) << started.body;
+    ExecResult result;
+    result.output = started.body;
+    // The stream ends when the process exits; the exit code may take a moment to be recorded.
+    for (int i = 0; i < 50; ++i) {
+      const ld::HttpResponse info = client_.call("GET", "/exec/" + exec_id + "/json", 10.0);
+      rapidjson::Document d;
+      d.Parse(info.body.c_str());
+      if (d.IsObject() && d.HasMember("Running") && !d["Running"].GetBool() &&
+          d.HasMember("ExitCode") && d["ExitCode"].IsInt()) {
+        result.exit_code = d["ExitCode"].GetInt();
+        return result;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "exec " << cmd << " did not report an exit code";
+    return result;
+  }
+
+  struct Listed {
+    std::string id;
+    std::string name;
+    std::string state;
+  };
+
+  // Every container (running or not) whose name starts with `prefix`.
+  std::vector<Listed> containers_with_prefix(const std::string& prefix) {
+    const std::string filters = "{\"name\":[\"" + prefix + "\"]}";
+    const ld::HttpResponse r =
+        client_.call("GET", "/containers/json?all=true&filters=" + ld::url_encode(filters), 10.0);
+    EXPECT_EQ(r.status, 200) << r.body;
+    std::vector<Listed> out;
+    rapidjson::Document doc;
+    doc.Parse(r.body.c_str());
+    if (!doc.IsArray()) return out;
+    for (const auto& entry : doc.GetArray()) {
+      std::string name = entry["Names"][0].GetString();
+      if (!name.empty() && name[0] == '/') name.erase(0, 1);
+      if (name.rfind(prefix, 0) != 0) continue;
+      out.push_back({entry["Id"].GetString(), name,
+                     entry.HasMember("State") && entry["State"].IsString()
+                         ? entry["State"].GetString()
+                         : ""});
+    }
+    return out;
+  }
+
+  void force_remove(const std::string& id) {
+    client_.call("DELETE", "/containers/" + id + "?force=true", 30.0);
+  }
+
+ private:
+  ld::EngineClient client_;
+};
+
+// Prints what the backend logged when the test failed, or always with SANDBOXD_TEST_VERBOSE=1.
+struct Loaded {
+  std::shared_ptr<CapturingLogger> logger;
+  std::shared_ptr<SandboxBackend> backend;
+
+  ~Loaded() {
+    if (!logger || backend.use_count() > 1) return;  // another copy still uses it
+    const char* verbose = std::getenv("SANDBOXD_TEST_VERBOSE");
+    if (!::testing::Test::HasFailure() && (verbose == nullptr || *verbose != '1')) return;
+    for (const auto& line : logger->lines()) {
+      std::printf("  [%s] %s\n", sandboxd::to_string(line.level), line.message.c_str());
+    }
+  }
+};
+
+// Merges `extra` (a JSON object text) over `base`.
+std::string merge_json(const std::string& base, const std::string& extra) {
+  rapidjson::Document doc;
+  doc.Parse(base.c_str());
+  rapidjson::Document add(&doc.GetAllocator());
+  add.Parse(extra.c_str());
+  for (auto it = add.MemberBegin(); it != add.MemberEnd(); ++it) {
+    rapidjson::Value key(it->name, doc.GetAllocator());
+    rapidjson::Value value(it->value, doc.GetAllocator());
+    doc.RemoveMember(key);
+    doc.AddMember(key, value, doc.GetAllocator());
+  }
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  doc.Accept(writer);
+  return buffer.GetString();
+}
+
+Loaded load_backend(const std::string& config_json) {
+  Loaded loaded;
+  loaded.logger = std::make_shared<CapturingLogger>();
+  sandboxd::PluginContext context;
+  context.config_json = config_json;
+  context.config_key_path = "sandbox.backend";
+  context.logger = loaded.logger;
+  context.clock = std::make_shared<sandboxd::SystemClock>();
+  sandboxd::core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
+  loaded.backend = loader.load_backend(kUse, context, "local_docker test");
+  return loaded;
+}
+
+bool wait_ready(const std::string& url, double timeout_seconds) {
+  return sandboxd::wait_for_sandbox_ready(url, timeout_seconds);
+}
+
+int port_of(const std::string& url) {
+  const std::size_t colon = url.rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(url.c_str() + colon + 1);
+}
+
+// Listens on 127.0.0.1:port for as long as it lives.
+class PortHolder {
+ public:
+  // port 0: any free port.
+  explicit PortHolder(int port = 0) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+        ::listen(fd_, 4) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~PortHolder() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  PortHolder(const PortHolder&) = delete;
+  PortHolder& operator=(const PortHolder&) = delete;
+  int port() const { return port_; }
+  bool ok() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
+class LocalDockerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* socket = std::getenv(kSocketEnv);
+    if (socket == nullptr || *socket == '\0') {
+      GTEST_SKIP() << kSocketEnv
+                   << " is not set, so there is no container engine to test against. Run "
+                      "`bash scripts/test_engine.sh start` and export "
+                      "SANDBOXD_TEST_DOCKER_SOCKET=/tmp/sandboxd-test-engine/podman.sock";
+    }
+    socket_ = socket;
+    prefix_ = "sbxt-" + random_token();
+    engine_ = std::make_unique<EngineHelper>(socket_);
+  }
+
+  void TearDown() override {
+    if (!engine_) return;
+    // AutoRemove runs right after a stop; give it a moment before calling anything a leak.
+    std::vector<EngineHelper::Listed> left;
+    const auto start = Clock::now();
+    do {
+      left = engine_->containers_with_prefix(prefix_ + "-");
+      if (left.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } while (seconds_since(start) < 5.0);
+    for (const auto& c : left) {
+      ADD_FAILURE() << "container left behind: " << c.name << " (" << c.state << ")";
+      engine_->force_remove(c.id);
+    }
+    for (const auto& dir : temp_dirs_) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  }
+
+  std::string base_config() const {
+    return "{\"socket\":" + json_string(socket_) + ",\"image\":" + json_string(kTestImage) +
+           ",\"container_prefix\":" + json_string(prefix_) +
+           ",\"sandbox_host\":\"127.0.0.1\",\"bind_host\":\"127.0.0.1\",\"memory\":\"256m\","
+           "\"cpus\":1,\"stop_timeout_seconds\":5}";
+  }
+
+  Loaded load(const std::string& extra = "{}") {
+    return load_backend(merge_json(base_config(), extra));
+  }
+
+  std::string temp_dir(const std::string& name) {
+    const fs::path dir = fs::temp_directory_path() / (prefix_ + "-" + name);
+    fs::create_directories(dir);
+    temp_dirs_.push_back(dir);
+    return dir.string();
+  }
+
+  static CreateRequest request(const std::string& id, const std::string& user = "alice",
+                               const std::string& thread = "thread-1") {
+    CreateRequest r;
+    r.sandbox_id = id;
+    r.user_id = user;
+    r.thread_id = thread;
+    return r;
+  }
+
+  bool listed(SandboxBackend& backend, const std::string& container_id) {
+    for (const SandboxInfo& info : backend.list_running()) {
+      if (info.container_id == container_id) return true;
+    }
+    return false;
+  }
+
+  std::string socket_;
+  std::string prefix_;
+  std::unique_ptr<EngineHelper> engine_;
+  std::vector<fs::path> temp_dirs_;
+};
+
+TEST_F(LocalDockerTest, CreateDiscoverListDestroy) {
+  Loaded a = load(R"({"environment": {"SANDBOX_SECRET": "s3cr3t-value-42"}})");
+  const auto t0 = Clock::now();
+  const SandboxInfo info = a.backend->create(request("life1"));
+  const double create_seconds = seconds_since(t0);
+
+  EXPECT_EQ(info.sandbox_id, "life1");
+  EXPECT_EQ(info.container_name, prefix_ + "-life1");
+  ASSERT_TRUE(info.container_id.has_value());
+  EXPECT_EQ(info.sandbox_url.rfind("http://127.0.0.1:", 0), 0u) << info.sandbox_url;
+  EXPECT_GT(port_of(info.sandbox_url), 0);
+  EXPECT_EQ(info.user_id, "alice");
+  EXPECT_EQ(info.thread_id, "thread-1");
+  EXPECT_EQ(info.mount_contract_version, sandboxd::kSandboxMountContractVersion);
+  EXPECT_GT(info.created_at, 1.7e9);
+  ASSERT_TRUE(wait_ready(info.sandbox_url, 30.0)) << info.sandbox_url;
+  std::printf("[ timing ] create %.2fs, ready after %.2fs\n", create_seconds, seconds_since(t0));
+
+  // The environment reached the container, and its value never reached a log line.
+  EXPECT_EQ(
+      engine_->exec(*info.container_id, {"sh", "-c", "test \"$SANDBOX_SECRET\" = s3cr3t-value-42"})
+          .exit_code,
+      0);
+  EXPECT_TRUE(a.logger->contains("SANDBOX_SECRET=<redacted>"));
+  EXPECT_FALSE(a.logger->contains("s3cr3t-value-42"));
+
+  // A second, independent backend instance finds it by its deterministic name.
+  Loaded b = load();
+  const auto t1 = Clock::now();
+  std::optional<SandboxInfo> found = b.backend->discover("life1");
+  ASSERT_TRUE(found.has_value());
+  std::printf("[ timing ] discover %.3fs\n", seconds_since(t1));
+  EXPECT_EQ(found->container_id, info.container_id);
+  EXPECT_EQ(found->sandbox_url, info.sandbox_url);
+  EXPECT_EQ(found->user_id, "alice");
+  EXPECT_EQ(found->thread_id, "thread-1");
+  EXPECT_EQ(found->mount_contract_version, sandboxd::kSandboxMountContractVersion);
+  EXPECT_FALSE(b.backend->discover("nobody-here").has_value());
+
+  std::vector<SandboxInfo> running = b.backend->list_running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].container_id, info.container_id);
+  EXPECT_EQ(running[0].sandbox_id, "life1");
+  EXPECT_EQ(running[0].sandbox_url, info.sandbox_url);
+  EXPECT_GT(running[0].created_at, 1.7e9);
+
+  EXPECT_TRUE(b.backend->is_alive(info));
+  const SandboxDiscoveryResult exact = b.backend->discover_for_reconciliation("life1");
+  EXPECT_EQ(exact.status, SandboxDiscoveryResult::Status::found);
+  EXPECT_EQ(exact.backend_namespace, "local:docker:" + prefix_);
+  EXPECT_EQ(exact.incarnation_id, info.container_id);
+  ASSERT_TRUE(exact.info.has_value());
+  EXPECT_EQ(exact.info->thread_id, "thread-1");
+  EXPECT_EQ(b.backend->discover_for_reconciliation("nobody-here").status,
+            SandboxDiscoveryResult::Status::absent);
+
+  const auto t2 = Clock::now();
+  a.backend->destroy(info);
+  const double destroy_seconds = seconds_since(t2);
+  std::printf("[ timing ] destroy %.2fs\n", destroy_seconds);
+  EXPECT_LT(destroy_seconds, 5.0);  // the test image stops promptly on TERM
+
+  EXPECT_FALSE(a.backend->is_alive(info));
+  EXPECT_FALSE(b.backend->is_alive(info));
+  EXPECT_FALSE(listed(*b.backend, *info.container_id));
+  EXPECT_FALSE(b.backend->discover("life1").has_value());
+  EXPECT_EQ(b.backend->discover_for_reconciliation("life1").status,
+            SandboxDiscoveryResult::Status::absent);
+  // Destroying again is fine: already gone.
+  EXPECT_NO_THROW(a.backend->destroy(info));
+}
+
+TEST_F(LocalDockerTest, RacingCreatesEndWithOneContainer) {
+  for (const bool shared_instance : {false, true}) {
+    SCOPED_TRACE(shared_instance ? "one backend instance" : "two backend instances");
+    Loaded first = load();
+    Loaded second = shared_instance ? first : load();
+    const std::string id = shared_instance ? "race-shared" : "race-split";
+    std::latch go(2);
+    SandboxInfo infos[2];
+    std::string errors[2];
+    auto run = [&](int index, SandboxBackend* backend) {
+      go.arrive_and_wait();
+      try {
+        infos[index] = backend->create(request(id));
+      } catch (const std::exception& e) {
+        errors[index] = e.what();
+      }
+    };
+    const auto t0 = Clock::now();
+    std::thread t1(run, 0, first.backend.get());
+    std::thread t2(run, 1, second.backend.get());
+    t1.join();
+    t2.join();
+    std::printf("[ timing ] racing creates (%s) %.2fs\n", shared_instance ? "shared" : "split",
+                seconds_since(t0));
+    EXPECT_EQ(errors[0], "");
+    EXPECT_EQ(errors[1], "");
+    const auto containers = engine_->containers_with_prefix(prefix_ + "-" + id);
+    ASSERT_EQ(containers.size(), 1u);
+    EXPECT_EQ(infos[0].container_id, containers[0].id);
+    EXPECT_EQ(infos[1].container_id, containers[0].id);
+    EXPECT_EQ(infos[0].sandbox_url, infos[1].sandbox_url);
+    EXPECT_TRUE(wait_ready(infos[0].sandbox_url, 30.0));
+    first.backend->destroy(infos[0]);
+    EXPECT_FALSE(first.backend->is_alive(infos[1]));
+  }
+}
+
+TEST_F(LocalDockerTest, TakenBaseHostPortIsSkipped) {
+  // Find a port whose next few neighbours are free too, then hold the first one.
+  std::unique_ptr<PortHolder> holder;
+  for (int tries = 0; tries < 20 && !holder; ++tries) {
+    auto candidate = std::make_unique<PortHolder>();
+    const int port = candidate->port();
+    if (port <= 0 || port > 65000) continue;
+    bool neighbours_free = true;
+    for (int i = 1; i <= 3 && neighbours_free; ++i) neighbours_free = PortHolder(port + i).ok();
+    if (neighbours_free) holder = std::move(candidate);
+  }
+  ASSERT_TRUE(holder) << "could not find a free port range on 127.0.0.1";
+  const int taken = holder->port();
+
+  Loaded loaded = load("{\"port\":" + std::to_string(taken) + "}");
+  const SandboxInfo info = loaded.backend->create(request("ports"));
+  const int got = port_of(info.sandbox_url);
+  EXPECT_GT(got, taken);
+  EXPECT_LE(got, taken + 9);
+  EXPECT_TRUE(loaded.logger->contains(LogLevel::warning,
+                                      "Port " + std::to_string(taken) + " rejected by Docker"));
+  EXPECT_TRUE(wait_ready(info.sandbox_url, 30.0));
+  // The failed attempt's container was removed; only the started one exists.
+  EXPECT_EQ(engine_->containers_with_prefix(prefix_ + "-ports").size(), 1u);
+  loaded.backend->destroy(info);
+}
+
+TEST_F(LocalDockerTest, MountsAreWritableOrReadOnlyAsConfigured) {
+  const std::string rw = temp_dir("rw");
+  const std::string ro = temp_dir("ro");
+  { std::ofstream(fs::path(ro) / "in.txt") << "from-host\n"; }
+  // The read-only mount comes from the configuration, the writable one from the request.
+  Loaded loaded = load("{\"mounts\":[{\"host_path\":" + json_string(ro) +
+                       ",\"container_path\":\"/mnt/ro\",\"read_only\":true}]}");
+  CreateRequest req = request("mounts");
+  req.extra_mounts.push_back({rw, "/mnt/rw", false});
+  const SandboxInfo info = loaded.backend->create(req);
+  ASSERT_TRUE(info.container_id.has_value());
+
+  auto wrote = engine_->exec(*info.container_id, {"sh", "-c", "echo hello > /mnt/rw/out.txt"});
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.output;
+  std::string content;
+  std::getline(std::ifstream(fs::path(rw) / "out.txt"), content);
+  EXPECT_EQ(content, "hello");
+
+  auto read = engine_->exec(*info.container_id, {"sh", "-c", "grep -q from-host /mnt/ro/in.txt"});
+  EXPECT_EQ(read.exit_code, 0) << read.output;
+  auto refused = engine_->exec(*info.container_id, {"sh", "-c", "echo x > /mnt/ro/out.txt"});
+  EXPECT_NE(refused.exit_code, 0);
+  EXPECT_NE(refused.output.find("Read-only file system"), std::string::npos) << refused.output;
+  EXPECT_FALSE(fs::exists(fs::path(ro) / "out.txt"));
+
+  loaded.backend->destroy(info);
+}
+
+TEST_F(LocalDockerTest, ListRunningKeepsUnlabelledContainersOfOurPrefixOnly) {
+  // An older container with our name pattern but no labels is ours; a labelled container whose
+  // name merely contains our prefix belongs to another configuration.
+  const auto run = [this](const std::string& name, const std::string& labels) {
+    const std::string body =
+        std::string("{\"Image\":\"") + kTestImage + "\",\"Labels\":" + labels +
+        ",\"ExposedPorts\":{\"8080/tcp\":{}},\"HostConfig\":{\"AutoRemove\":true,"
+        "\"PortBindings\":{\"8080/tcp\":[{\"HostIp\":\"127.0.0.1\",\"HostPort\":\"\"}]}}}";
+    const ld::HttpResponse created =
+        engine_->client().call("POST", "/containers/create?name=" + name, 30.0, body);
+    EXPECT_EQ(created.status, 201) << created.body;
+    rapidjson::Document doc;
+    doc.Parse(created.body.c_str());
+    const std::string id = doc["Id"].GetString();
+    EXPECT_EQ(engine_->client().call("POST", "/containers/" + id + "/start", 30.0).status, 204);
+    return id;
+  };
+  const std::string legacy_id = run(prefix_ + "-legacy", "{}");
+  const std::string other_name = "other-" + prefix_ + "-x";
+  const std::string other_id = run(other_name, R"({"sandboxd.managed-by":"sandboxd"})");
+
+  Loaded loaded = load();
+  const std::vector<SandboxInfo> running = loaded.backend->list_running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].container_id, legacy_id);
+  EXPECT_EQ(running[0].sandbox_id, "legacy");
+  EXPECT_EQ(running[0].container_name, prefix_ + "-legacy");
+  EXPECT_GT(port_of(running[0].sandbox_url), 0);
+  EXPECT_FALSE(running[0].user_id.has_value());
+  EXPECT_EQ(running[0].mount_contract_version, 0);
+
+  ASSERT_TRUE(wait_ready(running[0].sandbox_url, 30.0));
+  std::optional<SandboxInfo> found = loaded.backend->discover("legacy");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->container_id, legacy_id);
+  const SandboxDiscoveryResult exact = loaded.backend->discover_for_reconciliation("legacy");
+  EXPECT_EQ(exact.status, SandboxDiscoveryResult::Status::found);
+  ASSERT_TRUE(exact.info.has_value());
+  EXPECT_FALSE(exact.info->thread_id.has_value());  // unverifiable identity: the core says unknown
+
+  loaded.backend->destroy(running[0]);
+  SandboxInfo other;
+  other.sandbox_id = "x";
+  other.container_id = other_id;
+  loaded.backend->destroy(other);
+}
+
+TEST_F(LocalDockerTest, StopTimeoutIsHonoured) {
+  // PID 1 ignores TERM, so only the engine's kill after the stop timeout ends it. The plugin
+  // has no custom-command option, so the container is made directly through the API with our
+  // labels and name, and destroy() gets an info pointing at it.
+  const std::string name = prefix_ + "-stubborn";
+  const std::string body =
+      std::string("{\"Image\":\"") + kTestImage +
+      "\",\"Cmd\":[\"sh\",\"-c\",\"trap '' TERM; while :; do sleep 1; done\"],"
+      "\"Labels\":{\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.sandbox-id\":\"stubborn\"},"
+      "\"HostConfig\":{\"AutoRemove\":true,\"Init\":false}}";
+  const ld::HttpResponse created =
+      engine_->client().call("POST", "/containers/create?name=" + name, 30.0, body);
+  ASSERT_EQ(created.status, 201) << created.body;
+  rapidjson::Document doc;
+  doc.Parse(created.body.c_str());
+  const std::string id = doc["Id"].GetString();
+  ASSERT_EQ(engine_->client().call("POST", "/containers/" + id + "/start", 30.0).status, 204);
+
+  Loaded loaded = load(R"({"stop_timeout_seconds": 1})");
+  SandboxInfo info;
+  info.sandbox_id = "stubborn";
+  info.container_name = name;
+  info.container_id = id;
+  EXPECT_TRUE(loaded.backend->is_alive(info));
+  const auto t0 = Clock::now();
+  EXPECT_NO_THROW(loaded.backend->destroy(info));
+  const double elapsed = seconds_since(t0);
+  std::printf("[ timing ] destroy with stop_timeout_seconds=1 on a TERM-ignoring PID 1: %.2fs\n",
+              elapsed);
+  EXPECT_GE(elapsed, 0.8);  // it did wait for the grace period...
+  EXPECT_LT(elapsed, 6.0);  // ...but not for the default 10 s
+  EXPECT_FALSE(loaded.backend->is_alive(info));
+}
+
+TEST_F(LocalDockerTest, MissingImageFailsWithAClearMessage) {
+  Loaded loaded = load(R"({"image": "localhost/sandboxd-no-such-image:never"})");
+  try {
+    loaded.backend->create(request("noimage"));
+    FAIL() << "create succeeded without the image";
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("localhost/sandboxd-no-such-image:never"), std::string::npos) << message;
+    EXPECT_NE(message.find("pulling it failed"), std::string::npos) << message;
+  }
+  EXPECT_TRUE(loaded.logger->contains(LogLevel::info, "is not present on the engine; pulling it"));
+}
+
+TEST_F(LocalDockerTest, UnknownOptionsAreWarnedAndBadOnesNameTheirKey) {
+  Loaded loaded = load(R"({"imagee": "typo"})");
+  EXPECT_TRUE(loaded.logger->contains(LogLevel::warning, "sandbox.backend.imagee"));
+  try {
+    load(R"({"memory": "lots"})");
+    FAIL() << "a bad memory size was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sandbox.backend.memory"), std::string::npos) << e.what();
+  }
+  try {
+    load(R"({"port": 70000})");
+    FAIL() << "port 70000 was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("sandbox.backend.port"), std::string::npos) << e.what();
+  }
+}
+
+// Needs no engine: the socket is missing on purpose.
+TEST(LocalDockerNoEngine, MissingSocketGivesAClearErrorNamingIt) {
+  const std::string socket = "/tmp/sandboxd-no-engine-" + random_token() + "/docker.sock";
+  // Construction succeeds although the engine is down.
+  Loaded loaded =
+      load_backend("{\"socket\":\"unix://" + socket + "\",\"container_prefix\":\"sbxt-none\"}");
+  CreateRequest req;
+  req.sandbox_id = "x1";
+  try {
+    loaded.backend->create(req);
+    FAIL() << "create succeeded without an engine";
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(socket), std::string::npos) << message;
+    EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  }
+  SandboxInfo info;
+  info.sandbox_id = "x1";
+  info.container_name = "sbxt-none-x1";
+  // Unknown is not dead: is_alive throws, the others answer "cannot tell".
+  EXPECT_THROW(loaded.backend->is_alive(info), std::exception);
+  EXPECT_FALSE(loaded.backend->discover("x1").has_value());
+  EXPECT_TRUE(loaded.backend->list_running().empty());
+  EXPECT_EQ(loaded.backend->discover_for_reconciliation("x1").status,
+            SandboxDiscoveryResult::Status::unknown);
+  EXPECT_THROW(loaded.backend->destroy(info), std::exception);
+  EXPECT_EQ(loaded.backend->mount_mode_kind(), sandboxd::MountModeKind::local_bind_mounts);
+  EXPECT_FALSE(loaded.backend->requires_create_validation());
+}
+
+}  // namespace
