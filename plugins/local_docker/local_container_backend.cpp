@@ -697,7 +697,10 @@ std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::stri
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kAdoptWaitSeconds);
   auto delay = std::chrono::milliseconds(10);
   bool start_tried = false;
-  std::optional<std::chrono::steady_clock::time_point> created_since;
+  // Since when the container has been seen in "created"; time_point::max() = not seen.
+  // (A plain value, not an optional: GCC's -Wmaybe-uninitialized misfires on the latter.)
+  constexpr auto kNotSeen = std::chrono::steady_clock::time_point::max();
+  auto created_since = kNotSeen;
   std::string last_status;
   while (true) {
     std::optional<ContainerState> state = inspect(name);
@@ -711,12 +714,12 @@ std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::stri
       return info;
     }
     if (state->status != "created") {
-      created_since.reset();
-    } else if (!created_since) {
+      created_since = kNotSeen;
+    } else if (created_since == kNotSeen) {
       created_since = std::chrono::steady_clock::now();
     }
-    if (created_since && !start_tried &&
-        std::chrono::steady_clock::now() - *created_since > std::chrono::seconds(2)) {
+    if (created_since != kNotSeen && !start_tried &&
+        std::chrono::steady_clock::now() - created_since > std::chrono::seconds(2)) {
       // Its creator normally starts it within milliseconds; one that stays "created" lost its
       // creator (crash, timeout). Starting it is harmless if someone else does too (304).
       start_tried = true;

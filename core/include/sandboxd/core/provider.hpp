@@ -189,7 +189,8 @@ class Provider {
 
   // Background work, callable directly (tests, hosts with their own scheduler).
   void cleanup_idle_sandboxes(double idle_timeout);
-  void reap_expired_warm(std::optional<double> timeout = std::nullopt);
+  // Virtual: the seed replaces warm expiry to see that the idle pass delegates to it.
+  virtual void reap_expired_warm(std::optional<double> timeout = std::nullopt);
   std::optional<std::string> evict_oldest_warm();
   void reconcile_orphans();
   void renew_owned_leases();
