@@ -239,8 +239,15 @@ TEST_F(SqliteStore, RejectsAPathInADirectoryItCannotWrite) {
   if (::access(locked_dir.c_str(), W_OK) != 0) {
     message = load_error(kSqliteStoreUse, options);
   } else if (::geteuid() == 0) {
-    // Root writes anywhere, so load as an unprivileged user in a child process.
-    message = in_child_as_nobody([&] { return load_error(kSqliteStoreUse, options); });
+    // Root writes anywhere, so load as an unprivileged user in a child process. That user may
+    // not be able to read the build tree (a clone under a 0700 temp dir), so it loads a copy
+    // of the plugin placed beside the database.
+    const std::string plugin_copy = dir_.file("ownership_sqlite.so");
+    std::filesystem::copy_file(std::string(SANDBOXD_TEST_PLUGIN_DIR) + "/ownership_sqlite.so",
+                               plugin_copy);
+    ASSERT_EQ(::chmod(plugin_copy.c_str(), 0755), 0);
+    const std::string use = plugin_copy + ":SqliteOwnershipStore";
+    message = in_child_as_nobody([&] { return load_error(use, options); });
   } else {
     GTEST_SKIP() << "this process can write a 0555 directory";
   }
