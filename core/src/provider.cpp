@@ -197,7 +197,9 @@ bool Provider::uses_thread_data_mounts() const {
     }
     return true;
   }
-  return backend_ && backend_->mount_mode_kind() == MountModeKind::local_bind_mounts;
+  // No backend at all: the uninitialised mount helper, which historically reports mounted.
+  if (!backend_) return true;
+  return backend_->mount_mode_kind() == MountModeKind::local_bind_mounts;
 }
 
 bool Provider::provider_uses_thread_data_mounts() {
@@ -681,20 +683,24 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
   request.provision_lark_cli_runtime = hooks_.lark_integration_active(user_id);
   request.provision_lark_cli_broker = hooks_.lark_broker_active(user_id);
 
-  std::size_t total = 0;
-  {
-    std::lock_guard lock(mutex_);
-    total = registry_.clients.size() + registry_.warm_pool.size();
-  }
-  if (total >= static_cast<std::size_t>(options_.replicas)) {
+  // Evict until within the cap: after a burst beyond the soft limit one eviction per create
+  // would leave warm sandboxes running above it.
+  while (true) {
+    std::size_t total = 0;
+    {
+      std::lock_guard lock(mutex_);
+      total = registry_.clients.size() + registry_.warm_pool.size();
+    }
+    if (total < static_cast<std::size_t>(options_.replicas)) break;
     if (auto evicted = evict_oldest_warm()) {
       log(LogLevel::info, "Evicted warm-pool sandbox " + *evicted + " to stay within replicas=" +
                               std::to_string(options_.replicas));
-    } else {
-      log(LogLevel::warning, "All " + std::to_string(options_.replicas) +
-                                 " replica slots are in active use; creating sandbox " +
-                                 sandbox_id + " beyond the soft limit");
+      continue;
     }
+    log(LogLevel::warning, "All " + std::to_string(options_.replicas) +
+                               " replica slots are in active use; creating sandbox " +
+                               sandbox_id + " beyond the soft limit");
+    break;
   }
 
   auto info = std::make_shared<const SandboxInfo>(backend_->create(request));

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sandboxd/core/plugin_loader.hpp"
@@ -31,12 +32,14 @@ size_t append_body(char* data, size_t size, size_t count, void* target) {
   return size * count;
 }
 
-// Names of all containers (running or not) whose name starts with `prefix`, asked of the
-// engine directly rather than through the plugin under test.
-std::vector<std::string> engine_containers(const std::string& prefix) {
+// Names of the containers whose name starts with `prefix` (running ones, or all with
+// `include_stopped`), asked of the engine directly rather than through the plugin under test.
+std::vector<std::string> engine_containers(const std::string& prefix,
+                                           bool include_stopped = false) {
   CURL* curl = curl_easy_init();
   std::string body;
-  const std::string url = "http://d/containers/json?all=1";
+  const std::string url =
+      std::string("http://d/containers/json") + (include_stopped ? "?all=1" : "");
   curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path().c_str());
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
@@ -62,6 +65,18 @@ std::vector<std::string> engine_containers(const std::string& prefix) {
   return names;
 }
 
+// A stopped container is removed by the engine shortly after the stop (auto-remove), so
+// "nothing left behind" waits, bounded, for that removal before it looks.
+std::vector<std::string> containers_left_after_removal(const std::string& prefix) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::vector<std::string> left = engine_containers(prefix, true);
+  while (!left.empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    left = engine_containers(prefix, true);
+  }
+  return left;
+}
+
 class ProviderOverDockerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,7 +96,7 @@ class ProviderOverDockerTest : public ::testing::Test {
   void TearDown() override {
     provider_.reset();
     if (!prefix_.empty() && !socket_path().empty()) {
-      EXPECT_TRUE(engine_containers(prefix_).empty()) << "containers left behind";
+      EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "containers left behind";
     }
     if (!base_dir_.empty()) std::filesystem::remove_all(base_dir_);
   }
@@ -151,14 +166,14 @@ TEST_F(ProviderOverDockerTest, AcquireReleaseReclaimReapAndShutdownLeaveNothingB
   clock_->advance(700);
   provider_->cleanup_idle_sandboxes(600);
   EXPECT_EQ(provider_->counts().active, 0u);
-  EXPECT_TRUE(engine_containers(prefix_).empty()) << "idle sandbox was not stopped";
+  EXPECT_TRUE(engine_containers(prefix_).empty()) << "idle sandbox is still running";
 
   // A fresh acquisition after the reap creates anew; shutdown stops it.
   const std::string again = provider_->acquire("thread-1", "alice");
   EXPECT_EQ(again, id);
   EXPECT_EQ(engine_containers(prefix_).size(), 1u);
   provider_->shutdown();
-  EXPECT_TRUE(engine_containers(prefix_).empty()) << "shutdown left a container running";
+  EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
 }
 
 TEST_F(ProviderOverDockerTest, ReplicaLimitEvictsTheOldestWarmSandbox) {
