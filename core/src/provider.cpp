@@ -683,15 +683,32 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
   request.provision_lark_cli_runtime = hooks_.lark_integration_active(user_id);
   request.provision_lark_cli_broker = hooks_.lark_broker_active(user_id);
 
+  // This creation holds a replica slot from its capacity check until it is registered or has
+  // failed, so concurrent creations count each other instead of all seeing the same free slot.
+  {
+    std::lock_guard lock(mutex_);
+    ++registry_.creating[sandbox_id];
+  }
+  struct Uncount {
+    Provider* self;
+    const std::string& id;
+    ~Uncount() {
+      std::lock_guard lock(self->mutex_);
+      auto it = self->registry_.creating.find(id);
+      if (it != self->registry_.creating.end() && --it->second <= 0) {
+        self->registry_.creating.erase(it);
+      }
+    }
+  } uncount{this, sandbox_id};
   // Evict until within the cap: after a burst beyond the soft limit one eviction per create
   // would leave warm sandboxes running above it.
   while (true) {
-    std::size_t total = 0;
+    std::size_t in_use = 0;
     {
       std::lock_guard lock(mutex_);
-      total = registry_.clients.size() + registry_.warm_pool.size();
+      in_use = replica_slots_in_use_locked(sandbox_id);
     }
-    if (total < static_cast<std::size_t>(options_.replicas)) break;
+    if (in_use < static_cast<std::size_t>(options_.replicas)) break;
     if (auto evicted = evict_oldest_warm()) {
       log(LogLevel::info, "Evicted warm-pool sandbox " + *evicted + " to stay within replicas=" +
                               std::to_string(options_.replicas));
@@ -714,6 +731,18 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
                              info->sandbox_url);
   }
   return register_created_sandbox(thread_id, sandbox_id, info, user_id);
+}
+
+std::size_t Provider::replica_slots_in_use_locked(const std::string& creating_id) const {
+  std::size_t in_use = registry_.clients.size() + registry_.warm_pool.size();
+  for (const auto& [id, count] : registry_.creating) {
+    // A creation already registered is counted as active, not twice.
+    if (id == creating_id || registry_.clients.count(id) || registry_.warm_pool.count(id)) {
+      continue;
+    }
+    in_use += static_cast<std::size_t>(count);
+  }
+  return in_use;
 }
 
 void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info) {

@@ -283,6 +283,19 @@ bool Provider::destroy_warm_entry(const std::string& sandbox_id, const WarmEntry
   return true;
 }
 
+// "Still in the warm pool" means this very entry: between the snapshot and the reservation
+// the sandbox may have been reclaimed and parked again (a fresh entry, not expired), or
+// stopped and re-created under the same id (stopping the snapshot's info would then hit a dead
+// container while the live one stays parked).
+Provider::Predicate Provider::still_this_warm_entry(const std::string& sandbox_id,
+                                                    const WarmEntry& entry) {
+  return [this, sandbox_id, entry] {
+    auto it = registry_.warm_pool.find(sandbox_id);
+    return it != registry_.warm_pool.end() && it->second.info == entry.info &&
+           it->second.released_at == entry.released_at;
+  };
+}
+
 void Provider::reap_expired_warm(std::optional<double> timeout) {
   const double limit = timeout.value_or(options_.idle_timeout);
   if (limit <= 0) return;
@@ -295,8 +308,7 @@ void Provider::reap_expired_warm(std::optional<double> timeout) {
     }
   }
   for (const auto& [id, entry] : expired) {
-    destroy_warm_entry(id, entry, "idle_timeout",
-                       [this, id = id] { return registry_.warm_pool.count(id) > 0; });
+    destroy_warm_entry(id, entry, "idle_timeout", still_this_warm_entry(id, entry));
   }
 }
 
@@ -311,7 +323,7 @@ std::optional<std::string> Provider::evict_oldest_warm() {
   });
   for (const auto& [id, entry] : by_age) {
     if (destroy_warm_entry(id, entry, "replica_enforcement",
-                           [this, id = id] { return registry_.warm_pool.count(id) > 0; })) {
+                           still_this_warm_entry(id, entry))) {
       return id;
     }
   }

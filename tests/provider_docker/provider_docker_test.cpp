@@ -112,12 +112,12 @@ class ProviderOverDockerTest : public ::testing::Test {
     return c;
   }
 
-  void make_provider(int replicas, int idle_timeout) {
+  void make_provider(int replicas, int idle_timeout, std::string socket = socket_path()) {
     const PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
     ProviderDeps deps;
     deps.backend = loader.load_backend(
         "local_docker:LocalContainerBackend",
-        context("sandbox.backend", R"({"socket": "unix://)" + socket_path() + R"(", "image": ")" +
+        context("sandbox.backend", R"({"socket": "unix://)" + socket + R"(", "image": ")" +
                                        kTestImage + R"(", "container_prefix": ")" + prefix_ +
                                        R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2})"),
         "test");
@@ -174,6 +174,33 @@ TEST_F(ProviderOverDockerTest, AcquireReleaseReclaimReapAndShutdownLeaveNothingB
   EXPECT_EQ(engine_containers(prefix_).size(), 1u);
   provider_->shutdown();
   EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
+}
+
+TEST_F(ProviderOverDockerTest, AnUnreachableEngineNeverCostsATrackedSandbox) {
+  // The backend reaches the engine through a symlink the test can take away and put back.
+  const std::string link = base_dir_ + "/engine.sock";
+  std::filesystem::create_symlink(socket_path(), link);
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600, link);
+  const std::string id = provider_->acquire("thread-1", "alice");
+  const auto client = provider_->get(id);
+
+  std::filesystem::remove(link);  // the engine "goes away"
+  // The health check cannot reach the engine: that is "could not tell", not "dead".
+  EXPECT_EQ(provider_->acquire("thread-1", "alice"), id);
+  EXPECT_EQ(provider_->get(id), client) << "the tracked sandbox was replaced";
+  EXPECT_TRUE(logger_->contains(LogLevel::warning, "Failed to check sandbox " + id + " health"));
+  // A create without an engine fails with a sentence naming the socket.
+  try {
+    provider_->acquire("thread-2", "alice");
+    ADD_FAILURE() << "acquire without an engine succeeded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(link), std::string::npos) << e.what();
+  }
+
+  std::filesystem::create_symlink(socket_path(), link);  // the engine is back
+  EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "the sandbox was destroyed";
+  EXPECT_TRUE(probe_sandbox_ready_once(client->base_url(), 5.0));
+  provider_->shutdown();
 }
 
 TEST_F(ProviderOverDockerTest, ReplicaLimitEvictsTheOldestWarmSandbox) {

@@ -235,6 +235,8 @@ class Provider {
     std::map<std::string, std::uint64_t> acquire_epoch;
     std::uint64_t epoch_counter = 0;
     std::map<std::string, int> acquire_inflight;
+    // create_sandbox calls between their replica check and their registration (or failure).
+    std::map<std::string, int> creating;
     std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks;
     bool shutdown = false;
   };
@@ -289,6 +291,9 @@ class Provider {
   virtual void with_held_teardown_lease(const std::string& sandbox_id,
                                         const std::function<void()>& stop);
   bool reserve_local_teardown(const std::string& sandbox_id, const Predicate& still_reapable);
+  // Reaper predicate: the warm pool still holds this very entry (same info object, same
+  // release time).
+  Predicate still_this_warm_entry(const std::string& sandbox_id, const WarmEntry& entry);
   void finish_local_teardown(const std::string& sandbox_id);
   void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch);
 
@@ -316,6 +321,8 @@ class Provider {
   void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
   void install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
                              const std::optional<ThreadKey>& key);
+  // Active + warm + other creations in flight: what the replica cap is checked against.
+  std::size_t replica_slots_in_use_locked(const std::string& creating_id) const;
   InfoPtr revalidate_through_create(const std::string& thread_id, const std::string& sandbox_id,
                                     const std::string& user_id, const Snapshot& snapshot);
   void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
