@@ -1,0 +1,780 @@
+// Fixtures for the provider tests: a scriptable in-process backend, a recording sandbox client,
+// recording executors, a Provider subclass whose steps tests can replace (what the Python seed
+// does with monkeypatch), and a gtest fixture that wires them to the real memory ownership
+// store, a manual clock and a real temporary base directory.
+//
+// Lock story: every fake guards its call records with its own mutex; the std::function members
+// that script behaviour are set by the test before the provider runs and only read afterwards.
+// FakeBackend::probe_mutex plays the remote backend's capability-probe lock: refresh and
+// snapshot take it, so a test that holds it from a helper thread makes both block.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "sandboxd/core/executor.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/sandbox_id.hpp"
+#include "sandboxd/sdk.hpp"
+#include "test_support.hpp"
+
+namespace sandboxd::testing {
+
+using core::ClientPtr;
+using core::InfoPtr;
+using core::Provider;
+using core::ProviderDeps;
+using core::ProviderHooks;
+using core::ProviderOptions;
+using core::ThreadKey;
+
+inline constexpr const char* kTestOwnerId = "test-worker";
+
+// A mkdtemp directory (resolved through symlinks), removed with its contents at scope exit.
+class ProviderTempDir {
+ public:
+  ProviderTempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "sandboxd-provider-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = std::filesystem::weakly_canonical(pattern);
+  }
+  ~ProviderTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ProviderTempDir(const ProviderTempDir&) = delete;
+  ProviderTempDir& operator=(const ProviderTempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline SandboxInfo make_info(const std::string& id, const std::string& url) {
+  SandboxInfo info;
+  info.sandbox_id = id;
+  info.sandbox_url = url;
+  return info;
+}
+
+inline InfoPtr make_info_ptr(const std::string& id, const std::string& url) {
+  return std::make_shared<const SandboxInfo>(make_info(id, url));
+}
+
+// The seed's MagicMock sandbox: records close() calls and can be told to throw.
+class RecordingClient final : public core::SandboxClient {
+ public:
+  RecordingClient(std::string id, std::string url) : id_(std::move(id)), url_(std::move(url)) {}
+  const std::string& id() const override { return id_; }
+  const std::string& base_url() const override { return url_; }
+  void close() override {
+    closes_.fetch_add(1);
+    if (throw_on_close.load()) throw std::runtime_error("boom");
+  }
+  int close_count() const { return closes_.load(); }
+
+  std::atomic<bool> throw_on_close{false};
+
+ private:
+  const std::string id_;
+  const std::string url_;
+  std::atomic<int> closes_{0};
+};
+
+// A thread pool that records what was submitted to it and on which threads its tasks ran.
+class RecordingExecutor final : public core::Executor {
+ public:
+  explicit RecordingExecutor(std::size_t workers) : pool_(workers) {}
+
+  void submit(std::function<void()> task) override {
+    {
+      std::lock_guard lock(mutex_);
+      ++submitted_;
+      ++pending_;
+    }
+    pool_.submit([this, task = std::move(task)] {
+      {
+        std::lock_guard lock(mutex_);
+        worker_threads_.insert(std::this_thread::get_id());
+      }
+      try {
+        task();
+      } catch (...) {
+        // The provider's tasks report their own errors; nothing may escape a worker.
+      }
+      {
+        std::lock_guard lock(mutex_);
+        --pending_;
+      }
+      idle_.notify_all();
+    });
+  }
+
+  // true once every submitted task has finished (within the timeout).
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return idle_.wait_for(lock, timeout, [&] { return pending_ == 0; });
+  }
+  std::size_t submitted() const {
+    std::lock_guard lock(mutex_);
+    return submitted_;
+  }
+  bool ran_on(std::thread::id id) const {
+    std::lock_guard lock(mutex_);
+    return worker_threads_.count(id) > 0;
+  }
+
+ private:
+  mutable std::mutex mutex_;  // guards the three counters/sets below
+  std::condition_variable idle_;
+  std::size_t submitted_ = 0;
+  std::size_t pending_ = 0;
+  std::set<std::thread::id> worker_threads_;
+  core::ThreadPoolExecutor pool_;  // last: destroyed (joined) before the members above
+};
+
+// An in-process SandboxBackend whose every call is scripted by a std::function and recorded.
+class FakeBackend final : public SandboxBackend {
+ public:
+  // ── behaviour (defaults: create answers http://{id}, alive, nothing discovered) ──
+  std::function<SandboxInfo(const CreateRequest&)> create_fn;
+  std::function<void(const SandboxInfo&)> destroy_fn;
+  std::function<bool(const SandboxInfo&)> is_alive_fn;
+  std::function<std::optional<SandboxInfo>(const std::string&)> discover_fn;
+  std::function<std::vector<SandboxInfo>()> list_running_fn;
+  std::function<SandboxDiscoveryResult(const std::string&)> discover_for_reconciliation_fn;
+  // Runs under probe_mutex when the provider refreshes capabilities (a probe).
+  std::function<void()> refresh_fn;
+
+  std::atomic<bool> requires_validation{false};
+  std::atomic<MountModeKind> mode{MountModeKind::other};
+  // The cached, never-blocking contract state of a negotiating backend.
+  std::atomic<int> cached_version{kSandboxMountContractVersion};
+  std::atomic<bool> cached_known{true};
+  // The capability-probe lock: refresh and snapshot hold it.
+  std::mutex probe_mutex;
+
+  // ── SandboxBackend ──
+  SandboxInfo create(const CreateRequest& request) override {
+    {
+      std::lock_guard lock(mutex_);
+      creates_.push_back(request);
+      create_threads_.push_back(std::this_thread::get_id());
+    }
+    if (create_fn) return create_fn(request);
+    return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+  }
+  void destroy(const SandboxInfo& info) override {
+    {
+      std::lock_guard lock(mutex_);
+      destroys_.push_back(info);
+      destroy_threads_.push_back(std::this_thread::get_id());
+    }
+    if (destroy_fn) destroy_fn(info);
+  }
+  bool is_alive(const SandboxInfo& info) override {
+    {
+      std::lock_guard lock(mutex_);
+      is_alive_calls_.push_back(info.sandbox_id);
+      is_alive_threads_.push_back(std::this_thread::get_id());
+    }
+    return is_alive_fn ? is_alive_fn(info) : true;
+  }
+  std::optional<SandboxInfo> discover(const std::string& sandbox_id) override {
+    {
+      std::lock_guard lock(mutex_);
+      discovers_.push_back(sandbox_id);
+    }
+    return discover_fn ? discover_fn(sandbox_id) : std::nullopt;
+  }
+  std::vector<SandboxInfo> list_running() override {
+    {
+      std::lock_guard lock(mutex_);
+      ++list_running_calls_;
+    }
+    return list_running_fn ? list_running_fn() : std::vector<SandboxInfo>{};
+  }
+  SandboxDiscoveryResult discover_for_reconciliation(const std::string& sandbox_id) override {
+    {
+      std::lock_guard lock(mutex_);
+      reconciliation_discovers_.push_back(sandbox_id);
+    }
+    return discover_for_reconciliation_fn ? discover_for_reconciliation_fn(sandbox_id)
+                                          : SandboxDiscoveryResult::unknown();
+  }
+  bool requires_create_validation() const override { return requires_validation.load(); }
+  MountModeKind mount_mode_kind() const override { return mode.load(); }
+  void refresh_capabilities_if_stale() override {
+    std::lock_guard probe(probe_mutex);
+    {
+      std::lock_guard lock(mutex_);
+      ++refresh_calls_;
+    }
+    if (refresh_fn) refresh_fn();
+  }
+  MountContractSnapshot mount_contract_snapshot() override {
+    std::lock_guard probe(probe_mutex);
+    {
+      std::lock_guard lock(mutex_);
+      ++snapshot_calls_;
+    }
+    return {cached_version.load(), cached_known.load()};
+  }
+  int cached_mount_contract_version() const override { return cached_version.load(); }
+  bool cached_mount_contract_capability_known() const override { return cached_known.load(); }
+
+  // Back to the defaults (TearDown: scripts may capture a finished test's locals).
+  void clear_scripts() {
+    create_fn = nullptr;
+    destroy_fn = nullptr;
+    is_alive_fn = nullptr;
+    discover_fn = nullptr;
+    list_running_fn = nullptr;
+    discover_for_reconciliation_fn = nullptr;
+    refresh_fn = nullptr;
+  }
+
+  // ── records ──
+  std::vector<CreateRequest> creates() const {
+    std::lock_guard lock(mutex_);
+    return creates_;
+  }
+  std::vector<std::thread::id> create_threads() const {
+    std::lock_guard lock(mutex_);
+    return create_threads_;
+  }
+  std::vector<SandboxInfo> destroys() const {
+    std::lock_guard lock(mutex_);
+    return destroys_;
+  }
+  std::vector<std::thread::id> destroy_threads() const {
+    std::lock_guard lock(mutex_);
+    return destroy_threads_;
+  }
+  std::vector<std::string> is_alive_calls() const {
+    std::lock_guard lock(mutex_);
+    return is_alive_calls_;
+  }
+  std::vector<std::thread::id> is_alive_threads() const {
+    std::lock_guard lock(mutex_);
+    return is_alive_threads_;
+  }
+  std::vector<std::string> discovers() const {
+    std::lock_guard lock(mutex_);
+    return discovers_;
+  }
+  int refresh_calls() const {
+    std::lock_guard lock(mutex_);
+    return refresh_calls_;
+  }
+  int snapshot_calls() const {
+    std::lock_guard lock(mutex_);
+    return snapshot_calls_;
+  }
+  // Every backend call of any kind.
+  std::size_t total_calls() const {
+    std::lock_guard lock(mutex_);
+    return creates_.size() + destroys_.size() + is_alive_calls_.size() + discovers_.size() +
+           reconciliation_discovers_.size() + static_cast<std::size_t>(list_running_calls_) +
+           static_cast<std::size_t>(refresh_calls_) + static_cast<std::size_t>(snapshot_calls_);
+  }
+
+ private:
+  mutable std::mutex mutex_;  // guards every record below
+  std::vector<CreateRequest> creates_;
+  std::vector<std::thread::id> create_threads_;
+  std::vector<SandboxInfo> destroys_;
+  std::vector<std::thread::id> destroy_threads_;
+  std::vector<std::string> is_alive_calls_;
+  std::vector<std::thread::id> is_alive_threads_;
+  std::vector<std::string> discovers_;
+  std::vector<std::string> reconciliation_discovers_;
+  int list_running_calls_ = 0;
+  int refresh_calls_ = 0;
+  int snapshot_calls_ = 0;
+};
+
+// Holds a FakeBackend's probe lock from a helper thread for `hold` (SPEC §10.2: the Python
+// test holds the probe lock and releases it from a timer; std::mutex must be unlocked by the
+// thread that locked it, so the helper does both).
+class ProbeLockHolder {
+ public:
+  ProbeLockHolder(FakeBackend& backend, std::chrono::milliseconds hold)
+      : thread_([this, &backend, hold] {
+          std::lock_guard lock(backend.probe_mutex);
+          held_.set_value();
+          std::this_thread::sleep_for(hold);
+        }) {
+    held_.get_future().wait();
+  }
+  ~ProbeLockHolder() { join(); }
+  ProbeLockHolder(const ProbeLockHolder&) = delete;
+  ProbeLockHolder& operator=(const ProbeLockHolder&) = delete;
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::promise<void> held_;  // before thread_: constructed first
+  std::thread thread_;
+};
+
+// The Provider with every replaceable step exposed. When a `*_fn` member is set it replaces
+// the step (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement
+// can observe and then delegate. Set the members before the provider runs.
+class TestProvider final : public Provider {
+ public:
+  using Provider::Provider;
+
+  // State the seed reads and pre-fills; take mutex_ while the provider may run elsewhere.
+  using Provider::mutex_;
+  using Provider::Predicate;
+  using Provider::Registry;
+  using Provider::registry_;
+  using Provider::Snapshot;
+  using Provider::WarmEntry;
+
+  // Non-virtual steps tests call directly.
+  using Provider::drop_unhealthy_sandbox;
+  using Provider::thread_lock;
+
+  std::function<Snapshot()> acquisition_contract_snapshot_fn;
+  Snapshot acquisition_contract_snapshot() override {
+    return acquisition_contract_snapshot_fn ? acquisition_contract_snapshot_fn()
+                                            : Provider::acquisition_contract_snapshot();
+  }
+
+  std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>
+      acquire_internal_fn;
+  std::string acquire_internal(const std::optional<std::string>& thread_id,
+                               const std::string& user_id, Snapshot snapshot) override {
+    return acquire_internal_fn ? acquire_internal_fn(thread_id, user_id, snapshot)
+                               : Provider::acquire_internal(thread_id, user_id, snapshot);
+  }
+
+  std::function<std::optional<std::string>(const std::optional<std::string>&, const std::string&,
+                                           const std::optional<std::string>&, bool,
+                                           const Snapshot&)>
+      reuse_in_process_sandbox_fn;
+  std::optional<std::string> reuse_in_process_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& user_id,
+      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
+      const Snapshot& snapshot) override {
+    return reuse_in_process_sandbox_fn
+               ? reuse_in_process_sandbox_fn(thread_id, user_id, expected_sandbox_id, post_lock,
+                                             snapshot)
+               : base_reuse_in_process_sandbox(thread_id, user_id, expected_sandbox_id, post_lock,
+                                               snapshot);
+  }
+  std::optional<std::string> base_reuse_in_process_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& user_id,
+      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
+      const Snapshot& snapshot) {
+    return Provider::reuse_in_process_sandbox(thread_id, user_id, expected_sandbox_id, post_lock,
+                                              snapshot);
+  }
+
+  std::optional<std::string> reclaim_warm_pool_sandbox(const std::optional<std::string>& thread_id,
+                                                       const std::string& sandbox_id,
+                                                       const std::string& user_id, bool post_lock,
+                                                       const Snapshot& snapshot) override {
+    return Provider::reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, post_lock, snapshot);
+  }
+
+  std::string discover_or_create_with_lock(const std::string& thread_id,
+                                           const std::string& sandbox_id,
+                                           const std::string& user_id,
+                                           const Snapshot& snapshot) override {
+    return Provider::discover_or_create_with_lock(thread_id, sandbox_id, user_id, snapshot);
+  }
+
+  std::function<std::optional<std::string>(const std::string&, const std::string&,
+                                           const std::string&, const Snapshot&)>
+      recheck_cached_sandbox_fn;
+  std::optional<std::string> recheck_cached_sandbox(const std::string& thread_id,
+                                                    const std::string& sandbox_id,
+                                                    const std::string& user_id,
+                                                    const Snapshot& snapshot) override {
+    return recheck_cached_sandbox_fn
+               ? recheck_cached_sandbox_fn(thread_id, sandbox_id, user_id, snapshot)
+               : Provider::recheck_cached_sandbox(thread_id, sandbox_id, user_id, snapshot);
+  }
+
+  std::function<std::string(const std::optional<std::string>&, const std::string&,
+                            const std::string&, const Snapshot&)>
+      create_sandbox_fn;
+  std::string create_sandbox(const std::optional<std::string>& thread_id,
+                             const std::string& sandbox_id, const std::string& user_id,
+                             const Snapshot& snapshot) override {
+    return create_sandbox_fn ? create_sandbox_fn(thread_id, sandbox_id, user_id, snapshot)
+                             : base_create_sandbox(thread_id, sandbox_id, user_id, snapshot);
+  }
+  std::string base_create_sandbox(const std::optional<std::string>& thread_id,
+                                  const std::string& sandbox_id, const std::string& user_id,
+                                  const Snapshot& snapshot) {
+    return Provider::create_sandbox(thread_id, sandbox_id, user_id, snapshot);
+  }
+
+  std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
+                            const std::string&)>
+      register_created_sandbox_fn;
+  std::string register_created_sandbox(const std::optional<std::string>& thread_id,
+                                       const std::string& sandbox_id, InfoPtr info,
+                                       const std::string& user_id) override {
+    return register_created_sandbox_fn
+               ? register_created_sandbox_fn(thread_id, sandbox_id, std::move(info), user_id)
+               : Provider::register_created_sandbox(thread_id, sandbox_id, std::move(info),
+                                                    user_id);
+  }
+
+  void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info) override {
+    Provider::destroy_unready_sandbox(sandbox_id, info);
+  }
+
+  std::function<std::string(const std::optional<std::string>&, const std::string&, const Snapshot&)>
+      sandbox_id_for_thread_fn;
+  std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
+                                    const std::string& user_id, const Snapshot& snapshot) override {
+    return sandbox_id_for_thread_fn ? sandbox_id_for_thread_fn(thread_id, user_id, snapshot)
+                                    : Provider::sandbox_id_for_thread(thread_id, user_id, snapshot);
+  }
+
+  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>
+      get_extra_mounts_fn;
+  std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
+                                      const std::string& user_id) override {
+    return get_extra_mounts_fn ? get_extra_mounts_fn(thread_id, user_id)
+                               : Provider::get_extra_mounts(thread_id, user_id);
+  }
+
+  std::function<void(const std::string&)> ensure_skills_projection_fn;
+  void ensure_skills_projection(const std::string& user_id) override {
+    if (ensure_skills_projection_fn) {
+      ensure_skills_projection_fn(user_id);
+    } else {
+      Provider::ensure_skills_projection(user_id);
+    }
+  }
+
+  std::function<bool(const std::string&, bool)> claim_ownership_fn;
+  bool claim_ownership(const std::string& sandbox_id, bool for_destroy) override {
+    return claim_ownership_fn ? claim_ownership_fn(sandbox_id, for_destroy)
+                              : base_claim_ownership(sandbox_id, for_destroy);
+  }
+  bool base_claim_ownership(const std::string& sandbox_id, bool for_destroy) {
+    return Provider::claim_ownership(sandbox_id, for_destroy);
+  }
+
+  std::function<void(const std::string&, const std::function<void()>&)> with_held_teardown_lease_fn;
+  void with_held_teardown_lease(const std::string& sandbox_id,
+                                const std::function<void()>& stop) override {
+    if (with_held_teardown_lease_fn) {
+      with_held_teardown_lease_fn(sandbox_id, stop);
+    } else {
+      base_with_held_teardown_lease(sandbox_id, stop);
+    }
+  }
+  void base_with_held_teardown_lease(const std::string& sandbox_id,
+                                     const std::function<void()>& stop) {
+    Provider::with_held_teardown_lease(sandbox_id, stop);
+  }
+
+  std::function<void(const std::string&, const Predicate&)> destroy_tracked_fn;
+  void destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable) override {
+    if (destroy_tracked_fn) {
+      destroy_tracked_fn(sandbox_id, still_reapable);
+    } else {
+      Provider::destroy_tracked(sandbox_id, still_reapable);
+    }
+  }
+
+  std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>
+      destroy_warm_entry_fn;
+  bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+                          const std::string& reason, const Predicate& still_reapable) override {
+    return destroy_warm_entry_fn
+               ? destroy_warm_entry_fn(sandbox_id, entry, reason, still_reapable)
+               : base_destroy_warm_entry(sandbox_id, entry, reason, still_reapable);
+  }
+  bool base_destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+                               const std::string& reason, const Predicate& still_reapable) {
+    return Provider::destroy_warm_entry(sandbox_id, entry, reason, still_reapable);
+  }
+
+  std::function<void(std::optional<double>)> reap_expired_warm_fn;
+  void reap_expired_warm(std::optional<double> timeout = std::nullopt) override {
+    if (reap_expired_warm_fn) {
+      reap_expired_warm_fn(timeout);
+    } else {
+      Provider::reap_expired_warm(timeout);
+    }
+  }
+};
+
+// Host hooks the tests replace, shared by the fixture and the provider's ProviderHooks.
+struct HookState {
+  // Scripted answers (set before the provider runs).
+  std::function<bool(const std::string& url, double timeout)> ready_fn;  // default: ready
+  std::function<ClientPtr(const std::string&, const std::string&)> make_client_fn;
+  std::function<void(int handle)> file_lock_fn;  // default: real flock
+  std::atomic<bool> lark_runtime{false};
+  std::atomic<bool> lark_broker{false};
+
+  void clear_scripts() {
+    ready_fn = nullptr;
+    make_client_fn = nullptr;
+    file_lock_fn = nullptr;
+  }
+
+  struct ReadyCall {
+    std::string url;
+    double timeout;
+    std::thread::id thread;
+  };
+  std::vector<ReadyCall> ready_calls() const {
+    std::lock_guard lock(mutex_);
+    return ready_calls_;
+  }
+  std::vector<std::pair<std::string, std::string>> made_clients() const {
+    std::lock_guard lock(mutex_);
+    return made_clients_;
+  }
+  std::vector<std::thread::id> lock_file_opens() const {
+    std::lock_guard lock(mutex_);
+    return opens_;
+  }
+  std::vector<std::thread::id> lock_file_closes() const {
+    std::lock_guard lock(mutex_);
+    return closes_;
+  }
+  int unlock_count() const {
+    std::lock_guard lock(mutex_);
+    return unlocks_;
+  }
+
+  ProviderHooks make_hooks() {
+    ProviderHooks hooks;
+    hooks.wait_until_ready = [this](const std::string& url, double timeout) {
+      {
+        std::lock_guard lock(mutex_);
+        ready_calls_.push_back({url, timeout, std::this_thread::get_id()});
+      }
+      return ready_fn ? ready_fn(url, timeout) : true;
+    };
+    hooks.make_client = [this](const std::string& id, const std::string& url) -> ClientPtr {
+      {
+        std::lock_guard lock(mutex_);
+        made_clients_.emplace_back(id, url);
+      }
+      if (make_client_fn) return make_client_fn(id, url);
+      return std::make_shared<RecordingClient>(id, url);
+    };
+    hooks.lark_integration_active = [this](const std::string&) { return lark_runtime.load(); };
+    hooks.lark_broker_active = [this](const std::string&) { return lark_broker.load(); };
+    hooks.ambient_user = [] { return std::optional<std::string>("default"); };
+    const core::FileLockOps real = core::FileLockOps::posix_flock();
+    hooks.file_lock.open = [this, real](const std::string& path) {
+      {
+        std::lock_guard lock(mutex_);
+        opens_.push_back(std::this_thread::get_id());
+      }
+      return real.open(path);
+    };
+    hooks.file_lock.lock = [this, real](int handle) {
+      if (file_lock_fn) {
+        file_lock_fn(handle);
+      } else {
+        real.lock(handle);
+      }
+    };
+    hooks.file_lock.unlock = [this, real](int handle) {
+      {
+        std::lock_guard lock(mutex_);
+        ++unlocks_;
+      }
+      real.unlock(handle);
+    };
+    hooks.file_lock.close = [this, real](int handle) {
+      {
+        std::lock_guard lock(mutex_);
+        closes_.push_back(std::this_thread::get_id());
+      }
+      real.close(handle);
+    };
+    return hooks;
+  }
+
+ private:
+  mutable std::mutex mutex_;  // guards the records below
+  std::vector<ReadyCall> ready_calls_;
+  std::vector<std::pair<std::string, std::string>> made_clients_;
+  std::vector<std::thread::id> opens_;
+  std::vector<std::thread::id> closes_;
+  int unlocks_ = 0;
+};
+
+// The real ownership_memory:MemoryOwnershipStore, loaded through the plugin loader. TTL 600 s
+// like the seed's MemoryOwnershipStore(ttl_seconds=600).
+inline std::shared_ptr<OwnershipStore> load_memory_store(std::shared_ptr<Clock> clock,
+                                                         std::shared_ptr<Logger> logger,
+                                                         const std::string& base_dir) {
+  PluginContext context;
+  context.config_json = R"({"renewal_interval_seconds": 150, "ttl_multiplier": 4})";
+  context.config_key_path = "sandbox.ownership";
+  context.owner_id = kTestOwnerId;
+  context.base_dir = base_dir;
+  context.clock = std::move(clock);
+  context.logger = std::move(logger);
+  const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
+  return loader.load_ownership_store("ownership_memory:MemoryOwnershipStore", context, "test");
+}
+
+// The seed's _make_provider: replicas 3, idle_timeout 600, owner "test-worker", no background
+// threads, no start-up reconciliation. Tests adjust `options`, `backend` or the hooks, then
+// call build().
+class ProviderFixture : public ::testing::Test {
+ protected:
+  ProviderFixture() {
+    options.replicas = 3;
+    options.idle_timeout = 600;
+    options.run_background_threads = false;
+    options.reconcile_on_start = false;
+  }
+
+  void TearDown() override {
+    // Queued acquisitions touch the provider: let them finish before it goes.
+    for (auto* executor : {&blocking_executor, &lock_wait_executor}) {
+      if (*executor && !(*executor)->wait_idle(std::chrono::seconds(10))) {
+        ADD_FAILURE() << "an executor task is still running (a leaked per-thread lock?)";
+        // Joining a worker stuck on a lock nobody releases would hang the whole binary: leak
+        // the executor (and, below, the provider its task points into) instead.
+        new std::shared_ptr<RecordingExecutor>(std::move(*executor));
+        leak_provider = true;
+      }
+    }
+    // The provider's destructor shuts down through the real steps (the TestProvider's
+    // replacements die first) and the default fakes: scripts may capture the test's locals.
+    backend->clear_scripts();
+    hooks.clear_scripts();
+    if (leak_provider) {
+      static_cast<void>(provider.release());
+    } else {
+      provider.reset();
+    }
+    extra_providers.clear();
+  }
+
+  // A provider over `with_backend`, with its own memory store.
+  std::unique_ptr<TestProvider> make_provider(std::shared_ptr<SandboxBackend> with_backend,
+                                              std::shared_ptr<OwnershipStore>* store_out) {
+    auto own_store = load_memory_store(clock, logger, tmp.path().string());
+    if (store_out != nullptr) *store_out = own_store;
+    ProviderDeps deps;
+    deps.backend = std::move(with_backend);
+    deps.ownership = own_store;
+    deps.logger = logger;
+    deps.clock = clock;
+    deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
+    deps.options = options;
+    deps.hooks = hooks.make_hooks();
+    deps.blocking_executor = blocking_executor;
+    deps.lock_wait_executor = lock_wait_executor;
+    return std::make_unique<TestProvider>(std::move(deps));
+  }
+
+  TestProvider& build() {
+    provider = make_provider(use_backend ? backend : nullptr, &store);
+    return *provider;
+  }
+
+  // ── registry pre-fills (what the seed writes into the provider's dicts) ──
+
+  // _make_provider_with_active_sandbox: an active client + info (http://sandbox-host) with
+  // last activity 0.0; no thread mapping.
+  std::shared_ptr<RecordingClient> add_active(const std::string& id,
+                                              const std::string& url = "http://sandbox-host") {
+    auto client = std::make_shared<RecordingClient>(id, url);
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.clients[id] = client;
+    provider->registry_.infos[id] = make_info_ptr(id, url);
+    provider->registry_.last_activity[id] = 0.0;
+    return client;
+  }
+  void map_thread(const std::string& user, const std::string& thread, const std::string& id) {
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.thread_map[ThreadKey{user, thread}] = id;
+  }
+  void add_warm(const InfoPtr& info, double released_at,
+                std::optional<ThreadKey> identity = std::nullopt) {
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.warm_pool[info->sandbox_id] = {info, released_at};
+    provider->registry_.warm_identity[info->sandbox_id] = std::move(identity);
+  }
+
+  // ── registry reads ──
+  bool is_active(const std::string& id) const {
+    std::lock_guard lock(provider->mutex_);
+    return provider->registry_.clients.count(id) > 0;
+  }
+  bool is_warm(const std::string& id) const {
+    std::lock_guard lock(provider->mutex_);
+    return provider->registry_.warm_pool.count(id) > 0;
+  }
+  std::optional<std::string> mapped(const std::string& user, const std::string& thread) const {
+    std::lock_guard lock(provider->mutex_);
+    auto it = provider->registry_.thread_map.find(ThreadKey{user, thread});
+    if (it == provider->registry_.thread_map.end()) return std::nullopt;
+    return it->second;
+  }
+  ClientPtr client_of(const std::string& id) const {
+    std::lock_guard lock(provider->mutex_);
+    auto it = provider->registry_.clients.find(id);
+    return it == provider->registry_.clients.end() ? nullptr : it->second;
+  }
+  InfoPtr info_of(const std::string& id) const {
+    std::lock_guard lock(provider->mutex_);
+    auto it = provider->registry_.infos.find(id);
+    return it == provider->registry_.infos.end() ? nullptr : it->second;
+  }
+
+  ProviderTempDir tmp;
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
+  std::shared_ptr<CapturingLogger> logger = std::make_shared<CapturingLogger>();
+  std::shared_ptr<FakeBackend> backend = std::make_shared<FakeBackend>();
+  bool use_backend = true;  // false: a provider with no backend at all
+  ProviderOptions options;
+  HookState hooks;
+  std::shared_ptr<RecordingExecutor> blocking_executor = std::make_shared<RecordingExecutor>(4);
+  std::shared_ptr<RecordingExecutor> lock_wait_executor = std::make_shared<RecordingExecutor>(4);
+  std::shared_ptr<OwnershipStore> store;  // the built provider's store
+  std::vector<std::unique_ptr<TestProvider>> extra_providers;
+  bool leak_provider = false;              // TearDown found a task that never finished
+  std::unique_ptr<TestProvider> provider;  // last: destroyed first
+};
+
+}  // namespace sandboxd::testing
