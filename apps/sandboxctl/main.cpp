@@ -111,13 +111,13 @@ int check_config(const core::SandboxConfig& config, const std::shared_ptr<Logger
 
 int main(int argc, char** argv) {
   po::options_description global(kUsage);
-  global.add_options()("help,h", "show this help")(
-      "config,c", po::value<std::string>(), "JSON config file with a `sandbox` section")(
+  global.add_options()("help,h", "show this help")("config,c", po::value<std::string>(),
+                                                   "JSON config file with a `sandbox` section")(
       "log-level", po::value<std::string>()->default_value("info"),
       "debug, info, warning or error");
   po::options_description hidden;
-  hidden.add_options()("command", po::value<std::string>())(
-      "args", po::value<std::vector<std::string>>());
+  hidden.add_options()("command", po::value<std::string>())("args",
+                                                            po::value<std::vector<std::string>>());
   po::options_description all;
   all.add(global).add(hidden);
   po::positional_options_description positional;
@@ -125,8 +125,11 @@ int main(int argc, char** argv) {
 
   try {
     po::variables_map vm;
-    po::parsed_options parsed =
-        po::command_line_parser(argc, argv).options(all).positional(positional).allow_unregistered().run();
+    po::parsed_options parsed = po::command_line_parser(argc, argv)
+                                    .options(all)
+                                    .positional(positional)
+                                    .allow_unregistered()
+                                    .run();
     po::store(parsed, vm);
     po::notify(vm);
     if (vm.count("help") || !vm.count("command")) {
@@ -141,7 +144,8 @@ int main(int argc, char** argv) {
     }
     auto logger = std::make_shared<core::StderrLogger>(*level);
     const std::string command = vm["command"].as<std::string>();
-    std::vector<std::string> rest = po::collect_unrecognized(parsed.options, po::include_positional);
+    std::vector<std::string> rest =
+        po::collect_unrecognized(parsed.options, po::include_positional);
     rest.erase(rest.begin());  // the command itself
 
     std::optional<core::SandboxConfig> config;

@@ -96,8 +96,12 @@ UseString UseString::parse(const std::string& text, const std::string& where) {
   return use;
 }
 
-std::string install_plugin_dir() { return SANDBOXD_INSTALL_PLUGIN_DIR; }
-std::string build_plugin_dir() { return SANDBOXD_BUILD_PLUGIN_DIR; }
+std::string install_plugin_dir() {
+  return SANDBOXD_INSTALL_PLUGIN_DIR;
+}
+std::string build_plugin_dir() {
+  return SANDBOXD_BUILD_PLUGIN_DIR;
+}
 
 PluginLoader::PluginLoader(std::vector<std::string> config_plugin_dirs) {
   std::set<std::string> seen;
@@ -216,16 +220,14 @@ ResolvedClass resolve(const std::vector<std::string>& search_path, const std::st
   ResolvedClass resolved;
   resolved.path = path;
   resolved.library = open_library(path, where);
-  resolved.descriptor =
-      &resolved.library->get_alias<const PluginDescriptor>(kDescriptorSymbolPrefix +
-                                                           use.class_name);
+  resolved.descriptor = &resolved.library->get_alias<const PluginDescriptor>(
+      kDescriptorSymbolPrefix + use.class_name);
   // The ABI version is the only field trusted before this check.
   if (resolved.descriptor->abi_version != kSdkAbiVersion) {
-    throw PluginLoadError(where + ": plugin '" + use_text + "' (" + path +
-                          ") was built for sandboxd SDK ABI " +
-                          std::to_string(resolved.descriptor->abi_version) +
-                          ", but this host uses ABI " + std::to_string(kSdkAbiVersion) +
-                          "; rebuild the plugin against this SDK");
+    throw PluginLoadError(
+        where + ": plugin '" + use_text + "' (" + path + ") was built for sandboxd SDK ABI " +
+        std::to_string(resolved.descriptor->abi_version) + ", but this host uses ABI " +
+        std::to_string(kSdkAbiVersion) + "; rebuild the plugin against this SDK");
   }
   const auto kind = static_cast<PluginKind>(resolved.descriptor->kind);
   if (kind != PluginKind::backend && kind != PluginKind::ownership_store) {
@@ -276,8 +278,9 @@ std::shared_ptr<SandboxBackend> PluginLoader::load_backend(const std::string& us
                                    where);
 }
 
-std::shared_ptr<OwnershipStore> PluginLoader::load_ownership_store(
-    const std::string& use, const PluginContext& context, const std::string& where) const {
+std::shared_ptr<OwnershipStore> PluginLoader::load_ownership_store(const std::string& use,
+                                                                   const PluginContext& context,
+                                                                   const std::string& where) const {
   const ResolvedClass resolved = resolve(search_path_, use, PluginKind::ownership_store, where);
   return construct<OwnershipStore>(resolved, resolved.descriptor->create_ownership_store, use,
                                    context, where);

@@ -148,7 +148,9 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   return provider;
 }
 
-const std::string& Provider::owner_id() const { return ownership_->owner_id(); }
+const std::string& Provider::owner_id() const {
+  return ownership_->owner_id();
+}
 
 Provider::Counts Provider::counts() const {
   std::lock_guard lock(mutex_);
@@ -225,13 +227,11 @@ bool Provider::sandbox_uses_thread_data_mounts(const std::string& sandbox_id) co
 // ── ids and mounts ───────────────────────────────────────────────────────────
 
 std::string Provider::sandbox_id_for_thread(const std::optional<std::string>& thread_id,
-                                            const std::string& user_id,
-                                            const Snapshot& snapshot) {
+                                            const std::string& user_id, const Snapshot& snapshot) {
   if (!thread_id) return random_sandbox_id();
   if (snapshot) return deterministic_sandbox_id(*thread_id, user_id, snapshot->version);
   if (negotiates_contract()) {
-    return deterministic_sandbox_id(*thread_id, user_id,
-                                    backend_->cached_mount_contract_version());
+    return deterministic_sandbox_id(*thread_id, user_id, backend_->cached_mount_contract_version());
   }
   return deterministic_sandbox_id(*thread_id, user_id);
 }
@@ -266,7 +266,7 @@ Provider::Snapshot Provider::acquisition_contract_snapshot() {
 
 std::string Provider::acquire_with_restarts(const std::optional<std::string>& thread_id,
                                             const std::string& user_id) {
-  const double teardown_deadline = clock_->monotonic_now() + options_.teardown_wait_seconds;
+  const Deadline teardown_deadline = teardown_wait_deadline();
   int contract_attempts = 0;
   while (true) {
     const Snapshot snapshot = acquisition_contract_snapshot();
@@ -307,17 +307,11 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
   if (auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, false, snapshot)) {
     return *reclaimed;
   }
-  {
-    // A teardown of this very id by this process (eviction, idle reap) is the one thing that
-    // can make discover-or-create meet a dying container; let it finish first.
-    std::unique_lock lock(mutex_);
-    if (registry_.local_teardown.count(sandbox_id)) {
-      lock.unlock();
-      if (!wait_out_teardown(sandbox_id,
-                             clock_->monotonic_now() + options_.teardown_wait_seconds)) {
-        throw SandboxBeingDestroyedError(sandbox_id);
-      }
-    }
+  // A teardown of this very id, by this process (eviction, idle reap) or by a peer, is the one
+  // thing that makes discover-or-create meet a dying container: let it finish first.
+  if (teardown_in_progress(sandbox_id) &&
+      !wait_out_teardown(sandbox_id, teardown_wait_deadline())) {
+    throw SandboxBeingDestroyedError(sandbox_id);
   }
   if (thread_id) return discover_or_create_with_lock(*thread_id, sandbox_id, user_id, snapshot);
   return create_sandbox(std::nullopt, sandbox_id, user_id, snapshot);
@@ -357,8 +351,8 @@ void Provider::check_warm_identity_locked(const std::string& sandbox_id,
   }
 }
 
-void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr client,
-                                     InfoPtr info, const std::optional<ThreadKey>& key) {
+void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
+                                     const std::optional<ThreadKey>& key) {
   registry_.warm_pool.erase(sandbox_id);
   registry_.warm_identity.erase(sandbox_id);
   registry_.clients[sandbox_id] = std::move(client);
@@ -370,10 +364,9 @@ void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr cl
 
 // ── revalidation (SPEC §5.7) ─────────────────────────────────────────────────
 
-InfoPtr Provider::revalidate_through_create(const std::string& thread_id,
-                                            const std::string& sandbox_id,
-                                            const std::string& user_id,
-                                            const Snapshot& snapshot) {
+CreateRequest Provider::build_create_request(const std::optional<std::string>& thread_id,
+                                             const std::string& sandbox_id,
+                                             const std::string& user_id) {
   CreateRequest request;
   request.thread_id = thread_id;
   request.sandbox_id = sandbox_id;
@@ -381,14 +374,27 @@ InfoPtr Provider::revalidate_through_create(const std::string& thread_id,
   request.user_id = user_id;
   request.provision_lark_cli_runtime = hooks_.lark_integration_active(user_id);
   request.provision_lark_cli_broker = hooks_.lark_broker_active(user_id);
-  auto validated = std::make_shared<const SandboxInfo>(backend_->create(request));
-  if ((validated->user_id && *validated->user_id != user_id) ||
-      (validated->thread_id && *validated->thread_id != thread_id)) {
+  return request;
+}
+
+void Provider::check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
+                                       const std::string& user_id) const {
+  // A verified identity that differs is a collision: nothing is destroyed or re-created.
+  if ((info.user_id && *info.user_id != user_id) ||
+      (info.thread_id && *info.thread_id != thread_id)) {
     throw SandboxIdentityCollisionError(
-        "sandbox ID collision for " + sandbox_id + ": backend reports identity " +
-        to_repr(ThreadKey{validated->user_id.value_or(""), validated->thread_id.value_or("")}) +
+        "sandbox ID collision for " + info.sandbox_id + ": backend reports identity " +
+        to_repr(ThreadKey{info.user_id.value_or(""), info.thread_id.value_or("")}) +
         ", requested identity is " + to_repr(ThreadKey{user_id, thread_id}));
   }
+}
+
+InfoPtr Provider::revalidate_through_create(const std::string& thread_id,
+                                            const std::string& sandbox_id,
+                                            const std::string& user_id, const Snapshot& snapshot) {
+  auto validated = std::make_shared<const SandboxInfo>(
+      backend_->create(build_create_request(thread_id, sandbox_id, user_id)));
+  check_reported_identity(*validated, thread_id, user_id);
   if (snapshot && validated->mount_contract_version != snapshot->version) {
     throw MountContractChangedError(snapshot->version, validated->mount_contract_version);
   }
@@ -439,8 +445,8 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
       return std::nullopt;
     }
     if (registry_.local_teardown.count(sandbox_id)) {
-      log(LogLevel::info, "Not reusing sandbox " + sandbox_id +
-                              ": it is being torn down by this instance");
+      log(LogLevel::info,
+          "Not reusing sandbox " + sandbox_id + ": it is being torn down by this instance");
       return std::nullopt;
     }
     if (!registry_.clients.count(sandbox_id)) {
@@ -471,8 +477,8 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
       registry_.thread_map.erase(mapping);
       return std::nullopt;
     }
-    log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " +
-                            user_id + "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
+    log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id +
+                            "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
     registry_.last_activity[sandbox_id] = now();
   }
 
@@ -520,8 +526,8 @@ std::optional<std::string> Provider::reclaim_warm_pool_sandbox(
   try {
     publish_ownership(sandbox_id);
   } catch (const SandboxBeingDestroyedError& e) {
-    log(LogLevel::info, std::string("Not reclaiming warm-pool sandbox ") + sandbox_id + ": " +
-                            e.what());
+    log(LogLevel::info,
+        std::string("Not reclaiming warm-pool sandbox ") + sandbox_id + ": " + e.what());
     forget(sandbox_id, std::nullopt);
     return std::nullopt;
   }
@@ -586,8 +592,8 @@ std::string Provider::discover_or_create_with_lock(const std::string& thread_id,
     return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
   }
   if (auto discovered = backend_->discover(sandbox_id)) {
-    return register_discovered_sandbox(thread_id,
-                                       std::make_shared<const SandboxInfo>(*discovered), user_id);
+    return register_discovered_sandbox(thread_id, std::make_shared<const SandboxInfo>(*discovered),
+                                       user_id);
   }
   return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
 }
@@ -598,13 +604,7 @@ std::string Provider::register_discovered_sandbox(const std::string& thread_id, 
                                                   const std::string& user_id) {
   const std::string& sandbox_id = info->sandbox_id;
   const ThreadKey key{user_id, thread_id};
-  if ((info->user_id && *info->user_id != user_id) ||
-      (info->thread_id && *info->thread_id != thread_id)) {
-    throw SandboxIdentityCollisionError(
-        "sandbox ID collision for " + sandbox_id + ": backend reports identity " +
-        to_repr(ThreadKey{info->user_id.value_or(""), info->thread_id.value_or("")}) +
-        ", requested identity is " + to_repr(key));
-  }
+  check_reported_identity(*info, thread_id, user_id);
   {
     std::lock_guard lock(mutex_);
     // A container this process is stopping must not be re-registered: its name would collide.
@@ -653,9 +653,9 @@ std::string Provider::register_created_sandbox(const std::optional<std::string>&
     close_client(client, "Error closing sandbox " + sandbox_id + " during ownership rollback");
     throw;
   } catch (const std::exception& e) {
-    log(LogLevel::error, "Could not register new sandbox " + sandbox_id +
-                             "; destroying it rather than leaking an untracked container: " +
-                             e.what());
+    log(LogLevel::error,
+        "Could not register new sandbox " + sandbox_id +
+            "; destroying it rather than leaking an untracked container: " + e.what());
     close_client(client, "Error closing sandbox " + sandbox_id + " during ownership rollback");
     try {
       backend_->destroy(*info);
@@ -675,13 +675,7 @@ std::string Provider::register_created_sandbox(const std::optional<std::string>&
 std::string Provider::create_sandbox(const std::optional<std::string>& thread_id,
                                      const std::string& sandbox_id, const std::string& user_id,
                                      const Snapshot& snapshot) {
-  CreateRequest request;
-  request.thread_id = thread_id;
-  request.sandbox_id = sandbox_id;
-  request.extra_mounts = get_extra_mounts(thread_id, user_id);
-  request.user_id = user_id;
-  request.provision_lark_cli_runtime = hooks_.lark_integration_active(user_id);
-  request.provision_lark_cli_broker = hooks_.lark_broker_active(user_id);
+  const CreateRequest request = build_create_request(thread_id, sandbox_id, user_id);
 
   // This creation holds a replica slot from its capacity check until it is registered or has
   // failed, so concurrent creations count each other instead of all seeing the same free slot.
@@ -710,13 +704,13 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
     }
     if (in_use < static_cast<std::size_t>(options_.replicas)) break;
     if (auto evicted = evict_oldest_warm()) {
-      log(LogLevel::info, "Evicted warm-pool sandbox " + *evicted + " to stay within replicas=" +
-                              std::to_string(options_.replicas));
+      log(LogLevel::info, "Evicted warm-pool sandbox " + *evicted +
+                              " to stay within replicas=" + std::to_string(options_.replicas));
       continue;
     }
     log(LogLevel::warning, "All " + std::to_string(options_.replicas) +
-                               " replica slots are in active use; creating sandbox " +
-                               sandbox_id + " beyond the soft limit");
+                               " replica slots are in active use; creating sandbox " + sandbox_id +
+                               " beyond the soft limit");
     break;
   }
 
@@ -727,8 +721,8 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
   }
   if (!hooks_.wait_until_ready(info->sandbox_url, options_.readiness_timeout_seconds)) {
     destroy_unready_sandbox(sandbox_id, *info);
-    throw std::runtime_error("Sandbox " + sandbox_id + " failed to become ready within timeout at " +
-                             info->sandbox_url);
+    throw std::runtime_error("Sandbox " + sandbox_id +
+                             " failed to become ready within timeout at " + info->sandbox_url);
   }
   return register_created_sandbox(thread_id, sandbox_id, info, user_id);
 }
@@ -769,8 +763,7 @@ void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const Sand
     try {
       backend_->destroy(info);
     } catch (const std::exception& e) {
-      log(LogLevel::warning,
-          "Error destroying unready sandbox " + sandbox_id + ": " + e.what());
+      log(LogLevel::warning, "Error destroying unready sandbox " + sandbox_id + ": " + e.what());
     }
   });
 }

@@ -79,8 +79,7 @@ void Provider::release(const std::string& sandbox_id) {
       forget(sandbox_id, epoch);
     }
   }
-  log(LogLevel::info,
-      "Released sandbox " + sandbox_id + " to warm pool (container still running)");
+  log(LogLevel::info, "Released sandbox " + sandbox_id + " to warm pool (container still running)");
 }
 
 // ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
@@ -153,8 +152,7 @@ void Provider::shutdown() {
 
 // ── health (SPEC §5.16) ──────────────────────────────────────────────────────
 
-std::optional<bool> Provider::check_alive(const std::string& sandbox_id,
-                                          const SandboxInfo& info) {
+std::optional<bool> Provider::check_alive(const std::string& sandbox_id, const SandboxInfo& info) {
   if (!backend_) return std::nullopt;
   try {
     return backend_->is_alive(info);
@@ -201,15 +199,15 @@ Provider::Removed Provider::remove_tracked(const std::string& sandbox_id,
 void Provider::drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
                                       const InfoPtr& expected_info) {
   if (!reserve_local_teardown(sandbox_id, [] { return true; })) {
-    log(LogLevel::info, "Skipped dropping sandbox " + sandbox_id +
-                            ": already being torn down by this instance");
+    log(LogLevel::info,
+        "Skipped dropping sandbox " + sandbox_id + ": already being torn down by this instance");
     return;
   }
   ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
   Removed removed = remove_tracked(sandbox_id, expected_info);
   if (!removed.removed) {
-    log(LogLevel::info, "Skipped dropping sandbox " + sandbox_id +
-                            ": tracked info changed after health check");
+    log(LogLevel::info,
+        "Skipped dropping sandbox " + sandbox_id + ": tracked info changed after health check");
     return;
   }
   close_client(removed.client, "Error closing unhealthy sandbox " + sandbox_id);
@@ -322,8 +320,7 @@ std::optional<std::string> Provider::evict_oldest_warm() {
     return a.second.released_at < b.second.released_at;
   });
   for (const auto& [id, entry] : by_age) {
-    if (destroy_warm_entry(id, entry, "replica_enforcement",
-                           still_this_warm_entry(id, entry))) {
+    if (destroy_warm_entry(id, entry, "replica_enforcement", still_this_warm_entry(id, entry))) {
       return id;
     }
   }
@@ -339,8 +336,8 @@ void Provider::cleanup_idle_sandboxes(double idle_timeout) {
     const double current = now();
     for (const auto& [id, last] : registry_.last_activity) {
       if (registry_.clients.count(id) && current - last > idle_timeout) {
-        log(LogLevel::info, "Sandbox " + id + " idle for " + fixed(current - last, 1) +
-                                "s, marking for destroy");
+        log(LogLevel::info,
+            "Sandbox " + id + " idle for " + fixed(current - last, 1) + "s, marking for destroy");
         idle.push_back(id);
       }
     }
@@ -416,8 +413,8 @@ bool Provider::refresh_ownership(const std::string& sandbox_id) {
       return true;
     }
   } catch (const std::exception& e) {
-    log(LogLevel::warning, "Could not re-establish lapsed lease for " + sandbox_id +
-                               ", will retry: " + e.what());
+    log(LogLevel::warning,
+        "Could not re-establish lapsed lease for " + sandbox_id + ", will retry: " + e.what());
     return true;
   }
   log(LogLevel::warning, "Lapsed ownership lease for " + sandbox_id + " was taken by a peer");
@@ -495,9 +492,9 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
     std::unique_lock lock(shared->mutex);
     shared->stop = true;
     shared->wake.notify_all();
-    const bool exited =
-        shared->wake.wait_for(lock, std::chrono::duration<double>(options_.teardown_join_timeout_seconds),
-                              [&] { return shared->exited; });
+    const bool exited = shared->wake.wait_for(
+        lock, std::chrono::duration<double>(options_.teardown_join_timeout_seconds),
+        [&] { return shared->exited; });
     lock.unlock();
     if (exited) {
       heartbeat.join();
@@ -534,8 +531,32 @@ void Provider::finish_local_teardown(const std::string& sandbox_id) {
   teardown_finished_.notify_all();
 }
 
-bool Provider::wait_out_teardown(const std::string& sandbox_id, double deadline) {
-  const auto remaining = [&] { return deadline - clock_->monotonic_now(); };
+bool Provider::teardown_in_progress(const std::string& sandbox_id) {
+  {
+    std::lock_guard lock(mutex_);
+    if (registry_.local_teardown.count(sandbox_id)) return true;
+  }
+  try {
+    const auto lease = ownership_->inspect(sandbox_id);
+    return lease && lease->destroying;
+  } catch (const std::exception&) {
+    return false;  // the publish that follows fails closed if the store stays unreachable
+  }
+}
+
+Provider::Deadline Provider::teardown_wait_deadline() const {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(options_.teardown_wait_seconds));
+}
+
+bool Provider::wait_out_teardown(const std::string& sandbox_id, Deadline deadline) {
+  const auto remaining = [&] {
+    return std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+  };
+  log(LogLevel::info, "Sandbox " + sandbox_id +
+                          " is being torn down; waiting for the teardown to finish (at most " +
+                          fixed(remaining(), 1) + "s)");
   {
     std::unique_lock lock(mutex_);
     while (registry_.local_teardown.count(sandbox_id)) {
@@ -571,8 +592,8 @@ void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t
     std::lock_guard lock(mutex_);
     if (registry_.local_teardown.count(sandbox_id)) return;
     if (registry_.acquire_inflight.count(sandbox_id)) {
-      log(LogLevel::info, "Not dropping sandbox " + sandbox_id +
-                              ": an acquire is publishing ownership for it");
+      log(LogLevel::info,
+          "Not dropping sandbox " + sandbox_id + ": an acquire is publishing ownership for it");
       return;
     }
     if (expected_epoch) {
@@ -676,8 +697,8 @@ void Provider::reconcile_orphans() {
       }
       if (!adoptable) {
         ++deferred;
-        log(LogLevel::debug, "Deferring adoption of sandbox " + id +
-                                 " (owned or within recovery grace)");
+        log(LogLevel::debug,
+            "Deferring adoption of sandbox " + id + " (owned or within recovery grace)");
         continue;
       }
     }
@@ -759,9 +780,19 @@ void Provider::idle_checker_loop(double idle_timeout) {
   }
 }
 
+void Provider::prune_idle_thread_locks() {
+  std::lock_guard lock(mutex_);
+  for (auto it = registry_.thread_locks.begin(); it != registry_.thread_locks.end();) {
+    // Only the map refers to it and nobody holds it: no waiter can be lost by dropping it.
+    const bool idle = it->second.use_count() == 1 && !it->second->is_held();
+    it = idle ? registry_.thread_locks.erase(it) : std::next(it);
+  }
+}
+
 void Provider::renewal_loop() {
   while (wait_for_background_tick(options_.renewal_interval_seconds)) {
     try {
+      prune_idle_thread_locks();
       renew_owned_leases();
     } catch (const std::exception& e) {
       log(LogLevel::error, std::string("Error in sandbox ownership renewal loop: ") + e.what());

@@ -70,10 +70,11 @@ TEST(UseStringTest, ParsesModuleAndClass) {
 
 TEST(UseStringTest, MalformedStringsNameTheTextTheSourceAndTheShape) {
   for (const std::string bad : {"ownership_sqlite", ":Foo", "mod:", "mod:Not-A-Class", ""}) {
-    const std::string message = load_error([&] { UseString::parse(bad, "cfg.json: sandbox.backend.use"); });
-    EXPECT_THAT(message, AllOf(HasSubstr("cfg.json: sandbox.backend.use"),
-                               HasSubstr("malformed use string '" + bad + "'"),
-                               HasSubstr("module:Class")))
+    const std::string message =
+        load_error([&] { UseString::parse(bad, "cfg.json: sandbox.backend.use"); });
+    EXPECT_THAT(message,
+                AllOf(HasSubstr("cfg.json: sandbox.backend.use"),
+                      HasSubstr("malformed use string '" + bad + "'"), HasSubstr("module:Class")))
         << bad;
   }
 }
@@ -102,16 +103,16 @@ TEST(PluginLoaderTest, LoadsByEnvironmentPluginPath) {
 
 TEST(PluginLoaderTest, LoadsByLibraryPath) {
   const PluginLoader loader;
-  auto store =
-      loader.load_ownership_store(kFixturePath + ":TinyStore", make_context(), "test");
+  auto store = loader.load_ownership_store(kFixturePath + ":TinyStore", make_context(), "test");
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->owner_id(), "host:0123");
 }
 
 TEST(PluginLoaderTest, MissingModuleListsEveryDirectorySearched) {
   const PluginLoader loader({"/nowhere/a", "/nowhere/b"});
-  const std::string message = load_error(
-      [&] { loader.load_backend("no_such_module:Foo", make_context(), "cfg.json: sandbox.backend.use"); });
+  const std::string message = load_error([&] {
+    loader.load_backend("no_such_module:Foo", make_context(), "cfg.json: sandbox.backend.use");
+  });
   EXPECT_THAT(message, AllOf(HasSubstr("cfg.json: sandbox.backend.use"),
                              HasSubstr("plugin module 'no_such_module'"), HasSubstr("not found"),
                              HasSubstr("/nowhere/a, /nowhere/b"), HasSubstr(build_plugin_dir()),
@@ -162,18 +163,19 @@ TEST(PluginLoaderTest, AbiMismatchIsRefusedBeforeTheFactoryRuns) {
   // The fixture's factory aborts the process: reaching it would fail this test loudly.
   const std::string message =
       load_error([&] { loader.load_backend("abi_mismatch:FutureBackend", make_context(), "w"); });
-  EXPECT_THAT(message, AllOf(HasSubstr("built for sandboxd SDK ABI " +
-                                       std::to_string(kSdkAbiVersion + 998)),
-                             HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
-                             HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
+  EXPECT_THAT(message,
+              AllOf(HasSubstr("built for sandboxd SDK ABI " + std::to_string(kSdkAbiVersion + 998)),
+                    HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
+                    HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
 }
 
 TEST(PluginLoaderTest, FactoryExceptionMessageIsIncluded) {
   const PluginLoader loader({kFixtureDir});
-  EXPECT_THAT(
-      load_error([&] { loader.load_backend("loader_fixture:ThrowingBackend", make_context(), "w"); }),
-      AllOf(HasSubstr("'loader_fixture:ThrowingBackend' failed to start"),
-            HasSubstr("boom: the engine is on fire")));
+  EXPECT_THAT(load_error([&] {
+                loader.load_backend("loader_fixture:ThrowingBackend", make_context(), "w");
+              }),
+              AllOf(HasSubstr("'loader_fixture:ThrowingBackend' failed to start"),
+                    HasSubstr("boom: the engine is on fire")));
 }
 
 TEST(PluginLoaderTest, RejectedConfigurationNamesFileKeyPathAndPlugin) {

@@ -4,11 +4,11 @@
 #include <curl/curl.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
-#include <sandboxd/readiness.hpp>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <sandboxd/readiness.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,8 +89,7 @@ class ProviderOverDockerTest : public ::testing::Test {
     prefix_ = "sbxprov" + std::to_string(getpid());
     logger_ = std::make_shared<testing::CapturingLogger>();
     clock_ = std::make_shared<testing::ManualClock>(
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-            .count());
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
   }
 
   void TearDown() override {
@@ -117,9 +116,10 @@ class ProviderOverDockerTest : public ::testing::Test {
     ProviderDeps deps;
     deps.backend = loader.load_backend(
         "local_docker:LocalContainerBackend",
-        context("sandbox.backend", R"({"socket": "unix://)" + socket + R"(", "image": ")" +
-                                       kTestImage + R"(", "container_prefix": ")" + prefix_ +
-                                       R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2})"),
+        context("sandbox.backend",
+                R"({"socket": "unix://)" + socket + R"(", "image": ")" + kTestImage +
+                    R"(", "container_prefix": ")" + prefix_ +
+                    R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2})"),
         "test");
     deps.ownership = loader.load_ownership_store(
         "ownership_sqlite:SqliteOwnershipStore",
@@ -229,16 +229,16 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
   // out the recovery grace, then adopts the container into its warm pool and reclaims it.
   const PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
   ProviderDeps deps;
-  auto backend_context = context("sandbox.backend", R"({"socket": "unix://)" + socket_path() +
-                                                        R"(", "image": ")" + kTestImage +
-                                                        R"(", "container_prefix": ")" + prefix_ +
-                                                        R"(", "sandbox_host": "127.0.0.1"})");
+  auto backend_context =
+      context("sandbox.backend", R"({"socket": "unix://)" + socket_path() + R"(", "image": ")" +
+                                     kTestImage + R"(", "container_prefix": ")" + prefix_ +
+                                     R"(", "sandbox_host": "127.0.0.1"})");
   deps.backend = loader.load_backend("local_docker:LocalContainerBackend", backend_context, "t");
   auto store_context =
       context("sandbox.ownership", R"({"path": ")" + base_dir_ + R"(/leases.db"})");
   store_context.owner_id = "provider-docker-test:2";
-  deps.ownership = loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore",
-                                               store_context, "t");
+  deps.ownership =
+      loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", store_context, "t");
   deps.logger = logger_;
   deps.clock = clock_;
   deps.paths = std::make_shared<const Paths>(base_dir_, base_dir_);
@@ -246,7 +246,7 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
   provider_ = std::make_unique<Provider>(std::move(deps));
   provider_->reconcile_orphans();
   EXPECT_EQ(provider_->counts().warm, 0u) << "adopted a container whose lease is live";
-  clock_->advance(200);  // past the 120 s TTL: the crashed owner's lease has expired
+  clock_->advance(200);            // past the 120 s TTL: the crashed owner's lease has expired
   provider_->reconcile_orphans();  // first sighting as unowned starts the grace period
   clock_->advance(200);
   provider_->reconcile_orphans();

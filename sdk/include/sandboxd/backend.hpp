@@ -13,9 +13,9 @@ namespace sandboxd {
 
 // How the provider decides "thread data is bind-mounted" when the config does not say (§3.6).
 enum class MountModeKind {
-  local_bind_mounts,   // the sandbox shares the gateway's user-data directories (local engine)
-  contract_negotiated, // remote provisioner: mounted iff the negotiated contract is current
-  other,               // explicit sync unless the config says otherwise
+  local_bind_mounts,    // the sandbox shares the gateway's user-data directories (local engine)
+  contract_negotiated,  // remote provisioner: mounted iff the negotiated contract is current
+  other,                // explicit sync unless the config says otherwise
 };
 
 class SandboxBackend {

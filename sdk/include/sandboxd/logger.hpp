@@ -11,10 +11,14 @@ enum class LogLevel { debug = 0, info = 1, warning = 2, error = 3 };
 
 inline const char* to_string(LogLevel level) {
   switch (level) {
-    case LogLevel::debug: return "debug";
-    case LogLevel::info: return "info";
-    case LogLevel::warning: return "warning";
-    case LogLevel::error: return "error";
+    case LogLevel::debug:
+      return "debug";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::warning:
+      return "warning";
+    case LogLevel::error:
+      return "error";
   }
   return "?";
 }

@@ -19,9 +19,12 @@ enum class RenewOutcome {
 
 inline const char* to_string(RenewOutcome outcome) {
   switch (outcome) {
-    case RenewOutcome::renewed: return "renewed";
-    case RenewOutcome::lapsed: return "lapsed";
-    case RenewOutcome::lost: return "lost";
+    case RenewOutcome::renewed:
+      return "renewed";
+    case RenewOutcome::lapsed:
+      return "lapsed";
+    case RenewOutcome::lost:
+      return "lost";
   }
   return "?";
 }

@@ -60,7 +60,7 @@ struct PluginDescriptor {
   std::uint32_t kind;  // a PluginKind
   const char* class_name;
   const char* description;
-  SandboxBackend* (*create_backend)(const PluginContext&);         // kind == backend
+  SandboxBackend* (*create_backend)(const PluginContext&);          // kind == backend
   OwnershipStore* (*create_ownership_store)(const PluginContext&);  // kind == ownership_store
 };
 
@@ -72,25 +72,28 @@ inline constexpr const char* kDescriptorSection = "sandboxd";
 }  // namespace sandboxd
 
 #define SANDBOXD_DETAIL_EXPORT(Class, KindValue, Description, BackendFactory, StoreFactory) \
-  extern "C" const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class;              \
-  const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class = {                      \
-      ::sandboxd::kSdkAbiVersion, static_cast<std::uint32_t>(KindValue), #Class,          \
-      Description, BackendFactory, StoreFactory};                                         \
+  extern "C" const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class;                \
+  const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class = {                        \
+      ::sandboxd::kSdkAbiVersion,                                                           \
+      static_cast<std::uint32_t>(KindValue),                                                \
+      #Class,                                                                               \
+      Description,                                                                          \
+      BackendFactory,                                                                       \
+      StoreFactory};                                                                        \
   BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_##Class, sandboxd_plugin_##Class, sandboxd)
 
 // Registers a SandboxBackend subclass constructible from `const PluginContext&`.
-#define SANDBOXD_EXPORT_BACKEND(Class, Description)                                         \
-  SANDBOXD_DETAIL_EXPORT(                                                                   \
-      Class, ::sandboxd::PluginKind::backend, Description,                                  \
-      [](const ::sandboxd::PluginContext& c) -> ::sandboxd::SandboxBackend* {               \
-        return new Class(c);                                                                \
-      },                                                                                    \
+#define SANDBOXD_EXPORT_BACKEND(Class, Description)                           \
+  SANDBOXD_DETAIL_EXPORT(                                                     \
+      Class, ::sandboxd::PluginKind::backend, Description,                    \
+      [](const ::sandboxd::PluginContext& c) -> ::sandboxd::SandboxBackend* { \
+        return new Class(c);                                                  \
+      },                                                                      \
       nullptr)
 
 // Registers an OwnershipStore subclass constructible from `const PluginContext&`.
-#define SANDBOXD_EXPORT_OWNERSHIP_STORE(Class, Description)                                 \
-  SANDBOXD_DETAIL_EXPORT(                                                                   \
-      Class, ::sandboxd::PluginKind::ownership_store, Description, nullptr,                 \
-      [](const ::sandboxd::PluginContext& c) -> ::sandboxd::OwnershipStore* {               \
-        return new Class(c);                                                                \
-      })
+#define SANDBOXD_EXPORT_OWNERSHIP_STORE(Class, Description)                                      \
+  SANDBOXD_DETAIL_EXPORT(Class, ::sandboxd::PluginKind::ownership_store, Description, nullptr,   \
+                         [](const ::sandboxd::PluginContext& c) -> ::sandboxd::OwnershipStore* { \
+                           return new Class(c);                                                  \
+                         })

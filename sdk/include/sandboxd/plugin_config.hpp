@@ -45,8 +45,9 @@ class PluginConfig {
       : key_path_(std::move(key_path)) {
     document_.Parse(json_text.c_str(), json_text.size());
     if (document_.HasParseError()) {
-      throw PluginConfigError(key_path_, std::string("malformed JSON: ") +
-                                             rapidjson::GetParseError_En(document_.GetParseError()));
+      throw PluginConfigError(
+          key_path_,
+          std::string("malformed JSON: ") + rapidjson::GetParseError_En(document_.GetParseError()));
     }
     if (!document_.IsObject()) {
       throw PluginConfigError(key_path_, std::string("expected an object, got ") +
@@ -152,7 +153,8 @@ class PluginConfig {
       mount.host_path = required_member_string(item, item_key, "host_path");
       mount.container_path = required_member_string(item, item_key, "container_path");
       if (item.HasMember("read_only") && !item["read_only"].IsNull()) {
-        if (!item["read_only"].IsBool()) fail(item_key + ".read_only", "a boolean", item["read_only"]);
+        if (!item["read_only"].IsBool())
+          fail(item_key + ".read_only", "a boolean", item["read_only"]);
         mount.read_only = item["read_only"].GetBool();
       }
       out.push_back(std::move(mount));

@@ -106,8 +106,9 @@ inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double time
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION,
-                   +[](char*, size_t size, size_t count, void*) -> size_t { return size * count; });
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION,
+      +[](char*, size_t size, size_t count, void*) -> size_t { return size * count; });
   long status = 0;
   const bool ok = curl_easy_perform(curl) == CURLE_OK &&
                   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&

@@ -29,7 +29,7 @@ struct SandboxInfo {
   std::string sandbox_url;  // e.g. http://127.0.0.1:49152; may be empty for a listed container
   std::optional<std::string> container_name;
   std::optional<std::string> container_id;
-  double created_at = 0.0;  // wall-clock seconds; 0.0 means "unknown age"
+  double created_at = 0.0;               // wall-clock seconds; 0.0 means "unknown age"
   std::optional<std::string> user_id;    // identity verified by the backend, when it can
   std::optional<std::string> thread_id;  // identity verified by the backend, when it can
   int mount_contract_version = 0;
@@ -64,8 +64,8 @@ struct SandboxDiscoveryResult {
   std::optional<std::string> backend_namespace;
   std::optional<std::string> incarnation_id;
 
-  static SandboxDiscoveryResult found(std::optional<SandboxInfo> info, std::string backend_namespace,
-                                      std::string incarnation_id) {
+  static SandboxDiscoveryResult found(std::optional<SandboxInfo> info,
+                                      std::string backend_namespace, std::string incarnation_id) {
     return {Status::found, std::move(info), std::move(backend_namespace),
             std::move(incarnation_id)};
   }

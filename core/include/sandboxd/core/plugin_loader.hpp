@@ -26,7 +26,7 @@ class PluginLoadError : public std::runtime_error {
 };
 
 struct UseString {
-  std::string module;      // bare name or path
+  std::string module;  // bare name or path
   std::string class_name;
 
   // `where` names the source for errors, e.g. "config.json: sandbox.backend.use".
@@ -34,13 +34,13 @@ struct UseString {
 };
 
 struct PluginClassInfo {
-  std::string module;       // bare module name (file name without "lib" and ".so")
+  std::string module;  // bare module name (file name without "lib" and ".so")
   std::string class_name;
   PluginKind kind = PluginKind::backend;
   std::uint32_t abi_version = 0;
   std::string description;
-  std::string path;         // the library file
-  std::string problem;      // non-empty when the descriptor could not be used (why)
+  std::string path;     // the library file
+  std::string problem;  // non-empty when the descriptor could not be used (why)
 
   std::string use_string() const { return module + ":" + class_name; }
 };
@@ -59,8 +59,7 @@ class PluginLoader {
 
   // Resolve `use`, check kind and ABI, run the factory. `where` names the source of the use
   // string for errors (e.g. "/etc/sandboxd.json: sandbox.backend.use").
-  std::shared_ptr<SandboxBackend> load_backend(const std::string& use,
-                                               const PluginContext& context,
+  std::shared_ptr<SandboxBackend> load_backend(const std::string& use, const PluginContext& context,
                                                const std::string& where) const;
   std::shared_ptr<OwnershipStore> load_ownership_store(const std::string& use,
                                                        const PluginContext& context,

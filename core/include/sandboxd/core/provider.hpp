@@ -29,14 +29,14 @@
 
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
-#include "sandboxd/errors.hpp"
-#include "sandboxd/logger.hpp"
-#include "sandboxd/ownership.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/core/thread_lock.hpp"
+#include "sandboxd/errors.hpp"
+#include "sandboxd/logger.hpp"
+#include "sandboxd/ownership.hpp"
 
 namespace sandboxd::core {
 
@@ -63,7 +63,7 @@ inline constexpr double kTeardownJoinTimeoutSeconds = 12.0;
 inline constexpr int kMaxContractAttempts = 3;
 
 struct ProviderOptions {
-  int replicas = 3;       // soft cap on active + warm; only warm entries are evicted
+  int replicas = 3;        // soft cap on active + warm; only warm entries are evicted
   int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
   std::optional<bool> thread_data_mounts;  // SPEC §3.6 override
   double renewal_interval_seconds = 30.0;  // lease renewal and teardown heartbeat period
@@ -81,7 +81,7 @@ struct ProviderOptions {
 // A cross-process exclusive file lock, replaceable in tests (SPEC §5.8).
 struct FileLockOps {
   std::function<int(const std::string& path)> open;  // returns a handle
-  std::function<void(int handle)> lock;               // exclusive; throws on failure
+  std::function<void(int handle)> lock;              // exclusive; throws on failure
   std::function<void(int handle)> unlock;
   std::function<void(int handle)> close;
 
@@ -90,13 +90,12 @@ struct FileLockOps {
 
 // Host facts and replaceable steps. Every member has a working default.
 struct ProviderHooks {
-  std::function<ClientPtr(const std::string& sandbox_id, const std::string& base_url)>
-      make_client;
+  std::function<ClientPtr(const std::string& sandbox_id, const std::string& base_url)> make_client;
   // true once GET {url}/v1/sandbox answers 200 within the timeout.
   std::function<bool(const std::string& url, double timeout_seconds)> wait_until_ready;
   std::function<bool(const std::string& user_id)> lark_integration_active;  // default false
   std::function<bool(const std::string& user_id)> lark_broker_active;       // default false
-  std::function<std::optional<std::string>()> ambient_user;  // default "default"
+  std::function<std::optional<std::string>()> ambient_user;                 // default "default"
   FileLockOps file_lock = FileLockOps::posix_flock();
 };
 
@@ -194,6 +193,9 @@ class Provider {
   std::optional<std::string> evict_oldest_warm();
   void reconcile_orphans();
   void renew_owned_leases();
+  // Drops per-conversation locks nobody holds or waits for (run by the renewal thread), so the
+  // lock map does not grow with every conversation ever seen.
+  void prune_idle_thread_locks();
 
   // Crash-recovery journal support (SPEC §5.19); backend only, no maps.
   static std::string reconciliation_provider_key() { return "aio_sandbox"; }
@@ -276,8 +278,7 @@ class Provider {
 
   // ── ids and mounts ──
   virtual std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
-                                            const std::string& user_id,
-                                            const Snapshot& snapshot);
+                                            const std::string& user_id, const Snapshot& snapshot);
   virtual std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
                                               const std::string& user_id);
   virtual void ensure_skills_projection(const std::string& user_id);
@@ -323,12 +324,22 @@ class Provider {
                              const std::optional<ThreadKey>& key);
   // Active + warm + other creations in flight: what the replica cap is checked against.
   std::size_t replica_slots_in_use_locked(const std::string& creating_id) const;
+  CreateRequest build_create_request(const std::optional<std::string>& thread_id,
+                                     const std::string& sandbox_id, const std::string& user_id);
+  // Throws SandboxIdentityCollisionError when the backend verified another (user, thread).
+  void check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
+                               const std::string& user_id) const;
   InfoPtr revalidate_through_create(const std::string& thread_id, const std::string& sandbox_id,
                                     const std::string& user_id, const Snapshot& snapshot);
   void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
                               const InfoPtr& validated);
-  // Waits (bounded) until neither this process nor a peer is tearing `sandbox_id` down.
-  bool wait_out_teardown(const std::string& sandbox_id, double deadline);
+  // Waits (bounded) until neither this process nor a peer is tearing `sandbox_id` down. The
+  // deadline is real time (a container stop takes real time, whatever the injected clock says).
+  using Deadline = std::chrono::steady_clock::time_point;
+  bool wait_out_teardown(const std::string& sandbox_id, Deadline deadline);
+  Deadline teardown_wait_deadline() const;
+  // This process has reserved `sandbox_id` for teardown, or a live `del` lease exists for it.
+  bool teardown_in_progress(const std::string& sandbox_id);
   bool negotiates_contract() const;
   double now() const { return clock_->wall_now(); }
   void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
