@@ -1,0 +1,619 @@
+// Tests of remote_provisioner:RemoteSandboxBackend, loaded through the real PluginLoader by its
+// use string, against a real HTTP server on 127.0.0.1 (cpp-httplib) that records every
+// request and answers scripted responses. Time moves through a ManualClock.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <rapidjson/document.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/sdk.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using sandboxd::CreateRequest;
+using sandboxd::LogLevel;
+using sandboxd::MountContractChangedError;
+using sandboxd::MountModeKind;
+using sandboxd::SandboxBackend;
+using sandboxd::SandboxDiscoveryResult;
+using sandboxd::SandboxInfo;
+using sandboxd::testing::CapturingLogger;
+using sandboxd::testing::ManualClock;
+
+constexpr const char* kUse = "remote_provisioner:RemoteSandboxBackend";
+constexpr const char* kApiKey = "secret-key-d41d8cd9";
+
+struct Recorded {
+  std::string method;
+  std::string path;
+  std::map<std::string, std::string> headers;  // the ones the tests look at
+  std::string body;
+};
+
+struct Scripted {
+  int status = 200;
+  std::string body;
+};
+
+// A provisioner stand-in. Lock story: `mutex_` guards `requests_` and `script_`; handlers run
+// on httplib's worker threads.
+class FakeProvisioner {
+ public:
+  FakeProvisioner() {
+    auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+      handle(req, res);
+    };
+    server_.Get(".*", handler);
+    server_.Post(".*", handler);
+    server_.Delete(".*", handler);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeProvisioner() {
+    server_.stop();
+    thread_.join();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+  // Queue a response for "METHOD /path"; each is used once, in order.
+  void push(const std::string& route, int status, std::string body = "") {
+    std::lock_guard lock(mutex_);
+    script_[route].push_back({status, std::move(body)});
+  }
+
+  std::vector<Recorded> requests() const {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+
+ private:
+  void handle(const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mutex_);
+    Recorded recorded{req.method, req.path, {}, req.body};
+    for (const char* name : {"X-API-Key", "Content-Type"}) {
+      if (req.has_header(name)) recorded.headers[name] = req.get_header_value(name);
+    }
+    requests_.push_back(recorded);
+    auto& queue = script_[req.method + " " + req.path];
+    if (queue.empty()) {
+      res.status = 500;
+      res.set_content("no scripted response", "text/plain");
+      return;
+    }
+    const Scripted next = queue.front();
+    queue.pop_front();
+    res.status = next.status;
+    res.set_content(next.body, "application/json");
+  }
+
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mutex_;
+  std::vector<Recorded> requests_;
+  std::map<std::string, std::deque<Scripted>> script_;
+};
+
+// A 127.0.0.1 port with nothing listening (bound, then closed).
+int closed_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+struct Host {
+  std::shared_ptr<CapturingLogger> logger = std::make_shared<CapturingLogger>();
+  std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>(100.0);
+  std::string ambient_user = "";
+  bool legacy_skills = false;
+  std::vector<std::string> legacy_asked_for;
+};
+
+std::shared_ptr<SandboxBackend> load(Host& host, const std::string& config_json) {
+  sandboxd::PluginContext context;
+  context.config_json = config_json;
+  context.config_key_path = "sandbox.backend";
+  context.logger = host.logger;
+  context.clock = host.clock;
+  context.ambient_user_id = [&host] { return host.ambient_user; };
+  context.user_should_see_legacy_skills = [&host](const std::string& user) {
+    host.legacy_asked_for.push_back(user);
+    return host.legacy_skills;
+  };
+  sandboxd::core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
+  return loader.load_backend(kUse, context, "remote_provisioner test");
+}
+
+std::shared_ptr<SandboxBackend> load(Host& host, const std::string& url,
+                                     const std::string& api_key) {
+  std::string config = "{\"provisioner_url\":\"" + json_escape(url) + "\"";
+  if (!api_key.empty()) config += ",\"provisioner_api_key\":\"" + json_escape(api_key) + "\"";
+  return load(host, config + "}");
+}
+
+rapidjson::Document parse(const std::string& body) {
+  rapidjson::Document doc;
+  doc.Parse(body.c_str(), body.size());
+  EXPECT_FALSE(doc.HasParseError()) << body;
+  return doc;
+}
+
+class RemoteBackendTest : public ::testing::Test {
+ protected:
+  std::shared_ptr<SandboxBackend> backend(const std::string& api_key = "") {
+    return load(host_, server_.url() + "/", api_key);
+  }
+
+  FakeProvisioner server_;
+  Host host_;
+};
+
+// ── configuration and construction ──
+
+TEST_F(RemoteBackendTest, MissingProvisionerUrlNamesTheKeyPath) {
+  try {
+    load(host_, "{}");
+    FAIL() << "expected a PluginConfigError";
+  } catch (const std::exception& error) {
+    EXPECT_NE(std::string(error.what()).find("sandbox.backend.provisioner_url"), std::string::npos)
+        << error.what();
+  }
+}
+
+TEST_F(RemoteBackendTest, ConstructorMakesNoRequestAndReportsItsKind) {
+  auto remote = backend(kApiKey);
+  EXPECT_TRUE(server_.requests().empty());
+  EXPECT_TRUE(remote->requires_create_validation());
+  EXPECT_EQ(remote->mount_mode_kind(), MountModeKind::contract_negotiated);
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+}
+
+// ── capability probing (§10.2) ──
+
+// Python: test_remote_backend_negotiates_mount_contract_capability
+TEST_F(RemoteBackendTest, NegotiatesMountContractCapability) {
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  auto remote = backend("secret");          // trailing '/' in the URL is dropped
+  remote->refresh_capabilities_if_stale();  // never probed: stale, so this probes
+  EXPECT_EQ(remote->cached_mount_contract_version(), 2);
+  EXPECT_TRUE(remote->cached_mount_contract_capability_known());
+  EXPECT_EQ(remote->mount_contract_snapshot(), (sandboxd::MountContractSnapshot{2, true}));
+  const auto requests = server_.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].method, "GET");
+  EXPECT_EQ(requests[0].path, "/api/capabilities");
+  EXPECT_EQ(requests[0].headers.at("X-API-Key"), "secret");
+}
+
+// Python: test_remote_backend_treats_missing_mount_capability_as_legacy
+TEST_F(RemoteBackendTest, TreatsMissingMountCapabilityAsLegacy) {
+  server_.push("GET /api/capabilities", 200, R"({"lark_cli_init_image": false})");
+  auto remote = backend();
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+  EXPECT_TRUE(remote->cached_mount_contract_capability_known());
+  ASSERT_EQ(server_.requests().size(), 1u);
+  EXPECT_EQ(server_.requests()[0].headers.count("X-API-Key"), 0u);  // no key, no header
+}
+
+// Python: test_remote_backend_treats_missing_capability_endpoint_as_known_legacy
+TEST_F(RemoteBackendTest, TreatsMissingCapabilityEndpointAsKnownLegacy) {
+  server_.push("GET /api/capabilities", 404, R"({"detail": "Not Found"})");
+  auto remote = backend();
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+  EXPECT_TRUE(remote->cached_mount_contract_capability_known());
+}
+
+// Python: test_remote_backend_distinguishes_unavailable_capability_probe
+TEST_F(RemoteBackendTest, DistinguishesUnavailableCapabilityProbe) {
+  auto remote = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), "");
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+}
+
+TEST_F(RemoteBackendTest, ErrorStatusAndBadBodiesAreUnavailable) {
+  for (const auto& [status, body] :
+       std::vector<std::pair<int, std::string>>{{401, R"({"detail":"bad key"})"},
+                                                {200, "not json"},
+                                                {200, "[2]"},
+                                                {200, R"({"mount_contract_version":"2"})"}}) {
+    Host host;
+    auto remote = load(host, server_.url(), "");
+    server_.push("GET /api/capabilities", status, body);
+    remote->refresh_capabilities_if_stale();
+    EXPECT_FALSE(remote->cached_mount_contract_capability_known()) << status << " " << body;
+    EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+  }
+}
+
+TEST_F(RemoteBackendTest, TransientFailureKeepsTheLastKnownVersion) {
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  server_.push("GET /api/capabilities", 503, "");
+  auto remote = backend();
+  remote->refresh_capabilities_if_stale();
+  host_.clock->advance(30.0);
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->mount_contract_snapshot(), (sandboxd::MountContractSnapshot{2, false}));
+}
+
+// Python: test_remote_backend_retries_unavailable_capability_probe
+TEST_F(RemoteBackendTest, RetriesUnavailableCapabilityProbe) {
+  server_.push("GET /api/capabilities", 503, "not ready");
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  auto remote = backend();
+  remote->refresh_capabilities_if_stale();
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+
+  host_.clock->advance(0.5);
+  remote->refresh_capabilities_if_stale();  // not yet stale
+  EXPECT_EQ(server_.requests().size(), 1u);
+
+  host_.clock->advance(0.5);  // 1.0 s after the failed probe
+  remote->refresh_capabilities_if_stale();
+  EXPECT_TRUE(remote->cached_mount_contract_capability_known());
+  EXPECT_EQ(remote->cached_mount_contract_version(), 2);
+  EXPECT_EQ(server_.requests().size(), 2u);
+}
+
+// Python: test_remote_backend_retries_known_legacy_capability_probe
+TEST_F(RemoteBackendTest, RetriesKnownLegacyCapabilityProbe) {
+  host_.clock->set(200.0);
+  server_.push("GET /api/capabilities", 404);
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  auto remote = backend();
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+
+  host_.clock->advance(29.0);
+  remote->refresh_capabilities_if_stale();  // known results stay fresh for 30 s
+  EXPECT_EQ(server_.requests().size(), 1u);
+
+  host_.clock->advance(1.0);
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 2);
+  EXPECT_EQ(server_.requests().size(), 2u);
+}
+
+// ── create (§10.3) ──
+
+std::shared_ptr<SandboxBackend> negotiated_v2(FakeProvisioner& server, Host& host,
+                                              const std::string& api_key = "") {
+  server.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  auto remote = load(host, server.url(), api_key);
+  remote->refresh_capabilities_if_stale();
+  EXPECT_EQ(remote->cached_mount_contract_version(), 2);
+  return remote;
+}
+
+const char* kCreated42 =
+    R"({"sandbox_id":"sandbox-42","sandbox_url":"http://sandbox.local","user_id":"%U",)"
+    R"("thread_id":"thread-42","mount_contract_version":2})";
+
+std::string created_for(const std::string& user) {
+  std::string body = kCreated42;
+  body.replace(body.find("%U"), 2, user);
+  return body;
+}
+
+// Python: test_remote_backend_create_forwards_effective_user_id
+TEST_F(RemoteBackendTest, CreateForwardsEffectiveUserId) {
+  auto remote = negotiated_v2(server_, host_);
+  host_.ambient_user = "user-7";
+  host_.legacy_skills = true;
+  server_.push("POST /api/sandboxes", 200, created_for("user-7"));
+
+  CreateRequest request;
+  request.thread_id = "thread-42";
+  request.sandbox_id = "sandbox-42";
+  const SandboxInfo info = remote->create(request);
+
+  const auto requests = server_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[1].method, "POST");
+  EXPECT_EQ(requests[1].path, "/api/sandboxes");
+  EXPECT_EQ(requests[1].headers.at("Content-Type"), "application/json");
+  rapidjson::Document expected =
+      parse(R"({"sandbox_id":"sandbox-42","thread_id":"thread-42","user_id":"user-7",)"
+            R"("required_mount_contract_version":2,"include_legacy_skills":true,)"
+            R"("provision_lark_cli_runtime":false,"provision_lark_cli_broker":false})");
+  EXPECT_TRUE(parse(requests[1].body) == expected) << requests[1].body;
+  EXPECT_EQ(host_.legacy_asked_for, std::vector<std::string>{"user-7"});
+
+  EXPECT_EQ(info.sandbox_id, "sandbox-42");
+  EXPECT_EQ(info.sandbox_url, "http://sandbox.local");
+  EXPECT_EQ(info.user_id, "user-7");
+  EXPECT_EQ(info.thread_id, "thread-42");
+  EXPECT_EQ(info.mount_contract_version, 2);
+  EXPECT_TRUE(host_.logger->contains(
+      LogLevel::info, "Provisioner created sandbox sandbox-42: sandbox_url=http://sandbox.local"));
+}
+
+// Python: test_remote_backend_create_prefers_explicit_user_id
+TEST_F(RemoteBackendTest, CreatePrefersExplicitUserId) {
+  auto remote = negotiated_v2(server_, host_);
+  host_.ambient_user = "default";
+  host_.legacy_skills = false;
+  server_.push("POST /api/sandboxes", 200, created_for("ou-user"));
+
+  CreateRequest request;
+  request.thread_id = "thread-42";
+  request.sandbox_id = "sandbox-42";
+  request.user_id = "ou-user";
+  remote->create(request);
+
+  const auto body = parse(server_.requests().back().body);
+  EXPECT_STREQ(body["user_id"].GetString(), "ou-user");
+  EXPECT_FALSE(body["include_legacy_skills"].GetBool());
+  EXPECT_EQ(body["required_mount_contract_version"].GetInt(), 2);
+}
+
+TEST_F(RemoteBackendTest, CreateWithoutNegotiatedContractOmitsTheVersionAndUsesDefaultUser) {
+  auto remote = backend();
+  server_.push("POST /api/sandboxes", 200,
+               R"({"sandbox_id":"s","sandbox_url":"http://sb","user_id":"default"})");
+  CreateRequest request;
+  request.sandbox_id = "s";
+  request.extra_mounts = {{"/w", "/mnt/user-data/workspace", false},
+                          {"/acp", "/mnt/acp-workspace", true}};
+  request.provision_lark_cli_broker = true;
+  const SandboxInfo info = remote->create(request);
+  EXPECT_EQ(info.mount_contract_version, 0);
+
+  rapidjson::Document expected = parse(
+      R"({"sandbox_id":"s","thread_id":null,"user_id":"default","include_legacy_skills":false,)"
+      R"("provision_lark_cli_runtime":false,"provision_lark_cli_broker":true,)"
+      R"("extra_mounts":[{"host_path":"/acp","container_path":"/mnt/acp-workspace",)"
+      R"("read_only":true}]})");
+  EXPECT_TRUE(parse(server_.requests().back().body) == expected) << server_.requests().back().body;
+}
+
+TEST_F(RemoteBackendTest, CreateReportsAContractChange) {
+  auto remote = negotiated_v2(server_, host_);
+  server_.push("POST /api/sandboxes", 200,
+               R"({"sandbox_id":"s","sandbox_url":"http://sb","mount_contract_version":3})");
+  CreateRequest request;
+  request.sandbox_id = "s";
+  try {
+    remote->create(request);
+    FAIL() << "expected MountContractChangedError";
+  } catch (const MountContractChangedError& error) {
+    EXPECT_EQ(error.previous_version(), 2);
+    EXPECT_EQ(error.current_version(), 3);
+  }
+  EXPECT_EQ(remote->mount_contract_snapshot(), (sandboxd::MountContractSnapshot{3, true}));
+
+  // A downgrade (the version missing from the answer counts as 0) restarts too.
+  server_.push("POST /api/sandboxes", 200, R"({"sandbox_id":"s","sandbox_url":"http://sb"})");
+  try {
+    remote->create(request);
+    FAIL() << "expected MountContractChangedError";
+  } catch (const MountContractChangedError& error) {
+    EXPECT_EQ(error.previous_version(), 3);
+    EXPECT_EQ(error.current_version(), 0);
+  }
+  EXPECT_EQ(remote->cached_mount_contract_version(), 0);
+}
+
+TEST_F(RemoteBackendTest, CreateFailureIsLoggedAndRaised) {
+  auto remote = backend(kApiKey);
+  server_.push("POST /api/sandboxes", 500, R"({"detail":"boom"})");
+  CreateRequest request;
+  request.sandbox_id = "sandbox-9";
+  try {
+    remote->create(request);
+    FAIL() << "expected an error";
+  } catch (const MountContractChangedError&) {
+    FAIL() << "not a contract change";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()).rfind("Provisioner create failed: HTTP 500", 0), 0u)
+        << error.what();
+  }
+  EXPECT_TRUE(host_.logger->contains(LogLevel::error, "Provisioner create failed for sandbox-9: "));
+  EXPECT_EQ(server_.requests().back().headers.at("X-API-Key"), kApiKey);
+}
+
+TEST_F(RemoteBackendTest, CreateRejectsAnUnsafeConversionMountBeforeAnyRequest) {
+  auto remote = backend();
+  CreateRequest request;
+  request.sandbox_id = "s";
+  request.extra_mounts = {
+      {"/t/user-data/uploads", "/mnt/user-data/uploads", false},
+      {"/t/user-data/.upload-conversions", "/mnt/user-data/.upload-conversions", false}};
+  EXPECT_THROW(remote->create(request), std::invalid_argument);
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+// ── discover (§10.4) ──
+
+// Python: test_remote_discovery_carries_verified_identity
+TEST_F(RemoteBackendTest, DiscoveryCarriesVerifiedIdentity) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes/sandbox-1", 200,
+               R"({"sandbox_url":"http://sandbox.local","user_id":"alice",)"
+               R"("thread_id":"thread-1","mount_contract_version":2})");
+  const auto info = remote->discover("sandbox-1");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->sandbox_id, "sandbox-1");
+  EXPECT_EQ(info->sandbox_url, "http://sandbox.local");
+  EXPECT_EQ(info->user_id, "alice");
+  EXPECT_EQ(info->thread_id, "thread-1");
+  EXPECT_EQ(info->mount_contract_version, 2);
+}
+
+// Python: test_remote_discovery_ignores_legacy_unverified_response
+TEST_F(RemoteBackendTest, DiscoveryIgnoresLegacyUnverifiedResponse) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes/sandbox-old", 200, R"({"sandbox_url":"http://legacy.local"})");
+  EXPECT_FALSE(remote->discover("sandbox-old").has_value());
+}
+
+TEST_F(RemoteBackendTest, DiscoverMissingOrFailingIsNothing) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes/a", 404);
+  EXPECT_FALSE(remote->discover("a").has_value());
+  server_.push("GET /api/sandboxes/b", 500);
+  EXPECT_FALSE(remote->discover("b").has_value());
+  auto unreachable = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), "");
+  EXPECT_FALSE(unreachable->discover("c").has_value());
+}
+
+TEST_F(RemoteBackendTest, DiscoverForReconciliationMapsTheInstanceRoute) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes/s/instance", 200,
+               R"({"backend_namespace":"ns","incarnation_id":"uid-1","sandbox_url":"http://sb",)"
+               R"("user_id":"alice","thread_id":"t","mount_contract_version":2})");
+  auto found = remote->discover_for_reconciliation("s");
+  EXPECT_EQ(found.status, SandboxDiscoveryResult::Status::found);
+  EXPECT_EQ(found.backend_namespace, "ns");
+  EXPECT_EQ(found.incarnation_id, "uid-1");
+  ASSERT_TRUE(found.info.has_value());
+  EXPECT_EQ(found.info->user_id, "alice");
+  EXPECT_EQ(found.info->mount_contract_version, 2);
+
+  server_.push("GET /api/sandboxes/s/instance", 200,
+               R"({"backend_namespace":"ns","incarnation_id":"uid-2","sandbox_url":null})");
+  auto no_service = remote->discover_for_reconciliation("s");
+  EXPECT_EQ(no_service.status, SandboxDiscoveryResult::Status::found);
+  EXPECT_FALSE(no_service.info.has_value());
+  EXPECT_EQ(no_service.incarnation_id, "uid-2");
+
+  server_.push("GET /api/sandboxes/s/instance", 200,
+               R"({"backend_namespace":"ns","incarnation_id":null})");
+  auto absent = remote->discover_for_reconciliation("s");
+  EXPECT_EQ(absent.status, SandboxDiscoveryResult::Status::absent);
+  EXPECT_EQ(absent.backend_namespace, "ns");
+
+  server_.push("GET /api/sandboxes/s/instance", 404);
+  EXPECT_EQ(remote->discover_for_reconciliation("s").status,
+            SandboxDiscoveryResult::Status::unknown);
+  server_.push("GET /api/sandboxes/s/instance", 200, "garbage");
+  EXPECT_EQ(remote->discover_for_reconciliation("s").status,
+            SandboxDiscoveryResult::Status::unknown);
+}
+
+// ── is_alive, destroy, list_running (§10.5) ──
+
+TEST_F(RemoteBackendTest, IsAliveReadsTheStatus) {
+  auto remote = backend();
+  SandboxInfo info;
+  info.sandbox_id = "s";
+  server_.push("GET /api/sandboxes/s", 200, R"({"status":"Running"})");
+  EXPECT_TRUE(remote->is_alive(info));
+  server_.push("GET /api/sandboxes/s", 200, R"({"status":"Pending"})");
+  EXPECT_FALSE(remote->is_alive(info));
+  server_.push("GET /api/sandboxes/s", 404);
+  EXPECT_FALSE(remote->is_alive(info));
+  server_.push("GET /api/sandboxes/s", 500, "oops");
+  try {
+    remote->is_alive(info);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()), "Provisioner health check failed for s: HTTP 500 oops");
+  }
+  auto unreachable = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), "");
+  EXPECT_THROW(unreachable->is_alive(info), std::runtime_error);
+}
+
+TEST_F(RemoteBackendTest, DestroyNeverThrows) {
+  auto remote = backend(kApiKey);
+  SandboxInfo info;
+  info.sandbox_id = "s";
+  server_.push("DELETE /api/sandboxes/s", 200, R"({"ok":true})");
+  remote->destroy(info);
+  server_.push("DELETE /api/sandboxes/s", 500, "nope");
+  remote->destroy(info);
+  EXPECT_TRUE(host_.logger->contains(LogLevel::warning, "Provisioner destroy returned 500: nope"));
+  auto unreachable = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), kApiKey);
+  EXPECT_NO_THROW(unreachable->destroy(info));
+  const auto requests = server_.requests();
+  ASSERT_EQ(requests.size(), 2u);
+  EXPECT_EQ(requests[0].method, "DELETE");
+  EXPECT_EQ(requests[0].headers.at("X-API-Key"), kApiKey);
+}
+
+TEST_F(RemoteBackendTest, ListRunningSkipsMalformedEntries) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes", 200,
+               R"({"sandboxes":[{"sandbox_id":"a","sandbox_url":"http://a"},)"
+               R"({"sandbox_id":"","sandbox_url":"http://x"},{"sandbox_url":"http://y"},)"
+               R"(42,{"sandbox_id":"b","sandbox_url":"http://b","user_id":"u","thread_id":"t",)"
+               R"("mount_contract_version":2}]})");
+  const auto running = remote->list_running();
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0].sandbox_id, "a");
+  EXPECT_EQ(running[0].sandbox_url, "http://a");
+  EXPECT_EQ(running[1].sandbox_id, "b");
+  EXPECT_EQ(running[1].mount_contract_version, 2);
+  EXPECT_TRUE(
+      host_.logger->contains(LogLevel::info, "Provisioner list_running: 2 sandbox(es) found"));
+  EXPECT_TRUE(host_.logger->contains(LogLevel::warning, "skipping malformed entry"));
+
+  server_.push("GET /api/sandboxes", 200, R"({"sandboxes":{}})");
+  EXPECT_TRUE(remote->list_running().empty());
+  auto unreachable = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), "");
+  EXPECT_TRUE(unreachable->list_running().empty());
+}
+
+// ── secrets ──
+
+TEST_F(RemoteBackendTest, ApiKeyNeverAppearsInALogLine) {
+  auto remote = negotiated_v2(server_, host_, kApiKey);
+  SandboxInfo info;
+  info.sandbox_id = "s";
+  CreateRequest request;
+  request.sandbox_id = "s";
+  server_.push("POST /api/sandboxes", 500, "fail");
+  EXPECT_ANY_THROW(remote->create(request));
+  server_.push("DELETE /api/sandboxes/s", 403, "forbidden");
+  remote->destroy(info);
+  remote->list_running();  // unscripted: 500
+  host_.clock->advance(31.0);
+  remote->refresh_capabilities_if_stale();  // unscripted: 500, logged as a failed probe
+  auto unreachable = load(host_, "http://127.0.0.1:" + std::to_string(closed_port()), kApiKey);
+  unreachable->refresh_capabilities_if_stale();
+  unreachable->destroy(info);
+  unreachable->discover("s");
+
+  EXPECT_FALSE(host_.logger->lines().empty());
+  for (const auto& line : host_.logger->lines()) {
+    EXPECT_EQ(line.message.find(kApiKey), std::string::npos) << line.message;
+  }
+  for (const auto& request_seen : server_.requests()) {
+    EXPECT_EQ(request_seen.headers.at("X-API-Key"), kApiKey);
+  }
+}
+
+}  // namespace
