@@ -1,6 +1,5 @@
 #include "engine_client.hpp"
 
-#include <curl/curl.h>
 #include <rapidjson/document.h>
 #include <sys/stat.h>
 
@@ -11,60 +10,10 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <sandboxd/http.hpp>
 
 namespace sandboxd::local_docker {
 namespace {
-
-void global_init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-struct CurlDeleter {
-  void operator()(CURL* handle) const { curl_easy_cleanup(handle); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-
-struct WriteTarget {
-  std::string* body;
-  const BodySink* sink;
-};
-
-size_t on_header(char* data, size_t size, size_t count, void* user) {
-  auto* headers = static_cast<std::map<std::string, std::string>*>(user);
-  const size_t bytes = size * count;
-  std::string line(data, bytes);
-  const std::size_t colon = line.find(':');
-  if (colon != std::string::npos) {
-    std::string name = line.substr(0, colon);
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    std::string value = line.substr(colon + 1);
-    const std::size_t first = value.find_first_not_of(" \t");
-    const std::size_t last = value.find_last_not_of(" \t\r\n");
-    value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
-    (*headers)[name] = value;
-  }
-  return bytes;
-}
-
-size_t on_write(char* data, size_t size, size_t count, void* user) {
-  auto* target = static_cast<WriteTarget*>(user);
-  const size_t bytes = size * count;
-  if (target->sink != nullptr && *target->sink) {
-    (*target->sink)(std::string_view(data, bytes));
-  } else {
-    target->body->append(data, bytes);
-  }
-  return bytes;
-}
-
-long to_millis(double seconds) {
-  if (!(seconds > 0)) return 1;
-  return static_cast<long>(std::ceil(seconds * 1000.0));
-}
 
 std::string format_seconds(double seconds) {
   char buffer[32];
@@ -90,9 +39,7 @@ std::string HttpResponse::message() const {
   return text;
 }
 
-EngineClient::EngineClient(EngineEndpoint endpoint) : endpoint_(std::move(endpoint)) {
-  global_init_once();
-}
+EngineClient::EngineClient(EngineEndpoint endpoint) : endpoint_(std::move(endpoint)) {}
 
 HttpResponse EngineClient::raw_call(const std::string& method, const std::string& path,
                                     double timeout_seconds, const std::string& body,
@@ -113,65 +60,30 @@ HttpResponse EngineClient::raw_call(const std::string& method, const std::string
     }
   }
 
-  std::unique_ptr<CURL, CurlDeleter> handle(curl_easy_init());
-  if (!handle) throw EngineUnreachableError("libcurl could not create a request handle");
-  CURL* curl = handle.get();
-
-  const std::string url = endpoint_.base_url + path;
-  std::string response_body;
-  std::map<std::string, std::string> response_headers;
-  WriteTarget target{&response_body, &sink};
-  char error_buffer[CURL_ERROR_SIZE] = {0};
-
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  if (!endpoint_.unix_socket.empty()) {
-    curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, endpoint_.unix_socket.c_str());
-  }
-  curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");  // the engine is never reached through a proxy
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // required for timeouts in threaded programs
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, to_millis(timeout_seconds));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, std::min(to_millis(timeout_seconds), 5000L));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &target);
-  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response_headers);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
-
-  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
-  if (!body.empty()) raw_headers = curl_slist_append(raw_headers, "Content-Type: application/json");
-  std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
-
-  if (method == "GET") {
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-  } else if (method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-  } else {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-    if (!body.empty()) {
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  http::Request request;
+  request.method = method;
+  request.url = endpoint_.base_url + path;
+  request.json_body = body;
+  request.timeout_seconds = timeout_seconds;
+  request.connect_timeout_seconds = 5.0;
+  request.unix_socket = endpoint_.unix_socket;  // the engine is never reached through a proxy
+  if (sink) request.body_sink = sink;
+  try {
+    http::Response answer = http::perform(request);
+    HttpResponse response;
+    response.status = answer.status;
+    response.body = std::move(answer.body);
+    response.headers = std::move(answer.headers);
+    return response;
+  } catch (const http::TransportError& e) {
+    if (e.timed_out()) {
+      throw EngineTimeoutError("Timed out after " + format_seconds(timeout_seconds) +
+                               "s waiting for the container engine at " + endpoint_.display + " (" +
+                               method + " " + path + ")");
     }
-  }
-
-  const CURLcode code = curl_easy_perform(curl);
-  if (code == CURLE_OPERATION_TIMEDOUT) {
-    throw EngineTimeoutError("Timed out after " + format_seconds(timeout_seconds) +
-                             "s waiting for the container engine at " + endpoint_.display + " (" +
-                             method + " " + path + ")");
-  }
-  if (code != CURLE_OK) {
-    const std::string detail = error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code);
     throw EngineUnreachableError("Cannot talk to the container engine at " + endpoint_.display +
-                                 " (" + method + " " + path + "): " + detail);
+                                 " (" + method + " " + path + "): " + e.what());
   }
-  HttpResponse response;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
-  response.body = std::move(response_body);
-  response.headers = std::move(response_headers);
-  return response;
 }
 
 std::string EngineClient::api_version() {

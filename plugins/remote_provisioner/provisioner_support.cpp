@@ -1,6 +1,5 @@
 #include "provisioner_support.hpp"
 
-#include <curl/curl.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -15,28 +14,6 @@
 
 namespace sandboxd::remote_provisioner {
 namespace {
-
-void global_init_once() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-struct CurlDeleter {
-  void operator()(CURL* handle) const { curl_easy_cleanup(handle); }
-};
-struct SlistDeleter {
-  void operator()(curl_slist* list) const { curl_slist_free_all(list); }
-};
-
-size_t on_write(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
-}
-
-long to_millis(double seconds) {
-  if (!(seconds > 0)) return 1;
-  return static_cast<long>(std::ceil(seconds * 1000.0));
-}
 
 // A host path split into its root ("", "/", "\", "\\" or "C:\") and its segments.
 struct HostPath {
@@ -112,58 +89,22 @@ std::string HttpResponse::describe() const {
 HttpResponse http_request(const std::string& method, const std::string& url,
                           const std::string& api_key, double timeout_seconds,
                           const std::string& json_body) {
-  global_init_once();
-  std::unique_ptr<CURL, CurlDeleter> handle(curl_easy_init());
-  if (!handle) throw TransportError("libcurl could not create a request handle");
-  CURL* curl = handle.get();
-
-  std::string response_body;
-  char error_buffer[CURL_ERROR_SIZE] = {0};
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  if (!trust_env(url)) curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, to_millis(timeout_seconds));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, to_millis(timeout_seconds));
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_write);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &response_body);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
-
-  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
-  if (!json_body.empty()) {
-    raw_headers = curl_slist_append(raw_headers, "Content-Type: application/json");
+  http::Request request;
+  request.method = method;
+  request.url = url;
+  request.json_body = json_body;
+  request.timeout_seconds = timeout_seconds;
+  request.use_environment_proxy = trust_env(url);
+  if (!api_key.empty()) request.headers.push_back("X-API-Key: " + api_key);
+  try {
+    http::Response answer = http::perform(request);
+    HttpResponse response;
+    response.status = answer.status;
+    response.body = std::move(answer.body);
+    return response;
+  } catch (const http::TransportError& e) {
+    throw TransportError(method + " " + url + ": " + e.what());
   }
-  std::string key_header;
-  if (!api_key.empty()) {
-    key_header = "X-API-Key: " + api_key;
-    raw_headers = curl_slist_append(raw_headers, key_header.c_str());
-  }
-  std::unique_ptr<curl_slist, SlistDeleter> headers(raw_headers);
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
-
-  if (method == "GET") {
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-  } else if (method == "POST") {
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json_body.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(json_body.size()));
-  } else {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-    if (!json_body.empty()) {
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json_body.c_str());
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
-                       static_cast<curl_off_t>(json_body.size()));
-    }
-  }
-
-  const CURLcode code = curl_easy_perform(curl);
-  if (code != CURLE_OK) {
-    const std::string detail = error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code);
-    throw TransportError(method + " " + url + ": " + detail);
-  }
-  HttpResponse response;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
-  response.body = std::move(response_body);
-  return response;
 }
 
 const std::vector<std::string>& forwarded_container_paths() {

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <arpa/inet.h>
-#include <curl/curl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -16,6 +15,8 @@
 #include <functional>
 #include <string>
 #include <thread>
+
+#include "sandboxd/http.hpp"
 
 namespace sandboxd {
 
@@ -97,24 +98,15 @@ struct ReadinessBackoff {
 // One GET {sandbox_url}/v1/sandbox with a total timeout; true iff HTTP 200. Transport errors
 // are "not ready". Environment proxies are used only where trust_env(url) allows.
 inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double timeout_seconds) {
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return false;
-  const std::string url = sandbox_url + "/v1/sandbox";
-  const long timeout_ms = std::max(1L, static_cast<long>(timeout_seconds * 1000.0));
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  if (!trust_env(sandbox_url)) curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(
-      curl, CURLOPT_WRITEFUNCTION,
-      +[](char*, size_t size, size_t count, void*) -> size_t { return size * count; });
-  long status = 0;
-  const bool ok = curl_easy_perform(curl) == CURLE_OK &&
-                  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
-                  status == 200;
-  curl_easy_cleanup(curl);
-  return ok;
+  http::Request request;
+  request.url = sandbox_url + "/v1/sandbox";
+  request.timeout_seconds = timeout_seconds;
+  request.use_environment_proxy = trust_env(sandbox_url);
+  try {
+    return http::perform(request).status == 200;
+  } catch (const http::TransportError&) {
+    return false;
+  }
 }
 
 // Polls until ready or `timeout_seconds` pass. Each probe is bounded by min(5 s, time left).

@@ -1,0 +1,168 @@
+// One HTTP request with libcurl, for plugins that talk HTTP (the engine API, a provisioner, a
+// sandbox's readiness endpoint). Header-only; link sandboxd::readiness (it brings libcurl).
+//
+// Thread safety: every call creates and cleans up its own CURL easy handle, so calls run in
+// parallel without shared libcurl state.
+#pragma once
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sandboxd::http {
+
+struct Request {
+  std::string method = "GET";
+  std::string url;
+  std::string json_body;                 // sent as application/json when non-empty
+  std::vector<std::string> headers;      // extra "Name: value" lines (never logged by this code)
+  double timeout_seconds = 10.0;         // whole request
+  double connect_timeout_seconds = 0.0;  // 0: same as timeout_seconds
+  std::string unix_socket;               // talk HTTP over this socket instead of TCP
+  bool use_environment_proxy = false;    // decide with sandboxd::trust_env for sandbox URLs
+  // Receives the body piece by piece (streamed answers); Response::body then stays empty.
+  std::function<void(std::string_view chunk)> body_sink;
+};
+
+struct Response {
+  long status = 0;
+  std::string body;
+  std::map<std::string, std::string> headers;  // names lower-cased; last value wins
+
+  bool ok() const { return status >= 200 && status < 300; }
+};
+
+// No HTTP answer arrived: refused, reset, name not resolved, or the timeout passed (in which
+// case the request may still be in flight at the server).
+class TransportError : public std::runtime_error {
+ public:
+  TransportError(const std::string& what, bool timed_out)
+      : std::runtime_error(what), timed_out_(timed_out) {}
+  bool timed_out() const { return timed_out_; }
+
+ private:
+  bool timed_out_;
+};
+
+namespace detail {
+
+inline void global_init_once() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+inline long to_millis(double seconds) {
+  if (!(seconds > 0)) return 1;
+  return static_cast<long>(std::ceil(seconds * 1000.0));
+}
+
+struct Sinks {
+  std::string* body;
+  const std::function<void(std::string_view)>* stream;
+  std::map<std::string, std::string>* headers;
+};
+
+inline size_t on_body(char* data, size_t size, size_t count, void* user) {
+  auto* sinks = static_cast<Sinks*>(user);
+  const size_t bytes = size * count;
+  if (*sinks->stream) {
+    (*sinks->stream)(std::string_view(data, bytes));
+  } else {
+    sinks->body->append(data, bytes);
+  }
+  return bytes;
+}
+
+inline size_t on_header(char* data, size_t size, size_t count, void* user) {
+  auto* sinks = static_cast<Sinks*>(user);
+  const size_t bytes = size * count;
+  const std::string line(data, bytes);
+  const std::size_t colon = line.find(':');
+  if (colon != std::string::npos) {
+    std::string name = line.substr(0, colon);
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::string value = line.substr(colon + 1);
+    const std::size_t first = value.find_first_not_of(" \t");
+    const std::size_t last = value.find_last_not_of(" \t\r\n");
+    value = first == std::string::npos ? std::string() : value.substr(first, last - first + 1);
+    (*sinks->headers)[name] = value;
+  }
+  return bytes;
+}
+
+}  // namespace detail
+
+// Performs `request`. HTTP error statuses are returned; a missing answer throws TransportError.
+inline Response perform(const Request& request) {
+  detail::global_init_once();
+  std::unique_ptr<CURL, void (*)(CURL*)> handle(curl_easy_init(), curl_easy_cleanup);
+  if (!handle) throw TransportError("libcurl could not create a request handle", false);
+  CURL* curl = handle.get();
+
+  Response response;
+  detail::Sinks sinks{&response.body, &request.body_sink, &response.headers};
+  char error_buffer[CURL_ERROR_SIZE] = {0};
+  const double connect_timeout =
+      request.connect_timeout_seconds > 0
+          ? std::min(request.connect_timeout_seconds, request.timeout_seconds)
+          : request.timeout_seconds;
+  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  if (!request.unix_socket.empty()) {
+    curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, request.unix_socket.c_str());
+  }
+  if (!request.use_environment_proxy) curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
+  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // required for timeouts in threaded programs
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, detail::to_millis(request.timeout_seconds));
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, detail::to_millis(connect_timeout));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, detail::on_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &sinks);
+  curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, detail::on_header);
+  curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sinks);
+  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
+
+  curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
+  if (!request.json_body.empty()) {
+    raw_headers = curl_slist_append(raw_headers, "Content-Type: application/json");
+  }
+  for (const auto& header : request.headers) {
+    raw_headers = curl_slist_append(raw_headers, header.c_str());
+  }
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> headers(raw_headers, curl_slist_free_all);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers.get());
+
+  const auto send_body = [&] {
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, request.json_body.c_str());
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(request.json_body.size()));
+  };
+  if (request.method == "GET") {
+    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+  } else if (request.method == "POST") {
+    curl_easy_setopt(curl, CURLOPT_POST, 1L);
+    send_body();
+  } else {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, request.method.c_str());
+    if (!request.json_body.empty()) send_body();
+  }
+
+  const CURLcode code = curl_easy_perform(curl);
+  if (code != CURLE_OK) {
+    const std::string detail = error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code);
+    throw TransportError(detail, code == CURLE_OPERATION_TIMEDOUT);
+  }
+  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
+  return response;
+}
+
+}  // namespace sandboxd::http
