@@ -108,16 +108,8 @@ HttpResponse http_request(const std::string& method, const std::string& url,
 }
 
 const std::vector<std::string>& forwarded_container_paths() {
-  static const std::vector<std::string> paths = {
-      "/mnt/acp-workspace",
-      "/mnt/skills/custom",
-      "/mnt/skills/integrations",
-      "/mnt/integrations/lark-cli/config",
-      "/mnt/integrations/lark-cli/config/locks",
-      "/mnt/integrations/lark-cli/data",
-      kLarkCliRuntimeContainerPath,
-      kUploadConversionsContainerPath,
-  };
+  static const std::vector<std::string> paths(kProvisionerExtraMountPaths.begin(),
+                                              kProvisionerExtraMountPaths.end());
   return paths;
 }
 

@@ -1,8 +1,10 @@
 // Value types shared by the core and every plugin (SPEC.md §1).
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace sandboxd {
@@ -12,6 +14,20 @@ inline constexpr int kSandboxMountContractVersion = 2;
 
 // Port the sandbox HTTP API listens on inside every sandbox.
 inline constexpr int kSandboxContainerPort = 8080;
+
+// Container paths a provisioner accepts as extra mounts. The gateway's filter and the
+// provisioner's validation must use this one list (SPEC §10.6).
+inline constexpr std::array<std::string_view, 8> kProvisionerExtraMountPaths = {
+    "/mnt/acp-workspace",
+    "/mnt/skills/custom",
+    "/mnt/skills/integrations",
+    "/mnt/integrations/lark-cli/config",
+    "/mnt/integrations/lark-cli/config/locks",
+    "/mnt/integrations/lark-cli/data",
+    "/mnt/integrations/lark-cli/runtime",
+    "/mnt/user-data/.upload-conversions",
+};
+inline constexpr std::size_t kMaxProvisionerExtraMounts = 10;
 
 // One bind mount. host_path is a raw string in the host's native style (it may be a Windows
 // path on a POSIX gateway), so it is never normalised by the SDK.
