@@ -9,6 +9,8 @@
 #include <system_error>
 #include <utility>
 
+#include "sandboxd/host_path.hpp"
+
 namespace fs = std::filesystem;
 
 namespace sandboxd::core {
@@ -51,49 +53,6 @@ const std::string& validate_short_id(const std::string& id, const char* what) {
                                 python_repr(id));
   }
   return id;
-}
-
-bool is_windows_style(std::string_view base) {
-  const bool drive = base.size() >= 3 && is_ascii_alpha(base[0]) && base[1] == ':' &&
-                     (base[2] == '\\' || base[2] == '/');
-  return drive || base.starts_with("\\\\") || base.find('\\') != std::string_view::npos;
-}
-
-std::string join_impl(std::string_view base, const std::vector<std::string_view>& parts) {
-  if (parts.empty()) return std::string(base);
-  const bool windows = is_windows_style(base);
-  const char sep = windows ? '\\' : '/';
-  auto is_sep = [windows](char c) { return c == '/' || (windows && c == '\\'); };
-
-  std::string prefix;
-  if (base.size() >= 2 && windows && is_sep(base[0]) && is_sep(base[1])) {
-    prefix = "\\\\";  // UNC: \\server\share
-  } else if (!base.empty() && is_sep(base[0])) {
-    prefix = std::string(1, sep);
-  }
-
-  std::vector<std::string_view> segments;
-  auto split_into = [&](std::string_view text) {
-    std::size_t i = 0;
-    while (i < text.size()) {
-      while (i < text.size() && is_sep(text[i])) ++i;
-      std::size_t j = i;
-      while (j < text.size() && !is_sep(text[j])) ++j;
-      std::string_view segment = text.substr(i, j - i);
-      if (!segment.empty() && segment != ".") segments.push_back(segment);
-      i = j;
-    }
-  };
-  split_into(base);
-  for (std::string_view part : parts) split_into(part);
-
-  std::string out = prefix;
-  for (std::size_t i = 0; i < segments.size(); ++i) {
-    if (i > 0) out.push_back(sep);
-    out.append(segments[i]);
-  }
-  if (out.empty()) out = ".";
-  return out;
 }
 
 [[noreturn]] void refuse_symlink(const fs::path& path) {
@@ -196,11 +155,11 @@ const std::string& validate_integration_id(const std::string& integration_id) {
 }
 
 std::string join_host_path(std::string_view base, std::initializer_list<std::string_view> parts) {
-  return join_impl(base, std::vector<std::string_view>(parts));
+  return sandboxd::join_host_path(base, std::vector<std::string_view>(parts));
 }
 
 std::string join_host_path(std::string_view base, const std::vector<std::string>& parts) {
-  return join_impl(base, std::vector<std::string_view>(parts.begin(), parts.end()));
+  return sandboxd::join_host_path(base, std::vector<std::string_view>(parts.begin(), parts.end()));
 }
 
 // ── Paths ──

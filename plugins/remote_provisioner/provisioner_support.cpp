@@ -10,69 +10,10 @@
 #include <mutex>
 #include <set>
 
+#include "sandboxd/host_path.hpp"
 #include "sandboxd/readiness.hpp"
 
 namespace sandboxd::remote_provisioner {
-namespace {
-
-// A host path split into its root ("", "/", "\", "\\" or "C:\") and its segments.
-struct HostPath {
-  bool windows = false;
-  std::string root;
-  std::vector<std::string> segments;
-
-  char separator() const { return windows ? '\\' : '/'; }
-  std::string str() const {
-    std::string out = root;
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      if (i > 0) out += separator();
-      out += segments[i];
-    }
-    return out;
-  }
-};
-
-bool is_windows_style(const std::string& path) {
-  if (path.size() >= 3 && std::isalpha(static_cast<unsigned char>(path[0])) && path[1] == ':' &&
-      (path[2] == '\\' || path[2] == '/')) {
-    return true;
-  }
-  return path.find('\\') != std::string::npos;  // covers a leading "\\" too
-}
-
-HostPath parse_host_path(const std::string& raw) {
-  HostPath out;
-  out.windows = is_windows_style(raw);
-  std::string path = raw;
-  if (out.windows) std::replace(path.begin(), path.end(), '/', '\\');
-  const char sep = out.separator();
-  std::size_t pos = 0;
-  if (out.windows) {
-    if (path.rfind("\\\\", 0) == 0) {
-      out.root = "\\\\";
-      pos = 2;
-    } else if (path.size() >= 3 && path[1] == ':' && path[2] == '\\') {
-      out.root = path.substr(0, 3);
-      pos = 3;
-    } else if (!path.empty() && path[0] == '\\') {
-      out.root = "\\";
-      pos = 1;
-    }
-  } else if (!path.empty() && path[0] == '/') {
-    out.root = "/";
-    pos = 1;
-  }
-  while (pos <= path.size()) {
-    std::size_t next = path.find(sep, pos);
-    if (next == std::string::npos) next = path.size();
-    std::string segment = path.substr(pos, next - pos);
-    if (!segment.empty() && segment != ".") out.segments.push_back(std::move(segment));
-    pos = next + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string HttpResponse::text() const {
   std::string out = body;
@@ -143,7 +84,7 @@ std::vector<Mount> provisioner_extra_mounts_payload(const std::vector<Mount>& mo
                                     std::string(kUploadsContainerPath));
       }
       const std::string expected =
-          host_path_join(host_path_parent(uploads->host_path), ".upload-conversions");
+          join_host_path(host_path_parent(uploads->host_path), {".upload-conversions"});
       if (normalize_host_path(mount.host_path) != expected) {
         throw std::invalid_argument("Upload conversion mount " + mount.host_path +
                                     " does not belong to the uploads mount (expected " + expected +
@@ -173,22 +114,6 @@ std::string extra_mounts_to_json(const std::vector<Mount>& payload) {
   }
   writer.EndArray();
   return std::string(buffer.GetString(), buffer.GetSize());
-}
-
-std::string normalize_host_path(const std::string& path) {
-  return parse_host_path(path).str();
-}
-
-std::string host_path_parent(const std::string& path) {
-  HostPath parsed = parse_host_path(path);
-  if (!parsed.segments.empty()) parsed.segments.pop_back();
-  return parsed.str();
-}
-
-std::string host_path_join(const std::string& base, const std::string& name) {
-  HostPath parsed = parse_host_path(base);
-  parsed.segments.push_back(name);
-  return parsed.str();
 }
 
 }  // namespace sandboxd::remote_provisioner

@@ -57,13 +57,4 @@ std::vector<Mount> provisioner_extra_mounts_payload(const std::vector<Mount>& mo
 // The payload as a JSON array of {"host_path", "container_path", "read_only"}.
 std::string extra_mounts_to_json(const std::vector<Mount>& payload);
 
-// Host paths in their own style (SPEC §2.6): Windows when the path starts with a drive letter
-// and a separator, with "\\", or contains a backslash; POSIX otherwise. Repeated separators
-// collapse and "." segments drop; ".." is kept; the filesystem is never touched.
-std::string normalize_host_path(const std::string& path);
-// The normalized path without its last segment (a root stays a root).
-std::string host_path_parent(const std::string& path);
-// normalize(base) + separator + name, in base's style.
-std::string host_path_join(const std::string& base, const std::string& name);
-
 }  // namespace sandboxd::remote_provisioner

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "provisioner_support.hpp"
+#include "sandboxd/host_path.hpp"
 
 namespace {
 
@@ -136,13 +137,13 @@ TEST(ProvisionerPayloadTest, JsonShape) {
 }
 
 TEST(HostPathTest, ParentAndJoinPreserveStyle) {
-  EXPECT_EQ(rp::host_path_parent("/a/b//c/"), "/a/b");
-  EXPECT_EQ(rp::host_path_join("/a/./b", ".x"), "/a/b/.x");
-  EXPECT_EQ(rp::host_path_parent(R"(C:\a\b)"), R"(C:\a)");
-  EXPECT_EQ(rp::host_path_join("C:/a/b", "c"), R"(C:\a\b\c)");
-  EXPECT_EQ(rp::host_path_join(R"(\\server\share)", "c"), R"(\\server\share\c)");
-  EXPECT_EQ(rp::host_path_parent("/a"), "/");
-  EXPECT_EQ(rp::normalize_host_path("/a/../b"), "/a/../b");
+  EXPECT_EQ(sandboxd::host_path_parent("/a/b//c/"), "/a/b");
+  EXPECT_EQ(sandboxd::join_host_path("/a/./b", {".x"}), "/a/b/.x");
+  EXPECT_EQ(sandboxd::host_path_parent(R"(C:\a\b)"), R"(C:\a)");
+  EXPECT_EQ(sandboxd::join_host_path("C:/a/b", {"c"}), R"(C:\a\b\c)");
+  EXPECT_EQ(sandboxd::join_host_path(R"(\\server\share)", {"c"}), R"(\\server\share\c)");
+  EXPECT_EQ(sandboxd::host_path_parent("/a"), "/");
+  EXPECT_EQ(sandboxd::normalize_host_path("/a/../b"), "/a/../b");
 }
 
 }  // namespace
