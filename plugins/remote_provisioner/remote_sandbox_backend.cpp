@@ -403,6 +403,10 @@ class RemoteSandboxBackend final : public SandboxBackend {
   std::string base_url_;
   std::string api_key_;  // never logged
 
+  // Lock story (SPEC §10.2): probe_mutex_ is the capability-probe lock. It is held across the
+  // whole probe (one HTTP GET of up to 5 s) by refresh and by mount_contract_snapshot, so a
+  // snapshot blocks while a probe runs; it guards next_probe_at_ and every write of version_
+  // and known_. The cached accessors read the two atomics without it and never block.
   std::mutex probe_mutex_;
   std::atomic<int> version_{0};
   std::atomic<bool> known_{false};

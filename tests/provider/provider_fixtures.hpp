@@ -324,25 +324,48 @@ class FakeBackend final : public SandboxBackend {
 // thread that locked it, so the helper does both).
 class ProbeLockHolder {
  public:
-  ProbeLockHolder(FakeBackend& backend, std::chrono::milliseconds hold)
-      : thread_([this, &backend, hold] {
+  // Holds the probe lock from a helper thread until release() (or destruction).
+  explicit ProbeLockHolder(FakeBackend& backend)
+      : thread_([this, &backend] {
           std::lock_guard lock(backend.probe_mutex);
           held_.set_value();
-          std::this_thread::sleep_for(hold);
+          release_future_.wait();
         }) {
     held_.get_future().wait();
   }
-  ~ProbeLockHolder() { join(); }
+  ~ProbeLockHolder() { release(); }
   ProbeLockHolder(const ProbeLockHolder&) = delete;
   ProbeLockHolder& operator=(const ProbeLockHolder&) = delete;
-  void join() {
+  void release() {
+    if (!released_) {
+      released_ = true;
+      release_.set_value();
+    }
     if (thread_.joinable()) thread_.join();
   }
 
  private:
-  std::promise<void> held_;  // before thread_: constructed first
+  std::promise<void> held_;  // the promises come before thread_: constructed first
+  std::promise<void> release_;
+  std::shared_future<void> release_future_ = release_.get_future().share();
+  bool released_ = false;  // touched by the test thread only
   std::thread thread_;
 };
+
+// Runs `call` on another thread and reports whether it returned within `bound`. Used while a
+// lock the call must not wait for is held until after the check: returning at all proves it
+// did not wait (the bound only keeps a broken build from hanging).
+template <typename Call>
+bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono::seconds(5)) {
+  auto done = std::async(std::launch::async, std::move(call));
+  if (done.wait_for(bound) != std::future_status::ready) {
+    // Leave the call running rather than block here; the test fails.
+    new auto(std::move(done));
+    return false;
+  }
+  done.get();
+  return true;
+}
 
 // The Provider with every replaceable step exposed. When a `*_fn` member is set it replaces
 // the step (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement
