@@ -14,6 +14,7 @@
 namespace sandboxd::core {
 namespace {
 
+using sandboxd::testing::ScopedEnv;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
@@ -41,25 +42,6 @@ std::string load_error(Load load) {
   }
   return "";
 }
-
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
 
 TEST(UseStringTest, ParsesModuleAndClass) {
   const auto use = UseString::parse("ownership_sqlite:SqliteOwnershipStore", "x");

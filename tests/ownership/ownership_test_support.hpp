@@ -23,37 +23,6 @@ inline constexpr const char* kMemoryStoreUse = "ownership_memory:MemoryOwnership
 inline constexpr const char* kSqliteStoreUse = "ownership_sqlite:SqliteOwnershipStore";
 inline constexpr const char* kOwnershipKeyPath = "sandbox.ownership";
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern =
-        std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/sandboxd-own-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
-    }
-    path_ = pattern;
-  }
-  ~TempDir() {
-    // A test may have made a subdirectory read-only; give write access back so removal works.
-    std::error_code ignored;
-    for (auto it = std::filesystem::recursive_directory_iterator(path_, ignored);
-         it != std::filesystem::recursive_directory_iterator(); it.increment(ignored)) {
-      if (it->is_directory(ignored)) ::chmod(it->path().c_str(), 0700);
-    }
-    std::filesystem::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
-
 inline PluginContext make_store_context(const std::string& owner_id,
                                         const std::string& options_json,
                                         const std::string& base_dir, std::shared_ptr<Clock> clock,

@@ -51,30 +51,6 @@ using core::ThreadKey;
 
 inline constexpr const char* kTestOwnerId = "test-worker";
 
-// A mkdtemp directory (resolved through symlinks), removed with its contents at scope exit.
-class ProviderTempDir {
- public:
-  ProviderTempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "sandboxd-provider-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
-    }
-    path_ = std::filesystem::weakly_canonical(pattern);
-  }
-  ~ProviderTempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ProviderTempDir(const ProviderTempDir&) = delete;
-  ProviderTempDir& operator=(const ProviderTempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
 inline SandboxInfo make_info(const std::string& id, const std::string& url) {
   SandboxInfo info;
   info.sandbox_id = id;
@@ -785,7 +761,7 @@ class ProviderFixture : public ::testing::Test {
     return it == provider->registry_.infos.end() ? nullptr : it->second;
   }
 
-  ProviderTempDir tmp;
+  TempDir tmp;
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
   std::shared_ptr<CapturingLogger> logger = std::make_shared<CapturingLogger>();
   std::shared_ptr<FakeBackend> backend = std::make_shared<FakeBackend>();

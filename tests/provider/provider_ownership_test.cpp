@@ -98,7 +98,7 @@ class ProviderOwnershipTest : public ::testing::Test {
     return provider->registry_.clients.count(id) || provider->registry_.warm_pool.count(id);
   }
 
-  ProviderTempDir tmp;
+  TempDir tmp;
   std::shared_ptr<CapturingLogger> logger = std::make_shared<CapturingLogger>();
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
   std::shared_ptr<FakeBackend> backend = std::make_shared<FakeBackend>();

@@ -357,7 +357,7 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   SCOPED_TRACE("SANDBOXD_STRESS_SEED=" + std::to_string(seed) +
                " SANDBOXD_STRESS_OPS=" + std::to_string(total_ops));
 
-  ProviderTempDir tmp;
+  TempDir tmp;
   Violations violations;
   auto clock = std::make_shared<SystemClock>();
   auto logger = std::make_shared<CountingLogger>();

@@ -82,8 +82,8 @@ TEST(ExtraMountValidationTest, LegacyLayoutUsesTheParentOfTheThreadsPath) {
 // provisioner-validation part): the gateway's real composition for alice/thread-1 → payload →
 // validation → exactly these seven container paths.
 TEST(ExtraMountValidationTest, GatewayCompositionPassesProvisionerValidation) {
-  char pattern[] = "/tmp/sandboxd-provisioner-XXXXXX";
-  const std::string home = mkdtemp(pattern);
+  const testing::TempDir tmp;
+  const std::string home = tmp.str();
   std::filesystem::create_directories(home + "/integrations/lark-cli/sandbox-cli");
   auto paths = std::make_shared<const core::Paths>(home, home);
   core::MountComposerOptions options;
@@ -110,7 +110,6 @@ TEST(ExtraMountValidationTest, GatewayCompositionPassesProvisionerValidation) {
                 "/mnt/integrations/lark-cli/data",
                 "/mnt/integrations/lark-cli/runtime",
             }));
-  std::filesystem::remove_all(home);
 }
 
 }  // namespace

@@ -1,9 +1,17 @@
 // Helpers shared by the tests: a logger that records lines, a clock the test moves by hand.
 #pragma once
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "sandboxd/clock.hpp"
@@ -61,6 +69,62 @@ class ManualClock final : public Clock {
 
  private:
   std::atomic<double> now_;
+};
+
+// A fresh mkdtemp directory, resolved through symlinks like SPEC §2.1 resolves base dirs (so
+// expected path strings match), removed with its contents at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "sandboxd-test-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw std::system_error(errno, std::generic_category(), "mkdtemp " + pattern);
+    }
+    path_ = std::filesystem::weakly_canonical(pattern);
+  }
+  ~TempDir() {
+    // A test may have made a subdirectory read-only; give write access back so removal works.
+    std::error_code ignored;
+    for (auto it = std::filesystem::recursive_directory_iterator(path_, ignored);
+         it != std::filesystem::recursive_directory_iterator(); it.increment(ignored)) {
+      if (it->is_directory(ignored)) ::chmod(it->path().c_str(), 0700);
+    }
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string str() const { return path_.string(); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// Sets (or unsets, for nullopt) one variable and restores the previous state on destruction.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, std::optional<std::string> value) : name_(std::move(name)) {
+    if (const char* old = std::getenv(name_.c_str())) old_ = old;
+    apply(value);
+  }
+  ~ScopedEnv() { apply(old_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  void apply(const std::optional<std::string>& value) {
+    if (value) {
+      ::setenv(name_.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+  std::string name_;
+  std::optional<std::string> old_;
 };
 
 }  // namespace sandboxd::testing
