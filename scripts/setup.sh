@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine: every package the build, the tests and the test container
-# engine need, then configures and builds into ./build. Safe to run again.
+# Sets up a fresh Debian 12 machine: every package the build, the tests and the local container
+# engine need (nothing may rely on what a machine happens to have), then configures and builds
+# into ./build, then starts the local podman engine that `sandboxctl` uses by default and the
+# tests run against (scripts/test_engine.sh; SANDBOXD_SETUP_NO_ENGINE=1 skips that). Safe to run
+# again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,7 +12,11 @@ packages=(
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev libcpp-httplib-dev
-  podman runc busybox-static uidmap slirp4netns containernetworking-plugins
+  # The engine path: podman with its OCI runtime, monitor and init binary (catatonit is only a
+  # Recommends of podman, and the backend runs every sandbox with an init process), CNI
+  # networking with iptables for 127.0.0.1 port publishing, busybox for the offline test image.
+  podman runc conmon catatonit containernetworking-plugins iptables uidmap slirp4netns
+  busybox-static
   curl python3
 )
 missing=()
@@ -28,3 +35,7 @@ build_type="${BUILD_TYPE:-RelWithDebInfo}"
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" -DSANDBOXD_WERROR=ON
 cmake --build build -j"$(nproc)"
 echo "setup: built into ./build"
+
+if [ -z "${SANDBOXD_SETUP_NO_ENGINE:-}" ]; then
+  bash scripts/test_engine.sh start
+fi

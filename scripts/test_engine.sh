@@ -2,7 +2,8 @@
 # Starts and stops the container engine the "docker"-labelled tests run against: podman's
 # Docker-compatible REST API on a private unix socket, plus an offline-built test image.
 #
-#   bash scripts/test_engine.sh start   # start the service (idempotent), build the image
+#   bash scripts/test_engine.sh start   # start the service (idempotent), build the image, then
+#                                       # prove it runs a container as the plugin creates one
 #   bash scripts/test_engine.sh stop    # remove our containers, stop the service (idempotent)
 #   bash scripts/test_engine.sh env     # print the exports a shell or a test run needs
 #   bash scripts/test_engine.sh status  # say whether the service answers
@@ -32,6 +33,72 @@ say() { echo "test_engine: $*"; }
 
 need() {
   command -v "$1" >/dev/null 2>&1 || die "'$1' is not installed (run scripts/setup.sh)"
+}
+
+# Every binary the engine path uses, with the Debian package that brings it: a fresh machine
+# lacking one fails here, by name, instead of failing every container test later.
+preflight() {
+  local missing=()
+  local entry path package
+  for entry in podman:podman runc:runc conmon:conmon curl:curl iptables:iptables \
+               /usr/libexec/podman/catatonit:catatonit \
+               /usr/lib/cni/bridge:containernetworking-plugins \
+               /usr/lib/cni/portmap:containernetworking-plugins; do
+    path="${entry%%:*}"
+    package="${entry##*:}"
+    if [[ "$path" == /* ]]; then
+      [ -x "$path" ] || missing+=("$path (Debian package $package)")
+    else
+      command -v "$path" >/dev/null 2>&1 || [ -x "/usr/sbin/$path" ] ||
+        [ -x "/usr/bin/$path" ] || missing+=("$path (Debian package $package)")
+    fi
+  done
+  if ((${#missing[@]})); then
+    die "the container engine cannot run sandboxes here; missing: ${missing[*]}." \
+      "Install them with 'bash scripts/setup.sh' (or apt-get install the packages named)."
+  fi
+}
+
+# Runs one container the way local_docker creates one (an init process as PID 1, port 8080
+# published on 127.0.0.1, a read-only bind mount) and checks it answers through that port and
+# serves the mounted file. Fails at once with the engine's own words and a hint.
+probe_engine() {
+  local name="sandboxd-engine-probe"
+  local probe_dir="$DIR/probe"
+  rm -rf "$probe_dir"
+  mkdir -p "$probe_dir"
+  local marker="probe-$$-$RANDOM"
+  echo "$marker" >"$probe_dir/marker"
+  pm rm -f "$name" >/dev/null 2>&1 || true
+  local out
+  if ! out="$(pm run -d --init -p 127.0.0.1::8080 -v "$probe_dir:/www/probe:ro" \
+                --name "$name" "$IMAGE" 2>&1)"; then
+    pm rm -f "$name" >/dev/null 2>&1 || true
+    local hint=""
+    case "$out" in
+      *catatonit* | *container-init*) hint=" Install Debian package catatonit (scripts/setup.sh does)." ;;
+      *iptables*) hint=" Install Debian package iptables (scripts/setup.sh does)." ;;
+      *cni* | *CNI*) hint=" Install Debian package containernetworking-plugins (scripts/setup.sh does)." ;;
+    esac
+    die "the engine could not run a probe container (init, 127.0.0.1 port, bind mount): $out.$hint"
+  fi
+  local port="" answer="" waited=0
+  while ((waited < 40)); do
+    port="$(pm port "$name" 8080/tcp 2>/dev/null | head -n1 | sed 's/.*://')"
+    if [ -n "$port" ]; then
+      answer="$(curl -s --max-time 2 "http://127.0.0.1:$port/probe/marker" 2>/dev/null || true)"
+      [ "$answer" = "$marker" ] && break
+    fi
+    sleep 0.25
+    waited=$((waited + 1))
+  done
+  pm rm -f -t 1 "$name" >/dev/null 2>&1 || true
+  rm -rf "$probe_dir"
+  [ -n "$port" ] || die "the probe container published no host port for 8080 (check $LOGFILE)"
+  [ "$answer" = "$marker" ] ||
+    die "the probe container did not serve its bind-mounted file on 127.0.0.1:$port within 10s" \
+      "(got '${answer:0:80}'; check $LOGFILE)"
+  say "probe container ran with an init, a 127.0.0.1 port and a bind mount"
 }
 
 write_conf() {
@@ -120,9 +187,7 @@ file_is_static() {
 }
 
 cmd_start() {
-  need podman
-  need curl
-  need runc
+  preflight
   write_conf
   export_env
   local pid
@@ -163,6 +228,7 @@ cmd_start() {
     say "podman service up (pid $pid)"
   fi
   build_image
+  probe_engine
   say "ready; run: export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK CONTAINERS_CONF=$CONF"
 }
 

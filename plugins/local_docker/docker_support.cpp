@@ -221,6 +221,22 @@ bool is_port_conflict_message(const std::string& message) {
          contains(lower(message), "address already in use");
 }
 
+std::string engine_failure_hint(const std::string& message) {
+  const std::string text = lower(message);
+  const bool podman_init = contains(text, "container-init binary not found");
+  const bool docker_init = contains(text, "docker-init") &&
+                           (contains(text, "not found") || contains(text, "no such file"));
+  if (!podman_init && !docker_init) return "";
+  std::string binary = podman_init ? "catatonit" : "docker-init";
+  if (const auto stat = message.find("stat /"); podman_init && stat != std::string::npos) {
+    const auto end = message.find(':', stat + 5);
+    binary = message.substr(stat + 5, end == std::string::npos ? end : end - stat - 5);
+  }
+  return std::string(" (the engine has no init binary: ") + binary + " is missing on the host; " +
+         "install Debian package " + (podman_init ? "catatonit" : "tini") +
+         " (scripts/setup.sh does), or set sandbox.backend.init: false to run without an init)";
+}
+
 bool is_name_conflict(long status, const std::string& message) {
   const std::string text = lower(message);
   if (status == 409) return true;

@@ -53,6 +53,11 @@ bool is_no_such_container(long status, const std::string& message, const std::st
 // A create that failed because the image is not present locally.
 bool is_missing_image(long status, const std::string& message);
 
+// What to do about an engine refusal a user can fix on the host, appended to its message: a
+// missing init binary (podman's catatonit, Docker's docker-init) names the binary, the Debian
+// package and the `init: false` alternative. "" when the message is not one of those.
+std::string engine_failure_hint(const std::string& message);
+
 // Environment rendered for logs: "A=<redacted> B=<redacted>"; values never appear.
 std::string redacted_environment(const std::map<std::string, std::string>& environment);
 

@@ -563,7 +563,8 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
       }
       log(LogLevel::error, "Failed to create container " + name + " using the engine API: HTTP " +
                                std::to_string(created.status) + ": " + message);
-      throw std::runtime_error("Failed to start sandbox container: " + message);
+      throw std::runtime_error("Failed to start sandbox container: " + message +
+                               engine_failure_hint(message));
     }
 
     rapidjson::Document doc;
@@ -598,7 +599,8 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
         continue;
       }
       log(LogLevel::error, "Failed to start container using the engine API: " + message);
-      throw std::runtime_error("Failed to start sandbox container: " + message);
+      throw std::runtime_error("Failed to start sandbox container: " + message +
+                               engine_failure_hint(message));
     }
 
     std::optional<ContainerState> state = inspect(id);

@@ -97,6 +97,23 @@ TEST(LocalDockerSupport, ClassifiesEngineAnswers) {
   EXPECT_FALSE(is_missing_image(500, "no such image"));
 }
 
+// The answers podman 4.3 and Docker 20.10 give when their init binary is missing.
+TEST(LocalDockerSupport, AMissingInitBinaryNamesTheBinaryThePackageAndTheWayOut) {
+  const std::string podman =
+      "container create: container-init binary not found on the host: stat "
+      "/usr/libexec/podman/catatonit: no such file or directory";
+  const std::string hint = engine_failure_hint(podman);
+  EXPECT_NE(hint.find("/usr/libexec/podman/catatonit is missing"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("Debian package catatonit"), std::string::npos) << hint;
+  EXPECT_NE(hint.find("sandbox.backend.init: false"), std::string::npos) << hint;
+
+  const std::string docker =
+      "OCI runtime create failed: exec: \"docker-init\": executable file not found in $PATH";
+  EXPECT_NE(engine_failure_hint(docker).find("Debian package tini"), std::string::npos);
+  EXPECT_EQ(engine_failure_hint("port is already allocated"), "");
+  EXPECT_EQ(engine_failure_hint("no such image"), "");
+}
+
 TEST(LocalDockerSupport, RedactsEnvironmentValues) {
   const std::string rendered = redacted_environment({{"API_KEY", "s3cret"}, {"MODE", "x"}});
   EXPECT_EQ(rendered, "API_KEY=<redacted> MODE=<redacted>");
