@@ -45,7 +45,30 @@ FileLockOps FileLockOps::posix_flock() {
   return ops;
 }
 
+const char* to_string(AcquirePath path) {
+  switch (path) {
+    case AcquirePath::reused:
+      return "reused";
+    case AcquirePath::reclaimed:
+      return "reclaimed";
+    case AcquirePath::discovered:
+      return "discovered";
+    case AcquirePath::created:
+      return "created";
+  }
+  return "?";
+}
+
 namespace {
+
+// Where acquire_traced wants the path of the acquisition running on this thread. A whole
+// synchronous acquisition runs on its caller's thread, so the branch that succeeds notes it
+// here without every (test-overridable) step having to pass it back.
+thread_local AcquirePath* t_acquire_path = nullptr;
+
+void note_acquire_path(AcquirePath path) {
+  if (t_acquire_path) *t_acquire_path = path;
+}
 
 std::size_t lock_wait_pool_size() {
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
@@ -114,12 +137,18 @@ Provider::~Provider() {
 std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
                                                 std::shared_ptr<Logger> logger,
                                                 ProviderHooks hooks) {
+  return from_config(config, std::move(logger), std::move(hooks), HostOptions{});
+}
+
+std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
+                                                std::shared_ptr<Logger> logger, ProviderHooks hooks,
+                                                const HostOptions& host) {
   for (const auto& warning : config.warnings) logger->warning(warning);
   auto paths = std::make_shared<const Paths>(Paths::from_environment(config.base_dir));
   HostServices services;
   services.logger = logger;
   services.clock = std::make_shared<SystemClock>();
-  services.owner_id = generate_owner_id();
+  services.owner_id = host.owner_id ? *host.owner_id : generate_owner_id();
   services.base_dir = paths->base_dir().string();
   ConfiguredPlugins plugins = load_configured_plugins(config, services);
   logger->info("Using sandbox backend " + config.backend.use);
@@ -144,7 +173,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
     deps.backend->refresh_capabilities_if_stale();  // first probe here, never in the plugin ctor
   }
   auto provider = std::make_unique<Provider>(std::move(deps));
-  provider->start();
+  if (host.start) provider->start();
   return provider;
 }
 
@@ -258,6 +287,21 @@ std::string Provider::acquire(const std::optional<std::string>& thread_id,
   return acquire_with_restarts(thread_id, user);
 }
 
+AcquireResult Provider::acquire_traced(const std::optional<std::string>& thread_id,
+                                      const std::optional<std::string>& user_id) {
+  AcquireResult result;
+  AcquirePath* const outer = t_acquire_path;
+  t_acquire_path = &result.path;
+  try {
+    result.sandbox_id = acquire(thread_id, user_id);
+  } catch (...) {
+    t_acquire_path = outer;
+    throw;
+  }
+  t_acquire_path = outer;
+  return result;
+}
+
 Provider::Snapshot Provider::acquisition_contract_snapshot() {
   if (!negotiates_contract()) return std::nullopt;
   backend_->refresh_capabilities_if_stale();
@@ -296,6 +340,7 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
   if (thread_id && snapshot) expected = sandbox_id_for_thread(thread_id, user_id, snapshot);
 
   if (auto reused = reuse_in_process_sandbox(thread_id, user_id, expected, false, snapshot)) {
+    note_acquire_path(AcquirePath::reused);
     return *reused;
   }
   const std::string sandbox_id =
@@ -305,6 +350,7 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
     check_active_identity_locked(sandbox_id, {user_id, *thread_id});
   }
   if (auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, false, snapshot)) {
+    note_acquire_path(AcquirePath::reclaimed);
     return *reclaimed;
   }
   // A teardown of this very id, by this process (eviction, idle reap) or by a peer, is the one
@@ -314,6 +360,7 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
     throw SandboxBeingDestroyedError(sandbox_id);
   }
   if (thread_id) return discover_or_create_with_lock(*thread_id, sandbox_id, user_id, snapshot);
+  note_acquire_path(AcquirePath::created);
   return create_sandbox(std::nullopt, sandbox_id, user_id, snapshot);
 }
 
@@ -562,9 +609,12 @@ std::optional<std::string> Provider::recheck_cached_sandbox(const std::string& t
   const std::optional<std::string> expected =
       snapshot ? std::optional<std::string>(sandbox_id) : std::nullopt;
   if (auto reused = reuse_in_process_sandbox(thread_id, user_id, expected, true, snapshot)) {
+    note_acquire_path(AcquirePath::reused);
     return reused;
   }
-  return reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, true, snapshot);
+  auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, true, snapshot);
+  if (reclaimed) note_acquire_path(AcquirePath::reclaimed);
+  return reclaimed;
 }
 
 std::string Provider::discover_or_create_with_lock(const std::string& thread_id,
@@ -589,12 +639,15 @@ std::string Provider::discover_or_create_with_lock(const std::string& thread_id,
     return *cached;
   }
   if (backend_->requires_create_validation()) {
+    note_acquire_path(AcquirePath::created);
     return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
   }
   if (auto discovered = backend_->discover(sandbox_id)) {
+    note_acquire_path(AcquirePath::discovered);
     return register_discovered_sandbox(thread_id, std::make_shared<const SandboxInfo>(*discovered),
                                        user_id);
   }
+  note_acquire_path(AcquirePath::created);
   return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
 }
 
@@ -766,6 +819,100 @@ void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const Sand
       log(LogLevel::warning, "Error destroying unready sandbox " + sandbox_id + ": " + e.what());
     }
   });
+}
+
+// ── the registry as data (hosts that persist it between processes) ───────────
+
+RegistrySnapshot Provider::export_registry() const {
+  RegistrySnapshot snapshot;
+  std::lock_guard lock(mutex_);
+  // Both maps are ordered by id and an id is never in both, so a merge keeps the order.
+  auto active = registry_.infos.begin();
+  auto warm = registry_.warm_pool.begin();
+  while (active != registry_.infos.end() || warm != registry_.warm_pool.end()) {
+    const bool take_active = warm == registry_.warm_pool.end() ||
+                             (active != registry_.infos.end() && active->first < warm->first);
+    TrackedSandbox tracked;
+    if (take_active) {
+      tracked.info = *active->second;
+      if (auto it = registry_.active_identity.find(active->first);
+          it != registry_.active_identity.end()) {
+        tracked.conversation = it->second;
+      }
+      if (auto it = registry_.last_activity.find(active->first);
+          it != registry_.last_activity.end()) {
+        tracked.since = it->second;
+      }
+      ++active;
+    } else {
+      tracked.info = *warm->second.info;
+      tracked.warm = true;
+      tracked.since = warm->second.released_at;
+      if (auto it = registry_.warm_identity.find(warm->first);
+          it != registry_.warm_identity.end()) {
+        tracked.conversation = it->second;
+      }
+      ++warm;
+    }
+    snapshot.sandboxes.push_back(std::move(tracked));
+  }
+  snapshot.unowned_since = registry_.unowned_since;
+  return snapshot;
+}
+
+std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) const {
+  std::lock_guard lock(mutex_);
+  TrackedSandbox tracked;
+  if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
+    tracked.info = *it->second;
+    if (auto key = registry_.active_identity.find(sandbox_id);
+        key != registry_.active_identity.end()) {
+      tracked.conversation = key->second;
+    }
+    if (auto last = registry_.last_activity.find(sandbox_id);
+        last != registry_.last_activity.end()) {
+      tracked.since = last->second;
+    }
+    return tracked;
+  }
+  if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
+    tracked.info = *it->second.info;
+    tracked.warm = true;
+    tracked.since = it->second.released_at;
+    if (auto key = registry_.warm_identity.find(sandbox_id); key != registry_.warm_identity.end()) {
+      tracked.conversation = key->second;
+    }
+    return tracked;
+  }
+  return std::nullopt;
+}
+
+void Provider::import_registry(const RegistrySnapshot& snapshot) {
+  // Clients are made outside the registry mutex (the factory is a host hook).
+  std::vector<std::pair<const TrackedSandbox*, ClientPtr>> active;
+  for (const auto& tracked : snapshot.sandboxes) {
+    if (!tracked.warm) {
+      active.emplace_back(&tracked, make_client(tracked.info.sandbox_id, tracked.info.sandbox_url));
+    }
+  }
+  std::lock_guard lock(mutex_);
+  for (const auto& tracked : snapshot.sandboxes) {
+    const std::string& id = tracked.info.sandbox_id;
+    if (registry_.infos.count(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
+    registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(tracked.info),
+                                        tracked.since};
+    registry_.warm_identity[id] = tracked.conversation;
+  }
+  for (auto& [tracked, client] : active) {
+    const std::string& id = tracked->info.sandbox_id;
+    if (registry_.infos.count(id) || registry_.warm_pool.count(id)) continue;
+    install_active_locked(id, std::move(client), std::make_shared<const SandboxInfo>(tracked->info),
+                          tracked->conversation);
+    registry_.last_activity[id] = tracked->since;
+  }
+  for (const auto& [id, first_seen] : snapshot.unowned_since) {
+    registry_.unowned_since.try_emplace(id, first_seen);
+  }
 }
 
 // ── get (SPEC §5.14) ─────────────────────────────────────────────────────────

@@ -150,6 +150,25 @@ void Provider::shutdown() {
   }
 }
 
+void Provider::detach() {
+  Counts left;
+  {
+    std::lock_guard lock(mutex_);
+    if (registry_.shutdown) return;
+    registry_.shutdown = true;
+    left = {registry_.clients.size(), registry_.warm_pool.size(), 0};
+  }
+  stop_background_threads();
+  try {
+    ownership_->close();
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, std::string("Error closing the ownership store: ") + e.what());
+  }
+  log(LogLevel::debug, "Detached from " + std::to_string(left.active) + " active + " +
+                           std::to_string(left.warm) +
+                           " warm-pool sandbox(es); they keep running under their leases");
+}
+
 // ── health (SPEC §5.16) ──────────────────────────────────────────────────────
 
 std::optional<bool> Provider::check_alive(const std::string& sandbox_id, const SandboxInfo& info) {
@@ -648,8 +667,9 @@ void Provider::renew_owned_leases() {
 
 // ── orphan reconciliation (SPEC §8) ──────────────────────────────────────────
 
-void Provider::reconcile_orphans() {
-  if (!backend_) return;
+ReconcileReport Provider::reconcile_orphans() {
+  ReconcileReport report;
+  if (!backend_) return report;
   std::vector<SandboxInfo> running;
   try {
     running = backend_->list_running();
@@ -657,7 +677,8 @@ void Provider::reconcile_orphans() {
     log(LogLevel::warning,
         std::string("Failed to enumerate running containers during startup reconciliation: ") +
             e.what());
-    return;
+    report.listed = false;
+    return report;
   }
   {
     std::set<std::string> present;
@@ -667,7 +688,7 @@ void Provider::reconcile_orphans() {
       it = present.count(it->first) ? std::next(it) : registry_.unowned_since.erase(it);
     }
   }
-  if (running.empty()) return;
+  if (running.empty()) return report;
 
   const double ttl = ownership_->ttl_seconds();
   int adopted = 0, skipped = 0, deferred = 0;
@@ -729,6 +750,11 @@ void Provider::reconcile_orphans() {
                           " skipped (live peer ownership), " + std::to_string(deferred) +
                           " deferred (owned or within recovery grace), " +
                           std::to_string(running.size()) + " total found");
+  report.adopted = adopted;
+  report.skipped = skipped;
+  report.deferred = deferred;
+  report.found = static_cast<int>(running.size());
+  return report;
 }
 
 // ── background threads (SPEC §5.2, §6, §7.10) ────────────────────────────────

@@ -134,6 +134,41 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
+enum class AcquirePath { reused, reclaimed, discovered, created };
+const char* to_string(AcquirePath path);
+
+struct AcquireResult {
+  std::string sandbox_id;
+  AcquirePath path = AcquirePath::created;
+};
+
+// One sandbox as the registry tracks it, for hosts that keep the registry between processes
+// (sandboxctl runs one command per process and persists this in its state directory).
+struct TrackedSandbox {
+  SandboxInfo info;
+  std::optional<ThreadKey> conversation;  // null for anonymous and adopted sandboxes
+  bool warm = false;                      // released to the warm pool (else active)
+  double since = 0.0;  // wall-clock seconds: last activity (active) or release time (warm)
+  bool operator==(const TrackedSandbox&) const = default;
+};
+
+struct RegistrySnapshot {
+  std::vector<TrackedSandbox> sandboxes;  // ordered by sandbox id
+  // Reconciliation's first sighting of each unowned container (the adoption grace, §8).
+  std::map<std::string, double> unowned_since;
+  bool operator==(const RegistrySnapshot&) const = default;
+};
+
+// The counts of one orphan-reconciliation pass (SPEC §8 step 4).
+struct ReconcileReport {
+  int adopted = 0;
+  int skipped = 0;   // a live peer owns it
+  int deferred = 0;  // owned, within the recovery grace, or being torn down here
+  int found = 0;     // running containers the backend listed
+  bool listed = true;  // false when the backend could not list its containers
+};
+
 // Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
 struct ReconciliationIdentity {
   std::string provider_key;
@@ -159,6 +194,20 @@ class Provider {
                                                std::shared_ptr<Logger> logger,
                                                ProviderHooks hooks = {});
 
+  // What a host other than a long-running gateway changes about from_config.
+  struct HostOptions {
+    // The lease identity; a fresh `{host}:{random}` when unset. A host whose commands run in
+    // successive processes (sandboxctl) passes one stable id so each process may renew, release
+    // and destroy what an earlier one acquired.
+    std::optional<std::string> owner_id;
+    // start(): orphan reconciliation, then the renewal and idle-checker threads. A one-shot
+    // command leaves it off and calls what it needs itself.
+    bool start = true;
+  };
+  static std::unique_ptr<Provider> from_config(const SandboxConfig& config,
+                                               std::shared_ptr<Logger> logger, ProviderHooks hooks,
+                                               const HostOptions& host);
+
   // Orphan reconciliation once, then the renewal thread always and the idle checker when
   // idle_timeout > 0 (SPEC §5.2 steps 5–7). Called by from_config.
   void start();
@@ -167,6 +216,9 @@ class Provider {
   // No thread → a fresh anonymous sandbox.
   std::string acquire(const std::optional<std::string>& thread_id,
                       const std::optional<std::string>& user_id = std::nullopt);
+  // Same, and says how the sandbox was obtained.
+  AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
+                               const std::optional<std::string>& user_id = std::nullopt);
   // Same, without blocking the caller's thread.
   AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
                                  const std::optional<std::string>& user_id = std::nullopt);
@@ -179,6 +231,17 @@ class Provider {
   void destroy(const std::string& sandbox_id);
   // Destroy everything this instance tracks and stop background work. Idempotent.
   void shutdown();
+  // Stop background work and close the ownership store, leaving every sandbox running and its
+  // lease to lapse after one TTL (then a peer's reconciliation may adopt it). After detach the
+  // provider tracks nothing new; shutdown() and the destructor do nothing. Idempotent.
+  void detach();
+
+  // The registry as data: what is active and warm, for whom, since when. Reads memory only.
+  RegistrySnapshot export_registry() const;
+  std::optional<TrackedSandbox> find(const std::string& sandbox_id) const;
+  // Installs sandboxes tracked by an earlier process of the same host (no backend or store
+  // call: the next acquire health-checks them as usual). Ids already tracked are left alone.
+  void import_registry(const RegistrySnapshot& snapshot);
 
   // SPEC §3.6: whether thread data is bind-mounted. Never blocks.
   bool uses_thread_data_mounts() const;
@@ -191,7 +254,7 @@ class Provider {
   // Virtual: the seed replaces warm expiry to see that the idle pass delegates to it.
   virtual void reap_expired_warm(std::optional<double> timeout = std::nullopt);
   std::optional<std::string> evict_oldest_warm();
-  void reconcile_orphans();
+  ReconcileReport reconcile_orphans();
   void renew_owned_leases();
   // Drops per-conversation locks nobody holds or waits for (run by the renewal thread), so the
   // lock map does not grow with every conversation ever seen.

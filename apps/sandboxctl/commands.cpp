@@ -1,0 +1,722 @@
+#include "commands.hpp"
+
+#include <rapidjson/prettywriter.h>
+#include <rapidjson/stringbuffer.h>
+
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "cli_error.hpp"
+#include "sandboxd/core/config.hpp"
+#include "sandboxd/core/configured_plugins.hpp"
+#include "sandboxd/core/owner_id.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/readiness.hpp"
+#include "session.hpp"
+
+namespace po = boost::program_options;
+
+namespace sandboxctl {
+
+using namespace sandboxd;
+using JsonWriter = rapidjson::PrettyWriter<rapidjson::StringBuffer>;
+
+namespace {
+
+// ── shared plumbing ──────────────────────────────────────────────────────────
+
+struct CommandHelp {
+  const char* usage;    // "sandboxctl [global options] acquire --user U --thread T [--json]"
+  const char* details;  // what it does, exit codes that matter, an example
+};
+
+class HelpShown {};  // --help was given: the help has been printed, exit 0
+
+// Parses a subcommand's arguments; --help prints usage, options and details, then HelpShown.
+po::variables_map parse_args(const CommandHelp& help, po::options_description& options,
+                             const std::vector<std::string>& args,
+                             const po::positional_options_description* positional = nullptr) {
+  options.add_options()("json", "print one JSON document on stdout")("help,h",
+                                                                     "show this help");
+  po::variables_map vm;
+  po::command_line_parser parser(args);
+  parser.options(options);
+  po::positional_options_description none;
+  parser.positional(positional ? *positional : none);
+  po::store(parser.run(), vm);
+  if (vm.count("help")) {
+    std::cout << "Usage: " << help.usage << "\n\n" << options << "\n" << help.details;
+    throw HelpShown{};
+  }
+  po::notify(vm);
+  return vm;
+}
+
+bool json_output(const GlobalContext& context, const po::variables_map& vm) {
+  return context.json || vm.count("json") > 0;
+}
+
+void emit(const rapidjson::StringBuffer& buffer) {
+  std::cout << buffer.GetString() << "\n";
+}
+
+void write_string(JsonWriter& w, const char* key, const std::string& value) {
+  w.Key(key);
+  w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+void write_optional(JsonWriter& w, const char* key, const std::optional<std::string>& value) {
+  w.Key(key);
+  if (value) {
+    w.String(value->c_str(), static_cast<rapidjson::SizeType>(value->size()));
+  } else {
+    w.Null();
+  }
+}
+
+double wall_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string seconds_text(double seconds) {
+  char buffer[32];
+  if (seconds < 0) seconds = 0;
+  if (seconds < 120) {
+    std::snprintf(buffer, sizeof buffer, "%.0fs", seconds);
+  } else if (seconds < 7200) {
+    std::snprintf(buffer, sizeof buffer, "%.0fm", seconds / 60);
+  } else {
+    std::snprintf(buffer, sizeof buffer, "%.1fh", seconds / 3600);
+  }
+  return buffer;
+}
+
+std::optional<std::string> conversation_user(const core::TrackedSandbox& t) {
+  if (!t.conversation) return std::nullopt;
+  return t.conversation->user_id;
+}
+
+std::optional<std::string> conversation_thread(const core::TrackedSandbox& t) {
+  if (!t.conversation) return std::nullopt;
+  return t.conversation->thread_id;
+}
+
+void write_tracked(JsonWriter& w, const core::TrackedSandbox& t) {
+  write_string(w, "sandbox_id", t.info.sandbox_id);
+  write_string(w, "sandbox_url", t.info.sandbox_url);
+  write_string(w, "state", t.warm ? "warm" : "active");
+  write_optional(w, "user_id", conversation_user(t));
+  write_optional(w, "thread_id", conversation_thread(t));
+  w.Key(t.warm ? "released_at" : "last_activity");
+  w.Double(t.since);
+  write_optional(w, "container_name", t.info.container_name);
+}
+
+std::string not_tracked_message(const std::string& sandbox_id, const Session& session) {
+  return "sandbox '" + sandbox_id + "' is not tracked by state directory " +
+         session.state_dir().string() + " (sandboxctl list shows what is)";
+}
+
+// Runs a call into the provider; anything it throws that is not already classified is a
+// failure of the backend (engine, provisioner) it drives.
+template <typename Call>
+auto backend_call(Call&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const CliError&) {
+    throw;
+  } catch (const SandboxBeingDestroyedError&) {
+    throw;
+  } catch (const SandboxIdentityCollisionError&) {
+    throw;
+  } catch (const OwnershipBackendError&) {
+    throw;
+  } catch (const std::invalid_argument&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CliError(kBackendFailure, e.what());
+  }
+}
+
+std::string lease_owner_text(OwnershipStore& store, const std::string& sandbox_id) {
+  try {
+    if (auto lease = store.inspect(sandbox_id)) {
+      return lease->owner_id + (lease->destroying ? " (tearing it down)" : "");
+    }
+    return "nobody";
+  } catch (const std::exception& e) {
+    return std::string("unknown (") + e.what() + ")";
+  }
+}
+
+// ── plugins ──────────────────────────────────────────────────────────────────
+
+int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] plugins [--json]",
+      "Lists every plugin class found on the plugin path, one per line:\n"
+      "  module:Class  kind  abi=N  path\n"
+      "The path is the config's plugin_dirs (with --config), then SANDBOXD_PLUGIN_PATH, the\n"
+      "install directory, then the build tree. Exit 1 when no plugin is found.\n\n"
+      "Example:\n  sandboxctl plugins --json\n"};
+  po::options_description options("Options");
+  const auto vm = parse_args(help, options, args);
+  std::optional<core::SandboxConfig> config;
+  if (context.config_file) config = core::load_config_file(*context.config_file);
+  const core::PluginLoader loader(config ? config->plugin_dirs : std::vector<std::string>{});
+  const auto classes = loader.list();
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("search_path");
+    w.StartArray();
+    for (const auto& dir : loader.search_path()) w.String(dir.c_str());
+    w.EndArray();
+    w.Key("plugins");
+    w.StartArray();
+    for (const auto& c : classes) {
+      w.StartObject();
+      write_string(w, "use", c.use_string());
+      write_string(w, "kind", c.problem.empty() ? to_string(c.kind) : "unusable");
+      w.Key("abi");
+      w.Uint(c.abi_version);
+      write_string(w, "path", c.path);
+      write_string(w, "description", c.description);
+      if (!c.problem.empty()) write_string(w, "problem", c.problem);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    emit(buffer);
+    return kOk;
+  }
+  if (classes.empty()) {
+    std::string searched;
+    for (const auto& dir : loader.search_path()) searched += " " + dir;
+    throw CliError(kInternal, "no plugins found; searched:" + searched);
+  }
+  for (const auto& c : classes) {
+    std::printf("%-45s  %-9s  abi=%u  %s%s\n", c.use_string().c_str(),
+                c.problem.empty() ? to_string(c.kind) : "unusable", c.abi_version, c.path.c_str(),
+                c.problem.empty() ? "" : ("  (" + c.problem + ")").c_str());
+  }
+  return kOk;
+}
+
+// ── check-config ─────────────────────────────────────────────────────────────
+
+int cmd_check_config(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] check-config [--json]",
+      "Loads the config (--config FILE, else the built-in default) and constructs the plugins it\n"
+      "names, which validates their own options, then prints the resolved settings with every\n"
+      "secret shown as <redacted>. Exit 3 on any error, naming the file, key and value.\n\n"
+      "Example:\n  sandboxctl --config /etc/sandboxd.json check-config\n"};
+  po::options_description options("Options");
+  const auto vm = parse_args(help, options, args);
+  const core::SandboxConfig config = load_command_config(context.config_file);
+  for (const auto& warning : config.warnings) context.logger->warning(warning);
+  core::HostServices services;
+  services.logger = context.logger;
+  services.clock = std::make_shared<SystemClock>();
+  services.owner_id = core::generate_owner_id();
+  services.base_dir = core::resolve_base_dir(config.base_dir);
+  const auto plugins = core::load_configured_plugins(config, services);  // validates options
+  const double ttl = plugins.ownership->ttl_seconds();
+  const bool cross_process = plugins.ownership->supports_cross_process();
+  plugins.ownership->close();
+  const std::string rendered = core::render_redacted(config);
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("config");
+    w.RawValue(rendered.c_str(), rendered.size(), rapidjson::kObjectType);
+    write_string(w, "source", config.source_file);
+    write_string(w, "backend", config.backend.use);
+    write_string(w, "ownership", config.ownership.use);
+    w.Key("lease_ttl_seconds");
+    w.Double(ttl);
+    w.Key("cross_process");
+    w.Bool(cross_process);
+    w.EndObject();
+    emit(buffer);
+    return kOk;
+  }
+  std::cout << rendered << "\n";
+  std::cout << "backend: " << config.backend.use << " loaded\n";
+  std::cout << "ownership: " << config.ownership.use << " loaded (ttl " << ttl << "s, "
+            << (cross_process ? "cross-process" : "single-process") << ")\n";
+  return kOk;
+}
+
+// ── acquire ──────────────────────────────────────────────────────────────────
+
+int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] acquire [--user U] [--thread T] [--json]",
+      "Gets the sandbox of conversation (U, T): reuses the active one, reclaims it from the warm\n"
+      "pool, discovers its running container, or creates one, then prints its id, URL and which\n"
+      "of those it did (--json: {sandbox_id, sandbox_url, path}). Without --thread it creates an\n"
+      "anonymous sandbox. The sandbox keeps running after this process exits; release or\n"
+      "destroy it from any later sandboxctl on the same state directory.\n"
+      "Exit 4 when the engine fails, 6 when a peer is tearing the sandbox down.\n\n"
+      "Example:\n  sandboxctl acquire --user alice --thread t-1\n"};
+  po::options_description options("Options");
+  options.add_options()("user,u", po::value<std::string>(),
+                        "user id (letters, digits, '_', '-'); default: default")(
+      "thread,t", po::value<std::string>(), "thread id (1-64 of letters, digits, '_', '-')");
+  const auto vm = parse_args(help, options, args);
+  std::optional<std::string> user, thread;
+  if (vm.count("user")) user = vm["user"].as<std::string>();
+  if (vm.count("thread")) thread = vm["thread"].as<std::string>();
+  try {
+    if (user) core::validate_user_id(*user);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(kUsage, std::string("--user: ") + e.what());
+  }
+  try {
+    if (thread) core::validate_thread_id(*thread);
+  } catch (const std::invalid_argument& e) {
+    throw CliError(kUsage, std::string("--thread: ") + e.what());
+  }
+
+  const std::string who = user.value_or("default") + "/" + thread.value_or("<anonymous>");
+  auto progress = context.progress;
+  core::ProviderHooks hooks;
+  hooks.wait_until_ready = [progress](const std::string& url, double timeout) {
+    progress->set_phase("waiting for " + url + "/v1/sandbox to answer");
+    return wait_for_sandbox_ready(url, timeout);
+  };
+  Session session(load_command_config(context.config_file), context.logger, std::move(hooks));
+  progress->start("acquiring a sandbox for " + who);
+  const core::AcquireResult result =
+      backend_call([&] { return session.provider().acquire_traced(thread, user); });
+  progress->stop();
+  const auto tracked = session.provider().find(result.sandbox_id);
+  session.commit();
+  const std::string url = tracked ? tracked->info.sandbox_url : std::string();
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    write_string(w, "sandbox_id", result.sandbox_id);
+    write_string(w, "sandbox_url", url);
+    write_string(w, "path", core::to_string(result.path));
+    write_optional(w, "user_id", tracked ? conversation_user(*tracked) : std::nullopt);
+    write_optional(w, "thread_id", tracked ? conversation_thread(*tracked) : std::nullopt);
+    w.EndObject();
+    emit(buffer);
+  } else {
+    std::cout << "sandbox_id:  " << result.sandbox_id << "\n"
+              << "sandbox_url: " << url << "\n"
+              << "path:        " << core::to_string(result.path) << "\n";
+  }
+  return kOk;
+}
+
+// ── release / destroy / get ──────────────────────────────────────────────────
+
+po::positional_options_description id_positional() {
+  po::positional_options_description positional;
+  positional.add("sandbox-id", 1);
+  return positional;
+}
+
+std::string required_id(const po::variables_map& vm, const char* command) {
+  if (!vm.count("sandbox-id")) {
+    throw CliError(kUsage, std::string(command) + " needs a sandbox id (sandboxctl " + command +
+                               " ID; sandboxctl list shows them)");
+  }
+  return vm["sandbox-id"].as<std::string>();
+}
+
+void print_one(const GlobalContext& context, const po::variables_map& vm,
+               const core::TrackedSandbox& t, const char* result) {
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    write_tracked(w, t);
+    if (result) write_string(w, "result", result);
+    w.EndObject();
+    emit(buffer);
+    return;
+  }
+  const std::string conversation =
+      t.conversation ? t.conversation->user_id + "/" + t.conversation->thread_id : "-";
+  std::cout << "sandbox_id:   " << t.info.sandbox_id << "\n"
+            << "sandbox_url:  " << t.info.sandbox_url << "\n"
+            << "state:        " << (t.warm ? "warm" : "active") << "\n"
+            << "conversation: " << conversation << "\n"
+            << (t.warm ? "released:     " : "last used:    ") << seconds_text(wall_now() - t.since)
+            << " ago\n";
+  if (result) std::cout << "result:       " << result << "\n";
+}
+
+int cmd_release(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] release ID [--json]",
+      "Parks the sandbox in the warm pool: it keeps running, and the next acquire of its\n"
+      "conversation reclaims it. Exit 5 when ID is not tracked here; exit 6 when its lease now\n"
+      "belongs to another instance (it is then no longer tracked here, and keeps running).\n\n"
+      "Example:\n  sandboxctl release 0123456789abcdef\n"};
+  po::options_description options("Options");
+  options.add_options()("sandbox-id", po::value<std::string>(), "the sandbox to release");
+  const auto positional = id_positional();
+  const auto vm = parse_args(help, options, args, &positional);
+  const std::string id = required_id(vm, "release");
+  Session session(load_command_config(context.config_file), context.logger);
+  auto before = session.provider().find(id);
+  if (!before) throw CliError(kNotFound, not_tracked_message(id, session));
+  const char* result = "released";
+  if (before->warm) {
+    result = "already warm";
+  } else {
+    backend_call([&] { session.provider().release(id); });
+  }
+  auto after = session.provider().find(id);
+  if (!after) {
+    const std::string owner = lease_owner_text(*session.provider().ownership(), id);
+    session.commit();
+    throw CliError(kOwnershipRefused, "sandbox " + id + " was released, but its lease belongs to " +
+                                          owner + " now; it keeps running and is no longer " +
+                                          "tracked here");
+  }
+  session.commit();
+  print_one(context, vm, *after, result);
+  return kOk;
+}
+
+int cmd_destroy(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] destroy ID [--json]",
+      "Stops the sandbox's container under a teardown lease and forgets it. Exit 5 when ID is\n"
+      "not tracked here, 6 when another instance holds its lease (nothing is stopped), 4 when\n"
+      "the engine fails to stop it.\n\n"
+      "Example:\n  sandboxctl destroy 0123456789abcdef\n"};
+  po::options_description options("Options");
+  options.add_options()("sandbox-id", po::value<std::string>(), "the sandbox to destroy");
+  const auto positional = id_positional();
+  const auto vm = parse_args(help, options, args, &positional);
+  const std::string id = required_id(vm, "destroy");
+  Session session(load_command_config(context.config_file), context.logger);
+  auto before = session.provider().find(id);
+  if (!before) throw CliError(kNotFound, not_tracked_message(id, session));
+  context.progress->start("stopping sandbox " + id);
+  backend_call([&] { session.provider().destroy(id); });
+  context.progress->stop();
+  if (session.provider().find(id)) {
+    const std::string owner = lease_owner_text(*session.provider().ownership(), id);
+    throw CliError(kOwnershipRefused,
+                   "refusing to destroy sandbox " + id + ": its lease is held by " + owner);
+  }
+  session.commit();
+  print_one(context, vm, *before, "destroyed");
+  return kOk;
+}
+
+int cmd_get(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] get ID [--json]",
+      "Prints one tracked sandbox: URL, state, conversation and when it was last used (an\n"
+      "active sandbox counts this as a use). Reads the registry only. Exit 5 when not tracked.\n\n"
+      "Example:\n  sandboxctl get 0123456789abcdef --json\n"};
+  po::options_description options("Options");
+  options.add_options()("sandbox-id", po::value<std::string>(), "the sandbox to show");
+  const auto positional = id_positional();
+  const auto vm = parse_args(help, options, args, &positional);
+  const std::string id = required_id(vm, "get");
+  Session session(load_command_config(context.config_file), context.logger);
+  session.provider().get(id);  // an active sandbox's last activity is refreshed
+  auto tracked = session.provider().find(id);
+  if (!tracked) throw CliError(kNotFound, not_tracked_message(id, session));
+  session.commit();
+  print_one(context, vm, *tracked, nullptr);
+  return kOk;
+}
+
+// ── list ─────────────────────────────────────────────────────────────────────
+
+int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] list [--json]",
+      "Shows the active and warm sandboxes of this state directory, every container the\n"
+      "backend reports as ours (a container nobody here tracks is an orphan), and each one's\n"
+      "lease: owner and time left. Exit 4 when the backend cannot list its containers (the\n"
+      "tracked sandboxes are still shown).\n\n"
+      "Example:\n  sandboxctl list --json | jq '.sandboxes[] | select(.state == \"orphan\")'\n"};
+  po::options_description options("Options");
+  const auto vm = parse_args(help, options, args);
+  Session session(load_command_config(context.config_file), context.logger);
+  core::Provider& provider = session.provider();
+  const core::RegistrySnapshot registry = provider.export_registry();
+  std::optional<std::vector<SandboxInfo>> running;
+  std::string list_error;
+  try {
+    running = provider.backend()->list_running();
+  } catch (const std::exception& e) {
+    list_error = e.what();
+  }
+  std::map<std::string, const SandboxInfo*> by_id;
+  if (running) {
+    for (const auto& info : *running) by_id[info.sandbox_id] = &info;
+  }
+
+  struct Row {
+    std::string id, state, url, user, thread;
+    std::optional<bool> running;
+    std::optional<double> since;
+    std::optional<LeaseRecord> lease;
+    std::string lease_error;
+  };
+  std::vector<Row> rows;
+  std::set<std::string> tracked_ids;
+  for (const auto& t : registry.sandboxes) {
+    tracked_ids.insert(t.info.sandbox_id);
+    Row row{t.info.sandbox_id, t.warm ? "warm" : "active", t.info.sandbox_url,
+            conversation_user(t).value_or(""), conversation_thread(t).value_or(""),
+            std::nullopt, t.since, std::nullopt, ""};
+    if (running) row.running = by_id.count(t.info.sandbox_id) > 0;
+    rows.push_back(std::move(row));
+  }
+  if (running) {
+    for (const auto& info : *running) {
+      if (tracked_ids.count(info.sandbox_id)) continue;
+      rows.push_back(Row{info.sandbox_id, "orphan", info.sandbox_url, info.user_id.value_or(""),
+                         info.thread_id.value_or(""), true, std::nullopt, std::nullopt, ""});
+    }
+  }
+  OwnershipStore& store = *provider.ownership();
+  for (auto& row : rows) {
+    try {
+      row.lease = store.inspect(row.id);
+    } catch (const std::exception& e) {
+      row.lease_error = e.what();
+    }
+  }
+  const std::string me = provider.owner_id();
+  const bool wall_clock_leases = store.supports_cross_process();
+  const double now = wall_now();
+  session.commit();
+
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    write_string(w, "state_dir", session.state_dir().string());
+    write_string(w, "owner_id", me);
+    write_optional(w, "backend_error",
+                   list_error.empty() ? std::nullopt : std::optional<std::string>(list_error));
+    w.Key("sandboxes");
+    w.StartArray();
+    for (const auto& row : rows) {
+      w.StartObject();
+      write_string(w, "sandbox_id", row.id);
+      write_string(w, "state", row.state);
+      w.Key("tracked");
+      w.Bool(row.state != "orphan");
+      w.Key("running");
+      if (row.running) {
+        w.Bool(*row.running);
+      } else {
+        w.Null();
+      }
+      write_string(w, "sandbox_url", row.url);
+      write_optional(w, "user_id",
+                     row.user.empty() ? std::nullopt : std::optional<std::string>(row.user));
+      write_optional(w, "thread_id",
+                     row.thread.empty() ? std::nullopt : std::optional<std::string>(row.thread));
+      w.Key("since");
+      if (row.since) {
+        w.Double(*row.since);
+      } else {
+        w.Null();
+      }
+      w.Key("lease");
+      if (row.lease) {
+        w.StartObject();
+        write_string(w, "owner_id", row.lease->owner_id);
+        write_string(w, "state", row.lease->destroying ? "del" : "own");
+        w.Key("ours");
+        w.Bool(row.lease->owner_id == me);
+        w.Key("expires_at");
+        if (wall_clock_leases) {
+          w.Double(row.lease->expires_at);
+        } else {
+          w.Null();
+        }
+        w.EndObject();
+      } else {
+        w.Null();
+      }
+      if (!row.lease_error.empty()) write_string(w, "lease_error", row.lease_error);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    emit(buffer);
+  } else {
+    std::cout << "state directory " << session.state_dir().string() << ", owner " << me << "\n";
+    std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", "SANDBOX", "STATE", "RUNNING",
+                "CONVERSATION", "URL", "SINCE", "LEASE");
+    for (const auto& row : rows) {
+      std::string lease = "none";
+      if (!row.lease_error.empty()) {
+        lease = "unknown (" + row.lease_error + ")";
+      } else if (row.lease) {
+        lease = (row.lease->destroying ? "del by " : "own by ") +
+                (row.lease->owner_id == me ? std::string("this state directory")
+                                           : row.lease->owner_id);
+        if (wall_clock_leases) lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
+      }
+      const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
+      std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", row.id.c_str(), row.state.c_str(),
+                  row.running ? (*row.running ? "yes" : "GONE") : "?", conversation.c_str(),
+                  row.url.empty() ? "-" : row.url.c_str(),
+                  row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-",
+                  lease.c_str());
+    }
+  }
+  if (!list_error.empty()) {
+    throw CliError(kBackendFailure, "the backend could not list its containers: " + list_error);
+  }
+  return kOk;
+}
+
+// ── reconcile / reap ─────────────────────────────────────────────────────────
+
+int cmd_reconcile(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] reconcile [--json]",
+      "One orphan-reconciliation pass: every running container of ours that no live lease\n"
+      "covers, and that has stayed unowned for one lease TTL, is adopted into this state\n"
+      "directory's warm pool (then reaped like any warm sandbox). Prints adopted / skipped\n"
+      "(a live peer owns it) / deferred (owned, or still within the grace) counts.\n"
+      "Exit 4 when the backend cannot list its containers.\n\n"
+      "Example:\n  sandboxctl reconcile --json\n"};
+  po::options_description options("Options");
+  const auto vm = parse_args(help, options, args);
+  Session session(load_command_config(context.config_file), context.logger);
+  const core::ReconcileReport report = session.provider().reconcile_orphans();
+  session.commit();
+  if (!report.listed) {
+    throw CliError(kBackendFailure, "the backend could not list its containers (see the log "
+                                    "line above); nothing was adopted");
+  }
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("adopted");
+    w.Int(report.adopted);
+    w.Key("skipped");
+    w.Int(report.skipped);
+    w.Key("deferred");
+    w.Int(report.deferred);
+    w.Key("found");
+    w.Int(report.found);
+    w.EndObject();
+    emit(buffer);
+  } else {
+    std::cout << report.adopted << " adopted, " << report.skipped << " skipped (live peer), "
+              << report.deferred << " deferred (owned or within the grace), " << report.found
+              << " found\n";
+  }
+  return kOk;
+}
+
+int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] reap [--json]",
+      "One idle pass over this state directory: stops active sandboxes unused for longer than\n"
+      "idle_timeout and warm ones released longer ago than that (never one whose lease another\n"
+      "instance holds). Run it from cron beside `reconcile`; `idle_timeout: 0` disables it.\n\n"
+      "Example:\n  sandboxctl reap\n"};
+  po::options_description options("Options");
+  const auto vm = parse_args(help, options, args);
+  Session session(load_command_config(context.config_file), context.logger);
+  const int idle_timeout = session.config().idle_timeout;
+  std::vector<std::string> reaped;
+  if (idle_timeout > 0) {
+    const auto before = session.provider().export_registry();
+    backend_call([&] { session.provider().cleanup_idle_sandboxes(idle_timeout); });
+    for (const auto& t : before.sandboxes) {
+      if (!session.provider().find(t.info.sandbox_id)) reaped.push_back(t.info.sandbox_id);
+    }
+  }
+  const auto left = session.provider().counts();
+  session.commit();
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("idle_timeout");
+    w.Int(idle_timeout);
+    w.Key("reaped");
+    w.StartArray();
+    for (const auto& id : reaped) w.String(id.c_str());
+    w.EndArray();
+    w.Key("active");
+    w.Uint64(left.active);
+    w.Key("warm");
+    w.Uint64(left.warm);
+    w.EndObject();
+    emit(buffer);
+  } else if (idle_timeout <= 0) {
+    std::cout << "idle reaping is disabled (idle_timeout: 0); nothing reaped\n";
+  } else {
+    std::cout << reaped.size() << " reaped (idle longer than " << idle_timeout << "s), "
+              << left.active << " active and " << left.warm << " warm left\n";
+  }
+  return kOk;
+}
+
+}  // namespace
+
+const std::vector<Command>& commands() {
+  static const std::vector<Command> all = {
+      {"acquire", "get (reuse, reclaim, discover or create) a conversation's sandbox",
+       cmd_acquire},
+      {"release", "park a sandbox in the warm pool (it keeps running)", cmd_release},
+      {"destroy", "stop a sandbox and forget it", cmd_destroy},
+      {"get", "show one tracked sandbox", cmd_get},
+      {"list", "tracked sandboxes, their leases, and orphan containers", cmd_list},
+      {"reconcile", "adopt orphan containers whose leases have lapsed", cmd_reconcile},
+      {"reap", "stop sandboxes idle longer than idle_timeout", cmd_reap},
+      {"plugins", "list the plugin classes found on the plugin path", cmd_plugins},
+      {"check-config", "validate the config and print it with secrets redacted", cmd_check_config},
+  };
+  return all;
+}
+
+bool wants_json(const GlobalContext& context, const std::vector<std::string>& args) {
+  if (context.json) return true;
+  for (const auto& arg : args) {
+    if (arg == "--json") return true;
+  }
+  return false;
+}
+
+int run_command(const Command& command, GlobalContext& context,
+                   const std::vector<std::string>& args) {
+  try {
+    return command.run(context, args);
+  } catch (const HelpShown&) {
+    return kOk;
+  } catch (const po::error& e) {
+    throw CliError(kUsage, std::string(command.name) + ": " + e.what() + " (see sandboxctl " +
+                               command.name + " --help)");
+  }
+}
+
+}  // namespace sandboxctl

@@ -1,0 +1,54 @@
+#include "session.hpp"
+
+#include "sandboxd/core/default_config.hpp"
+#include "sandboxd/core/paths.hpp"
+
+namespace sandboxctl {
+
+using namespace sandboxd;
+
+core::SandboxConfig load_command_config(const std::optional<std::string>& config_file) {
+  if (config_file) return core::load_config_file(*config_file);
+  return core::default_config();
+}
+
+namespace {
+
+constexpr const char* kRegistryFileName = "sandboxctl-registry.json";
+
+}  // namespace
+
+Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logger,
+                 core::ProviderHooks hooks)
+    // Nobody renews a one-shot command's leases, so they must last at least as long as the
+    // sandbox may sit idle before this state directory's own reaper would stop it.
+    : config_(core::with_lease_ttl_at_least(config, config.idle_timeout)),
+      logger_(std::move(logger)),
+      state_dir_(core::resolve_base_dir(config.base_dir)),
+      registry_(state_dir_ / kRegistryFileName),
+      loaded_(registry_.load()) {
+  core::Provider::HostOptions host;
+  host.owner_id = core::one_shot_owner_id(registry_.path());
+  host.start = false;
+  provider_ = core::Provider::from_config(config_, logger_, std::move(hooks), host);
+  provider_->import_registry(loaded_);
+}
+
+Session::~Session() {
+  if (committed_ || !provider_) return;
+  try {
+    commit();
+  } catch (const std::exception& e) {
+    logger_->error(std::string("Could not record this command's changes: ") + e.what());
+  }
+}
+
+void Session::commit() {
+  committed_ = true;
+  const core::RegistrySnapshot now = provider_->export_registry();
+  provider_->detach();
+  registry_.apply(loaded_, now);
+  loaded_ = now;
+}
+
+}  // namespace sandboxctl

@@ -1,0 +1,50 @@
+// One sandboxctl command's provider: the config (or the built-in default), the state
+// directory's registry loaded into a Provider that acts under the state directory's stable
+// lease identity, and, when the command ends, the registry's changes written back and the
+// provider detached (every sandbox keeps running; see one_shot_host.hpp for what is left
+// behind and who reaps it).
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "sandboxd/core/config.hpp"
+#include "sandboxd/core/one_shot_host.hpp"
+#include "sandboxd/core/provider.hpp"
+
+namespace sandboxctl {
+
+// The config a command runs with: --config FILE, else the built-in default.
+sandboxd::core::SandboxConfig load_command_config(const std::optional<std::string>& config_file);
+
+class Session {
+ public:
+  Session(const sandboxd::core::SandboxConfig& config, std::shared_ptr<sandboxd::Logger> logger,
+          sandboxd::core::ProviderHooks hooks = {});
+  // Writes the registry back (errors logged) and detaches, unless commit() already did.
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  sandboxd::core::Provider& provider() { return *provider_; }
+  const sandboxd::core::SandboxConfig& config() const { return config_; }
+  const std::filesystem::path& state_dir() const { return state_dir_; }
+  const sandboxd::core::RegistryFile& registry() const { return registry_; }
+
+  // Writes what this command changed into the registry file and detaches the provider.
+  // Throws RegistryFileError.
+  void commit();
+
+ private:
+  sandboxd::core::SandboxConfig config_;
+  std::shared_ptr<sandboxd::Logger> logger_;
+  std::filesystem::path state_dir_;
+  sandboxd::core::RegistryFile registry_;
+  sandboxd::core::RegistrySnapshot loaded_;
+  std::unique_ptr<sandboxd::core::Provider> provider_;
+  bool committed_ = false;
+};
+
+}  // namespace sandboxctl
