@@ -1,0 +1,116 @@
+// What a host that runs each command in a fresh process needs from the Provider: the path an
+// acquisition took, the registry exported and imported as data, detach (nothing destroyed), and
+// the counts of a reconciliation pass.
+#include "provider_fixtures.hpp"
+
+namespace sandboxd::testing {
+namespace {
+
+using core::AcquirePath;
+using core::RegistrySnapshot;
+
+class ProviderOneShotTest : public ProviderFixture {};
+
+TEST_F(ProviderOneShotTest, AcquireTracedSaysHowEachSandboxWasObtained) {
+  build();
+  const auto created = provider->acquire_traced("t-1", "alice");
+  EXPECT_EQ(created.path, AcquirePath::created);
+  const auto reused = provider->acquire_traced("t-1", "alice");
+  EXPECT_EQ(reused.path, AcquirePath::reused);
+  EXPECT_EQ(reused.sandbox_id, created.sandbox_id);
+  provider->release(created.sandbox_id);
+  const auto reclaimed = provider->acquire_traced("t-1", "alice");
+  EXPECT_EQ(reclaimed.path, AcquirePath::reclaimed);
+  EXPECT_EQ(reclaimed.sandbox_id, created.sandbox_id);
+
+  // Another conversation whose container already runs (an earlier process made it).
+  const std::string other = core::deterministic_sandbox_id("t-2", "alice");
+  backend->discover_fn = [&](const std::string& id) -> std::optional<SandboxInfo> {
+    if (id == other) return make_info(id, "http://running-" + id);
+    return std::nullopt;
+  };
+  const auto discovered = provider->acquire_traced("t-2", "alice");
+  EXPECT_EQ(discovered.path, AcquirePath::discovered);
+  EXPECT_EQ(discovered.sandbox_id, other);
+  EXPECT_EQ(provider->acquire_traced(std::nullopt, "alice").path, AcquirePath::created);
+  EXPECT_EQ(std::string(core::to_string(AcquirePath::discovered)), "discovered");
+}
+
+TEST_F(ProviderOneShotTest, TheRegistryRoundTripsThroughDataIntoAFreshProvider) {
+  build();
+  clock->set(2000.0);
+  const std::string active = provider->acquire("t-1", "alice");
+  const std::string warm = provider->acquire("t-2", "bob");
+  clock->set(2100.0);
+  provider->release(warm);
+  const RegistrySnapshot exported = provider->export_registry();
+  ASSERT_EQ(exported.sandboxes.size(), 2u);
+  for (const auto& t : exported.sandboxes) {
+    if (t.info.sandbox_id == active) {
+      EXPECT_FALSE(t.warm);
+      EXPECT_EQ(t.since, 2000.0);
+      EXPECT_EQ(t.conversation, (ThreadKey{"alice", "t-1"}));
+    } else {
+      EXPECT_EQ(t.info.sandbox_id, warm);
+      EXPECT_TRUE(t.warm);
+      EXPECT_EQ(t.since, 2100.0);
+      EXPECT_EQ(t.conversation, (ThreadKey{"bob", "t-2"}));
+    }
+  }
+  ASSERT_TRUE(provider->find(warm));
+  EXPECT_TRUE(provider->find(warm)->warm);
+  EXPECT_FALSE(provider->find("no-such-id"));
+
+  // A second provider (the next command's process) picks up exactly that state.
+  auto next = make_provider(backend, nullptr);
+  next->import_registry(exported);
+  EXPECT_EQ(next->export_registry(), exported);
+  EXPECT_EQ(next->counts().active, 1u);
+  EXPECT_EQ(next->counts().warm, 1u);
+  ASSERT_TRUE(next->get(active));
+  EXPECT_EQ(next->get(active)->base_url(), "http://" + active);
+  EXPECT_EQ(next->acquire_traced("t-1", "alice").path, AcquirePath::reused);
+  EXPECT_EQ(next->acquire_traced("t-2", "bob").path, AcquirePath::reclaimed);
+  EXPECT_EQ(backend->creates().size(), 2u) << "nothing was created again";
+
+  // Importing again leaves what is tracked alone.
+  next->import_registry(exported);
+  EXPECT_FALSE(next->find(warm)->warm) << "the reclaimed sandbox stays active";
+  next->detach();
+}
+
+TEST_F(ProviderOneShotTest, DetachStopsNothingAndLaterShutdownIsANoOp) {
+  build();
+  const std::string id = provider->acquire("t-1", "alice");
+  provider->acquire("t-2", "alice");
+  provider->release(id);
+  provider->detach();
+  provider->detach();
+  provider->shutdown();
+  EXPECT_TRUE(backend->destroys().empty());
+  provider.reset();
+  EXPECT_TRUE(backend->destroys().empty()) << "the destructor destroyed a detached sandbox";
+}
+
+TEST_F(ProviderOneShotTest, ReconcileReportsWhatItAdoptedAndWhatItFound) {
+  build();
+  backend->list_running_fn = [] {
+    return std::vector<SandboxInfo>{make_info("orphan-a", "http://a"),
+                                    make_info("orphan-b", "http://b")};
+  };
+  const auto first = provider->reconcile_orphans();
+  EXPECT_TRUE(first.listed);
+  EXPECT_EQ(first.found, 2);
+  EXPECT_EQ(first.adopted, 2);
+  const auto again = provider->reconcile_orphans();
+  EXPECT_EQ(again.found, 2);
+  EXPECT_EQ(again.adopted, 0) << "already warm: not adopted twice";
+
+  backend->list_running_fn = []() -> std::vector<SandboxInfo> {
+    throw std::runtime_error("engine down");
+  };
+  EXPECT_FALSE(provider->reconcile_orphans().listed);
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
