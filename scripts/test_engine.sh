@@ -7,6 +7,7 @@
 #   bash scripts/test_engine.sh stop    # remove our containers, stop the service (idempotent)
 #   bash scripts/test_engine.sh env     # print the exports a shell or a test run needs
 #   bash scripts/test_engine.sh status  # say whether the service answers
+#   bash scripts/test_engine.sh ours    # print the names of containers labelled as ours
 #
 # State lives in $SANDBOXD_ENGINE_DIR (default /tmp/sandboxd-test-engine): containers.conf,
 # podman.sock, podman.pid, podman.log and the image build tree.
@@ -277,6 +278,11 @@ cmd_env() {
   echo "export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK"
 }
 
+cmd_ours() {
+  ping_ok || return 0
+  pm ps -a --filter "label=$LABEL" --format '{{.Names}}' 2>/dev/null || true
+}
+
 cmd_status() {
   local pid
   if pid="$(service_pid)" && ping_ok; then
@@ -292,8 +298,9 @@ case "${1:-}" in
   stop) cmd_stop ;;
   env) cmd_env ;;
   status) cmd_status ;;
+  ours) cmd_ours ;;
   *)
-    echo "usage: $0 start|stop|env|status   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
+    echo "usage: $0 start|stop|env|status|ours   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
     exit 2
     ;;
 esac

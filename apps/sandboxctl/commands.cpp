@@ -454,7 +454,7 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
       "backend reports as ours (a container nobody here tracks is an orphan), and each one's\n"
       "lease: owner and time left. Exit 4 when the backend cannot list its containers (the\n"
       "tracked sandboxes are still shown).\n\n"
-      "Example:\n  sandboxctl list --json | jq '.sandboxes[] | select(.state == \"orphan\")'\n"};
+      "Example:\n  sandboxctl list --json\n"};
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
   Session session(load_command_config(context.config_file), context.logger);

@@ -71,8 +71,8 @@ void print_usage(const po::options_description& global) {
                "scripts/setup.sh starts, and the offline test image ($SANDBOXD_IMAGE overrides).\n"
                "`sandboxctl check-config` prints what it resolved to.\n\n"
             << kExitCodes << "\nExample:\n"
-            << "  id=$(sandboxctl acquire --user alice --thread t-1 --json | jq -r .sandbox_id)\n"
-               "  sandboxctl release \"$id\"\n";
+            << "  sandboxctl acquire --user alice --thread t-1   # prints sandbox_id and sandbox_url\n"
+               "  sandboxctl release SANDBOX_ID\n";
 }
 
 // The one-sentence message on stderr, plus {"error": …} on stdout for --json callers.
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     if (vm.count("config")) context.config_file = vm["config"].as<std::string>();
     context.progress = std::make_shared<ProgressLine>(ProgressLine::stderr_is_terminal());
     context.logger = std::make_shared<ProgressAwareLogger>(
-        std::make_shared<core::StderrLogger>(*level), context.progress);
+        std::make_shared<core::StderrLogger>(*level), context.progress, *level);
 
     const std::string name = vm["command"].as<std::string>();
     rest = po::collect_unrecognized(parsed.options, po::include_positional);

@@ -52,15 +52,18 @@ class ProgressLine {
 
 class ProgressAwareLogger final : public sandboxd::Logger {
  public:
-  ProgressAwareLogger(std::shared_ptr<sandboxd::Logger> inner, std::shared_ptr<ProgressLine> line)
-      : inner_(std::move(inner)), line_(std::move(line)) {}
+  ProgressAwareLogger(std::shared_ptr<sandboxd::Logger> inner, std::shared_ptr<ProgressLine> line,
+                      sandboxd::LogLevel threshold)
+      : inner_(std::move(inner)), line_(std::move(line)), threshold_(threshold) {}
   void log(sandboxd::LogLevel level, std::string_view message) override {
+    if (level < threshold_) return;  // nothing to print: leave the line alone
     line_->around_write([&] { inner_->log(level, message); });
   }
 
  private:
   std::shared_ptr<sandboxd::Logger> inner_;
   std::shared_ptr<ProgressLine> line_;
+  const sandboxd::LogLevel threshold_;
 };
 
 }  // namespace sandboxctl

@@ -3,6 +3,7 @@
 set -u
 ctl="$1"
 example_dir="$2"
+examples="$3"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -67,10 +68,30 @@ contains "$out" "line 1"; check "malformed JSON reports the line" $? "$out"
 
 out=$("$ctl" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ]; check "unknown command exits 2" $? "$out"
-out=$("$ctl" check-config 2>&1); rc=$?
-[ $rc -eq 2 ] && contains "$out" "--config FILE is required"; check "check-config needs --config" $? "$out"
+out=$(XDG_STATE_HOME="$work/xdg" "$ctl" check-config 2>&1); rc=$?
+[ $rc -eq 0 ] && contains "$out" '"source_file": "<built-in default>"' &&
+  contains "$out" "\"base_dir\": \"$work/xdg/sandboxd\""
+check "check-config without --config prints the built-in default" $? "$out"
+out=$(XDG_STATE_HOME="$work/xdg" "$ctl" check-config --json 2>&1); rc=$?
+[ $rc -eq 0 ] && python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["ownership"].startswith("ownership_sqlite")' "$out"
+check "check-config --json is one document" $? "$out"
+for command in acquire release destroy get list reconcile reap plugins check-config; do
+  out=$("$ctl" --help 2>&1)
+  contains "$out" "^  $command "; check "--help lists $command" $? "$out"
+  out=$("$ctl" "$command" --help 2>&1); rc=$?
+  [ $rc -eq 0 ] && contains "$out" "Example:" && contains "$out" "--json"
+  check "$command --help has an example and --json" $? "$out"
+done
 out=$("$ctl" --help 2>&1); rc=$?
 [ $rc -eq 0 ] && contains "$out" "check-config"; check "--help" $? "$out"
+
+# Every example config in examples/configs parses and its plugins construct.
+for example in "$examples"/*.json; do
+  sed "s#/var/lib/sandboxd#$work/example-state#g" "$example" >"$work/example.json"
+  mkdir -p "$work/example-state"
+  out=$(MY_API_KEY=k PROVISIONER_API_KEY=k "$ctl" --config "$work/example.json" check-config 2>&1)
+  check "check-config $(basename "$example")" $? "$out"
+done
 
 echo "sandboxctl: $passes passed, $failures failed"
 [ $failures -eq 0 ]
