@@ -43,8 +43,7 @@ class HelpShown {};  // --help was given: the help has been printed, exit 0
 po::variables_map parse_args(const CommandHelp& help, po::options_description& options,
                              const std::vector<std::string>& args,
                              const po::positional_options_description* positional = nullptr) {
-  options.add_options()("json", "print one JSON document on stdout")("help,h",
-                                                                     "show this help");
+  options.add_options()("json", "print one JSON document on stdout")("help,h", "show this help");
   po::variables_map vm;
   po::command_line_parser parser(args);
   parser.options(options);
@@ -82,8 +81,7 @@ void write_optional(JsonWriter& w, const char* key, const std::optional<std::str
 }
 
 double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 std::string seconds_text(double seconds) {
@@ -483,9 +481,15 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
   std::set<std::string> tracked_ids;
   for (const auto& t : registry.sandboxes) {
     tracked_ids.insert(t.info.sandbox_id);
-    Row row{t.info.sandbox_id, t.warm ? "warm" : "active", t.info.sandbox_url,
-            conversation_user(t).value_or(""), conversation_thread(t).value_or(""),
-            std::nullopt, t.since, std::nullopt, ""};
+    Row row{t.info.sandbox_id,
+            t.warm ? "warm" : "active",
+            t.info.sandbox_url,
+            conversation_user(t).value_or(""),
+            conversation_thread(t).value_or(""),
+            std::nullopt,
+            t.since,
+            std::nullopt,
+            ""};
     if (running) row.running = by_id.count(t.info.sandbox_id) > 0;
     rows.push_back(std::move(row));
   }
@@ -574,9 +578,9 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
       if (!row.lease_error.empty()) {
         lease = "unknown (" + row.lease_error + ")";
       } else if (row.lease) {
-        lease = (row.lease->destroying ? "del by " : "own by ") +
-                (row.lease->owner_id == me ? std::string("this state directory")
-                                           : row.lease->owner_id);
+        lease =
+            (row.lease->destroying ? "del by " : "own by ") +
+            (row.lease->owner_id == me ? std::string("this state directory") : row.lease->owner_id);
         if (wall_clock_leases) lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
       }
       const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
@@ -610,8 +614,9 @@ int cmd_reconcile(GlobalContext& context, const std::vector<std::string>& args) 
   const core::ReconcileReport report = session.provider().reconcile_orphans();
   session.commit();
   if (!report.listed) {
-    throw CliError(kBackendFailure, "the backend could not list its containers (see the log "
-                                    "line above); nothing was adopted");
+    throw CliError(kBackendFailure,
+                   "the backend could not list its containers (see the log "
+                   "line above); nothing was adopted");
   }
   if (json_output(context, vm)) {
     rapidjson::StringBuffer buffer;
@@ -685,8 +690,7 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
 
 const std::vector<Command>& commands() {
   static const std::vector<Command> all = {
-      {"acquire", "get (reuse, reclaim, discover or create) a conversation's sandbox",
-       cmd_acquire},
+      {"acquire", "get (reuse, reclaim, discover or create) a conversation's sandbox", cmd_acquire},
       {"release", "park a sandbox in the warm pool (it keeps running)", cmd_release},
       {"destroy", "stop a sandbox and forget it", cmd_destroy},
       {"get", "show one tracked sandbox", cmd_get},
@@ -708,7 +712,7 @@ bool wants_json(const GlobalContext& context, const std::vector<std::string>& ar
 }
 
 int run_command(const Command& command, GlobalContext& context,
-                   const std::vector<std::string>& args) {
+                const std::vector<std::string>& args) {
   try {
     return command.run(context, args);
   } catch (const HelpShown&) {

@@ -14,7 +14,7 @@ namespace sandboxctl {
 
 struct GlobalContext {
   std::optional<std::string> config_file;  // --config; nothing → the built-in default
-  bool json = false;                        // --json given before the command
+  bool json = false;                       // --json given before the command
   std::shared_ptr<sandboxd::Logger> logger;
   std::shared_ptr<ProgressLine> progress;
 };

@@ -64,15 +64,17 @@ void print_usage(const po::options_description& global) {
   for (const auto& command : commands()) {
     std::printf("  %-13s %s\n", command.name, command.summary);
   }
-  std::cout << "\n" << global << "\n"
-            << "Without --config, sandboxctl uses the built-in default: SQLite leases and its\n"
-               "registry in $XDG_STATE_HOME/sandboxd (else ~/.local/state/sandboxd), the engine\n"
-               "at DOCKER_HOST, else /var/run/docker.sock, else the podman service that\n"
-               "scripts/setup.sh starts, and the offline test image ($SANDBOXD_IMAGE overrides).\n"
-               "`sandboxctl check-config` prints what it resolved to.\n\n"
-            << kExitCodes << "\nExample:\n"
-            << "  sandboxctl acquire --user alice --thread t-1   # prints sandbox_id and sandbox_url\n"
-               "  sandboxctl release SANDBOX_ID\n";
+  std::cout
+      << "\n"
+      << global << "\n"
+      << "Without --config, sandboxctl uses the built-in default: SQLite leases and its\n"
+         "registry in $XDG_STATE_HOME/sandboxd (else ~/.local/state/sandboxd), the engine\n"
+         "at DOCKER_HOST, else /var/run/docker.sock, else the podman service that\n"
+         "scripts/setup.sh starts, and the offline test image ($SANDBOXD_IMAGE overrides).\n"
+         "`sandboxctl check-config` prints what it resolved to.\n\n"
+      << kExitCodes << "\nExample:\n"
+      << "  sandboxctl acquire --user alice --thread t-1   # prints sandbox_id and sandbox_url\n"
+         "  sandboxctl release SANDBOX_ID\n";
 }
 
 // The one-sentence message on stderr, plus {"error": …} on stdout for --json callers.
@@ -101,14 +103,14 @@ int fail(int code, const std::string& message, bool as_json) {
 
 int main(int argc, char** argv) {
   po::options_description global("Global options");
-  global.add_options()("help,h", "show this help")(
-      "config,c", po::value<std::string>(), "JSON config file with a `sandbox` section")(
+  global.add_options()("help,h", "show this help")("config,c", po::value<std::string>(),
+                                                   "JSON config file with a `sandbox` section")(
       "log-level", po::value<std::string>()->default_value("warning"),
       "debug, info, warning or error (log lines go to stderr)")(
       "json", "print one JSON document on stdout (also accepted after the command)");
   po::options_description hidden;
-  hidden.add_options()("command", po::value<std::string>())(
-      "args", po::value<std::vector<std::string>>());
+  hidden.add_options()("command", po::value<std::string>())("args",
+                                                            po::value<std::vector<std::string>>());
   po::options_description all;
   all.add(global).add(hidden);
   po::positional_options_description positional;

@@ -64,13 +64,13 @@ EngineChoice default_engine() {
   if (engine_dir.empty()) engine_dir = "/tmp/sandboxd-test-engine";
   const std::string podman_socket = engine_dir + "/podman.sock";
   if (is_socket(podman_socket)) {
-    return {"unix://" + podman_socket,
-            "no DOCKER_HOST and no " + docker_socket + "; the podman service of " +
-                "scripts/test_engine.sh answers there"};
+    return {"unix://" + podman_socket, "no DOCKER_HOST and no " + docker_socket +
+                                           "; the podman service of " +
+                                           "scripts/test_engine.sh answers there"};
   }
-  return {"unix://" + docker_socket,
-          "no DOCKER_HOST, no " + docker_socket + " and no " + podman_socket +
-              " (start an engine: bash scripts/test_engine.sh start)"};
+  return {"unix://" + docker_socket, "no DOCKER_HOST, no " + docker_socket + " and no " +
+                                         podman_socket +
+                                         " (start an engine: bash scripts/test_engine.sh start)"};
 }
 
 SandboxConfig default_config() {
@@ -90,8 +90,9 @@ SandboxConfig default_config() {
   if (!image_from_env) image = kLocalTestImage;
   const std::string text =
       "{\"sandbox\": {"
-      "\"backend\": {\"use\": " + json_string(kLocalDockerUse) +
-      ", \"socket\": " + json_string(engine.socket) + ", \"image\": " + json_string(image) +
+      "\"backend\": {\"use\": " +
+      json_string(kLocalDockerUse) + ", \"socket\": " + json_string(engine.socket) +
+      ", \"image\": " + json_string(image) +
       "}, \"ownership\": {\"use\": " + json_string(kSqliteOwnershipUse) +
       ", \"path\": " + json_string((state / "leases.db").string()) +
       "}, \"base_dir\": " + json_string(state.string()) + "}}";
@@ -104,7 +105,8 @@ SandboxConfig default_config() {
       "image " + image +
       (image_from_env ? " from SANDBOXD_IMAGE"
                       : " (the offline test image; set SANDBOXD_IMAGE or use --config for "
-                        "production, e.g. " + std::string(kDeerFlowSandboxImage) + ")"));
+                        "production, e.g. " +
+                            std::string(kDeerFlowSandboxImage) + ")"));
   return config;
 }
 

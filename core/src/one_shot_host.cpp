@@ -37,8 +37,7 @@ class FileLock {
   FileLock(const std::filesystem::path& path, int operation) {
     fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
     if (fd_ < 0) {
-      throw RegistryFileError("cannot open lock file " + path.string() + ": " +
-                              errno_text(errno));
+      throw RegistryFileError("cannot open lock file " + path.string() + ": " + errno_text(errno));
     }
     while (::flock(fd_, operation) != 0) {
       if (errno != EINTR) {
@@ -67,8 +66,8 @@ void ensure_private_dir(const std::filesystem::path& dir) {
   std::error_code ec;
   if (std::filesystem::is_directory(dir, ec)) return;
   std::filesystem::create_directories(dir, ec);
-  if (ec) throw RegistryFileError("cannot create state directory " + dir.string() + ": " +
-                                  ec.message());
+  if (ec)
+    throw RegistryFileError("cannot create state directory " + dir.string() + ": " + ec.message());
   ::chmod(dir.c_str(), 0700);
 }
 
@@ -193,7 +192,8 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
   Document doc;
   doc.Parse<rapidjson::kParseIterativeFlag>(body.c_str(), body.size());
   if (doc.HasParseError() || !doc.IsObject()) {
-    throw RegistryFileError(path_.string() + " is not a sandboxctl registry (malformed JSON)" + fix);
+    throw RegistryFileError(path_.string() + " is not a sandboxctl registry (malformed JSON)" +
+                            fix);
   }
   const auto version = doc.FindMember("version");
   if (version == doc.MemberEnd() || !version->value.IsInt() ||
@@ -259,12 +259,12 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     w.String(t.info.sandbox_id.c_str());
     w.Key("state");
     w.String(t.warm ? "warm" : "active");
-    write_optional(w, "user_id",
-                   t.conversation ? std::optional<std::string>(t.conversation->user_id)
-                                  : std::nullopt);
-    write_optional(w, "thread_id",
-                   t.conversation ? std::optional<std::string>(t.conversation->thread_id)
-                                  : std::nullopt);
+    write_optional(
+        w, "user_id",
+        t.conversation ? std::optional<std::string>(t.conversation->user_id) : std::nullopt);
+    write_optional(
+        w, "thread_id",
+        t.conversation ? std::optional<std::string>(t.conversation->thread_id) : std::nullopt);
     w.Key("since");
     w.Double(t.since);
     w.Key("sandbox_url");

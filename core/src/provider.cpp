@@ -288,7 +288,7 @@ std::string Provider::acquire(const std::optional<std::string>& thread_id,
 }
 
 AcquireResult Provider::acquire_traced(const std::optional<std::string>& thread_id,
-                                      const std::optional<std::string>& user_id) {
+                                       const std::optional<std::string>& user_id) {
   AcquireResult result;
   AcquirePath* const outer = t_acquire_path;
   t_acquire_path = &result.path;
@@ -899,8 +899,8 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
     if (registry_.infos.count(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
-    registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(tracked.info),
-                                        tracked.since};
+    registry_.warm_pool[id] =
+        WarmEntry{std::make_shared<const SandboxInfo>(tracked.info), tracked.since};
     registry_.warm_identity[id] = tracked.conversation;
   }
   for (auto& [tracked, client] : active) {

@@ -1,12 +1,12 @@
 // Unit tests of the local_docker plugin's pure helpers (no engine needed).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <sandboxd/readiness.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <sandboxd/readiness.hpp>
 #include <stdexcept>
 
 #include "docker_support.hpp"

@@ -1,3 +1,5 @@
+#include "sandboxd/core/one_shot_host.hpp"
+
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
 #include <sys/socket.h>
@@ -8,7 +10,6 @@
 #include <fstream>
 
 #include "sandboxd/core/default_config.hpp"
-#include "sandboxd/core/one_shot_host.hpp"
 #include "test_support.hpp"
 
 namespace sandboxd::testing {
@@ -78,7 +79,8 @@ TEST(RegistryFile, ACorruptFileIsRefusedByPathWithWhatToDo) {
   TempDir tmp;
   const auto path = tmp.path() / "registry.json";
   for (const std::string& body :
-       {std::string("{\"version\": 1, \"sandboxes\": [{\"sandbox_id\": \"x\", \"state\": \"odd\"}]}"),
+       {std::string(
+            "{\"version\": 1, \"sandboxes\": [{\"sandbox_id\": \"x\", \"state\": \"odd\"}]}"),
         std::string("not json"), std::string(200000, '['), std::string("{\"version\": 7}")}) {
     std::ofstream(path) << body;
     try {
@@ -148,8 +150,8 @@ TEST(DefaultConfig, StateDirectoryFollowsXdgThenHomeAndIsCreatedPrivate) {
     EXPECT_EQ(mode_of(tmp.path() / "xdg" / "sandboxd"), 0700u);
     EXPECT_EQ(config.source_file, core::kDefaultConfigSource);
     EXPECT_EQ(config.ownership.use, core::kSqliteOwnershipUse);
-    EXPECT_NE(config.ownership.options_json.find((tmp.path() / "xdg" / "sandboxd" / "leases.db")
-                                                     .string()),
+    EXPECT_NE(config.ownership.options_json.find(
+                  (tmp.path() / "xdg" / "sandboxd" / "leases.db").string()),
               std::string::npos);
     EXPECT_EQ(config.backend.use, core::kLocalDockerUse);
     EXPECT_NE(config.backend.options_json.find(core::kLocalTestImage), std::string::npos);

@@ -163,9 +163,9 @@ struct RegistrySnapshot {
 // The counts of one orphan-reconciliation pass (SPEC §8 step 4).
 struct ReconcileReport {
   int adopted = 0;
-  int skipped = 0;   // a live peer owns it
-  int deferred = 0;  // owned, within the recovery grace, or being torn down here
-  int found = 0;     // running containers the backend listed
+  int skipped = 0;     // a live peer owns it
+  int deferred = 0;    // owned, within the recovery grace, or being torn down here
+  int found = 0;       // running containers the backend listed
   bool listed = true;  // false when the backend could not list its containers
 };
 
