@@ -233,6 +233,11 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   const bool cross_process = plugins.ownership->supports_cross_process();
   plugins.ownership->close();
   const std::string rendered = core::render_redacted(config);
+  // What every other sandboxctl command acts as (see session.hpp).
+  const double one_shot_ttl =
+      core::with_lease_ttl_at_least(config, config.idle_timeout).ttl_seconds();
+  const auto registry_file = registry_path(services.base_dir);
+  const std::string one_shot_owner = core::one_shot_owner_id(registry_file);
   if (json_output(context, vm)) {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
@@ -246,6 +251,10 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     w.Double(ttl);
     w.Key("cross_process");
     w.Bool(cross_process);
+    write_string(w, "sandboxctl_registry", registry_file.string());
+    write_string(w, "sandboxctl_owner_id", one_shot_owner);
+    w.Key("sandboxctl_lease_ttl_seconds");
+    w.Double(one_shot_ttl);
     w.EndObject();
     emit(buffer);
     return kOk;
@@ -254,6 +263,8 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   std::cout << "backend: " << config.backend.use << " loaded\n";
   std::cout << "ownership: " << config.ownership.use << " loaded (ttl " << ttl << "s, "
             << (cross_process ? "cross-process" : "single-process") << ")\n";
+  std::cout << "sandboxctl commands: registry " << registry_file.string() << ", owner "
+            << one_shot_owner << ", leases of " << one_shot_ttl << "s (at least idle_timeout)\n";
   return kOk;
 }
 
@@ -450,8 +461,9 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
       "sandboxctl [--config FILE] list [--json]",
       "Shows the active and warm sandboxes of this state directory, every container the\n"
       "backend reports as ours (a container nobody here tracks is an orphan), and each one's\n"
-      "lease: owner and time left. Exit 4 when the backend cannot list its containers (the\n"
-      "tracked sandboxes are still shown).\n\n"
+      "lease: owner and time left. Exit 4 when the backend reports that it cannot list its\n"
+      "containers (the tracked sandboxes are still shown; local_docker instead logs the failure\n"
+      "and lists none, as the reference does).\n\n"
       "Example:\n  sandboxctl list --json\n"};
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
@@ -606,7 +618,7 @@ int cmd_reconcile(GlobalContext& context, const std::vector<std::string>& args) 
       "covers, and that has stayed unowned for one lease TTL, is adopted into this state\n"
       "directory's warm pool (then reaped like any warm sandbox). Prints adopted / skipped\n"
       "(a live peer owns it) / deferred (owned, or still within the grace) counts.\n"
-      "Exit 4 when the backend cannot list its containers.\n\n"
+      "Exit 4 when the backend reports that it cannot list its containers.\n\n"
       "Example:\n  sandboxctl reconcile --json\n"};
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);

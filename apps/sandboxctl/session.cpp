@@ -12,11 +12,9 @@ core::SandboxConfig load_command_config(const std::optional<std::string>& config
   return core::default_config();
 }
 
-namespace {
-
-constexpr const char* kRegistryFileName = "sandboxctl-registry.json";
-
-}  // namespace
+std::filesystem::path registry_path(const std::filesystem::path& state_dir) {
+  return state_dir / "sandboxctl-registry.json";
+}
 
 Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logger,
                  core::ProviderHooks hooks)
@@ -25,7 +23,7 @@ Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logg
     : config_(core::with_lease_ttl_at_least(config, config.idle_timeout)),
       logger_(std::move(logger)),
       state_dir_(core::resolve_base_dir(config.base_dir)),
-      registry_(state_dir_ / kRegistryFileName),
+      registry_(registry_path(state_dir_)),
       loaded_(registry_.load()) {
   core::Provider::HostOptions host;
   host.owner_id = core::one_shot_owner_id(registry_.path());

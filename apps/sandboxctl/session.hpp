@@ -19,6 +19,9 @@ namespace sandboxctl {
 // The config a command runs with: --config FILE, else the built-in default.
 sandboxd::core::SandboxConfig load_command_config(const std::optional<std::string>& config_file);
 
+// {state_dir}/sandboxctl-registry.json: the registry of one state directory.
+std::filesystem::path registry_path(const std::filesystem::path& state_dir);
+
 class Session {
  public:
   Session(const sandboxd::core::SandboxConfig& config, std::shared_ptr<sandboxd::Logger> logger,

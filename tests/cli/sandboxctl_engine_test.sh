@@ -152,6 +152,17 @@ expect_rc "A releases after B's takeover" 6 "$ctl" --config "$work/a.json" relea
 expect_rc "A no longer tracks it" 5 "$ctl" --config "$work/a.json" get "$shared_id"
 expect_rc "B destroys" 0 "$ctl" --config "$work/b.json" destroy "$shared_id"
 
+# ── reap: an idle sandbox of this state directory is stopped, a fresh one is not ───────────
+sed 's/"idle_timeout": 600/"idle_timeout": 1/; s/state-a/state-d/' "$work/a.json" >"$work/d.json"
+expect_rc "D acquires (idle_timeout 1)" 0 "$ctl" --config "$work/d.json" acquire --user dan --thread t-1 --json
+idle_id=$(field "$out" 'd["sandbox_id"]')
+expect_rc "D reaps at once" 0 "$ctl" --config "$work/d.json" reap --json
+[ "$(field "$out" 'len(d["reaped"])')" = 0 ]; check "a sandbox just used is not reaped" $? "$out"
+sleep 2.2
+expect_rc "D reaps after the idle timeout" 0 "$ctl" --config "$work/d.json" reap --json
+[ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
+[ "$(containers_named "$prefix-$idle_id")" = 0 ]; check "and its container is gone" $? ""
+
 # ── a peer-owned config check, and nothing of ours left behind ──────────────────────────────
 expect_rc "check-config with a file" 0 "$ctl" --config "$work/a.json" check-config
 [ "$(containers_named "$prefix")" = 0 ]; check "no container with prefix $prefix is left" $? \

@@ -216,7 +216,8 @@ class Provider {
   // No thread → a fresh anonymous sandbox.
   std::string acquire(const std::optional<std::string>& thread_id,
                       const std::optional<std::string>& user_id = std::nullopt);
-  // Same, and says how the sandbox was obtained.
+  // Same, and says how the sandbox was obtained (the synchronous path only: the branch that
+  // succeeds notes it on the calling thread).
   AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
                                const std::optional<std::string>& user_id = std::nullopt);
   // Same, without blocking the caller's thread.
