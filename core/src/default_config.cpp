@@ -1,8 +1,12 @@
 #include "sandboxd/core/default_config.hpp"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <sys/stat.h>
 
 #include <cstdlib>
+
+#include "sandboxd/core/paths.hpp"
 
 namespace sandboxd::core {
 namespace {
@@ -17,21 +21,33 @@ bool is_socket(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode);
 }
 
-std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+// {"sandbox": {"backend": {...}, "ownership": {...}, "base_dir": ...}} as parse_config reads it.
+std::string default_config_text(const std::string& socket, const std::string& image,
+                                const std::filesystem::path& state) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  const auto pair = [&w](const char* key, const std::string& value) {
+    w.Key(key);
+    w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+  };
+  w.StartObject();
+  w.Key("sandbox");
+  w.StartObject();
+  w.Key("backend");
+  w.StartObject();
+  pair("use", kLocalDockerUse);
+  pair("socket", socket);
+  pair("image", image);
+  w.EndObject();
+  w.Key("ownership");
+  w.StartObject();
+  pair("use", kSqliteOwnershipUse);
+  pair("path", (state / "leases.db").string());
+  w.EndObject();
+  pair("base_dir", state.string());
+  w.EndObject();
+  w.EndObject();
+  return buffer.GetString();
 }
 
 }  // namespace
@@ -75,27 +91,17 @@ EngineChoice default_engine() {
 
 SandboxConfig default_config() {
   const std::filesystem::path state = default_state_dir();
-  std::error_code ec;
-  if (!std::filesystem::is_directory(state, ec)) {
-    std::filesystem::create_directories(state, ec);
-    if (ec) {
-      throw ConfigError("cannot create sandboxctl's state directory " + state.string() + ": " +
-                        ec.message() + " (set XDG_STATE_HOME or pass --config FILE)");
-    }
-    ::chmod(state.c_str(), 0700);  // leases, the registry and thread data live here
+  try {
+    ensure_private_dir(state);  // leases, the registry and thread data live here
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw ConfigError("cannot create sandboxctl's state directory " + state.string() + ": " +
+                      e.code().message() + " (set XDG_STATE_HOME or pass --config FILE)");
   }
   const EngineChoice engine = default_engine();
   std::string image = env("SANDBOXD_IMAGE");
   const bool image_from_env = !image.empty();
   if (!image_from_env) image = kLocalTestImage;
-  const std::string text =
-      "{\"sandbox\": {"
-      "\"backend\": {\"use\": " +
-      json_string(kLocalDockerUse) + ", \"socket\": " + json_string(engine.socket) +
-      ", \"image\": " + json_string(image) +
-      "}, \"ownership\": {\"use\": " + json_string(kSqliteOwnershipUse) +
-      ", \"path\": " + json_string((state / "leases.db").string()) +
-      "}, \"base_dir\": " + json_string(state.string()) + "}}";
+  const std::string text = default_config_text(engine.socket, image, state);
   SandboxConfig config = parse_config(text, kDefaultConfigSource);
   config.mapping_notes.push_back("no --config: the built-in default, state directory " +
                                  state.string() + " ($XDG_STATE_HOME/sandboxd, else " +

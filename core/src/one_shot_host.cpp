@@ -6,16 +6,16 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include "sandboxd/core/owner_id.hpp"
+#include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 
 namespace sandboxd::core {
@@ -62,13 +62,13 @@ std::filesystem::path lock_path_of(const std::filesystem::path& registry) {
   return registry.string() + ".lock";
 }
 
-void ensure_private_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) return;
-  std::filesystem::create_directories(dir, ec);
-  if (ec)
-    throw RegistryFileError("cannot create state directory " + dir.string() + ": " + ec.message());
-  ::chmod(dir.c_str(), 0700);
+void ensure_state_dir(const std::filesystem::path& dir) {
+  try {
+    ensure_private_dir(dir);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw RegistryFileError("cannot create state directory " + dir.string() + ": " +
+                            e.code().message());
+  }
 }
 
 std::string optional_string(const Value& object, const char* key,
@@ -108,10 +108,8 @@ void write_optional(Writer& w, const char* key, const std::optional<std::string>
 }  // namespace
 
 std::string one_shot_owner_id(const std::filesystem::path& registry_file) {
-  std::array<char, 256> host{};
-  if (gethostname(host.data(), host.size() - 1) != 0) host = {'u', 'n', 'k', 'n', 'o', 'w', 'n'};
   const std::string absolute = std::filesystem::absolute(registry_file).lexically_normal().string();
-  return std::string(host.data()) + ":sandboxctl-" + sha256_hex(absolute).substr(0, 24);
+  return host_name() + ":sandboxctl-" + sha256_hex(absolute).substr(0, 24);
 }
 
 SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) {
@@ -135,7 +133,7 @@ SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) 
 RegistryFile::RegistryFile(std::filesystem::path path) : path_(std::move(path)) {}
 
 RegistrySnapshot RegistryFile::load() const {
-  ensure_private_dir(path_.parent_path());
+  ensure_state_dir(path_.parent_path());
   FileLock lock(lock_path_of(path_), LOCK_SH);
   return read_unlocked();
 }
@@ -145,7 +143,7 @@ void RegistryFile::apply(const RegistrySnapshot& before, const RegistrySnapshot&
   for (const auto& t : before.sandboxes) was[t.info.sandbox_id] = &t;
   for (const auto& t : after.sandboxes) now[t.info.sandbox_id] = &t;
 
-  ensure_private_dir(path_.parent_path());
+  ensure_state_dir(path_.parent_path());
   FileLock lock(lock_path_of(path_), LOCK_EX);
   RegistrySnapshot current = read_unlocked();
   std::map<std::string, TrackedSandbox> merged;
@@ -178,11 +176,10 @@ void RegistryFile::apply(const RegistrySnapshot& before, const RegistrySnapshot&
 
 RegistrySnapshot RegistryFile::read_unlocked() const {
   RegistrySnapshot snapshot;
+  std::error_code missing;
+  if (!std::filesystem::exists(path_, missing)) return snapshot;
   std::ifstream in(path_, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT || !std::filesystem::exists(path_)) return snapshot;
-    throw RegistryFileError("cannot read " + path_.string() + ": " + errno_text(errno));
-  }
+  if (!in) throw RegistryFileError("cannot read " + path_.string() + ": " + errno_text(errno));
   std::stringstream text;
   text << in.rdbuf();
   const std::string body = text.str();

@@ -74,6 +74,13 @@ void make_private_dir(const fs::path& path) {
 
 }  // namespace
 
+void ensure_private_dir(const fs::path& dir) {
+  if (fs::is_directory(dir)) return;
+  if (dir.has_parent_path()) fs::create_directories(dir.parent_path());
+  make_private_dir(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);  // whatever the umask
+}
+
 fs::path resolve_base_dir(std::optional<std::string> explicit_dir) {
   if (explicit_dir && !explicit_dir->empty()) return resolve_path(*explicit_dir);
   if (auto home = non_empty_env("DEER_FLOW_HOME")) return resolve_path(*home);

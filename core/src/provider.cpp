@@ -6,9 +6,11 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <utility>
 
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
@@ -290,15 +292,11 @@ std::string Provider::acquire(const std::optional<std::string>& thread_id,
 AcquireResult Provider::acquire_traced(const std::optional<std::string>& thread_id,
                                        const std::optional<std::string>& user_id) {
   AcquireResult result;
-  AcquirePath* const outer = t_acquire_path;
-  t_acquire_path = &result.path;
-  try {
-    result.sandbox_id = acquire(thread_id, user_id);
-  } catch (...) {
-    t_acquire_path = outer;
-    throw;
-  }
-  t_acquire_path = outer;
+  struct Restore {
+    AcquirePath* outer;
+    ~Restore() { t_acquire_path = outer; }
+  } restore{std::exchange(t_acquire_path, &result.path)};
+  result.sandbox_id = acquire(thread_id, user_id);
   return result;
 }
 
@@ -823,66 +821,57 @@ void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const Sand
 
 // ── the registry as data (hosts that persist it between processes) ───────────
 
+TrackedSandbox Provider::tracked_active_locked(const std::string& sandbox_id,
+                                               const InfoPtr& info) const {
+  TrackedSandbox tracked;
+  tracked.info = *info;
+  if (auto it = registry_.active_identity.find(sandbox_id); it != registry_.active_identity.end()) {
+    tracked.conversation = it->second;
+  }
+  if (auto it = registry_.last_activity.find(sandbox_id); it != registry_.last_activity.end()) {
+    tracked.since = it->second;
+  }
+  return tracked;
+}
+
+TrackedSandbox Provider::tracked_warm_locked(const std::string& sandbox_id,
+                                             const WarmEntry& entry) const {
+  TrackedSandbox tracked;
+  tracked.info = *entry.info;
+  tracked.warm = true;
+  tracked.since = entry.released_at;
+  if (auto it = registry_.warm_identity.find(sandbox_id); it != registry_.warm_identity.end()) {
+    tracked.conversation = it->second;
+  }
+  return tracked;
+}
+
 RegistrySnapshot Provider::export_registry() const {
   RegistrySnapshot snapshot;
-  std::lock_guard lock(mutex_);
-  // Both maps are ordered by id and an id is never in both, so a merge keeps the order.
-  auto active = registry_.infos.begin();
-  auto warm = registry_.warm_pool.begin();
-  while (active != registry_.infos.end() || warm != registry_.warm_pool.end()) {
-    const bool take_active = warm == registry_.warm_pool.end() ||
-                             (active != registry_.infos.end() && active->first < warm->first);
-    TrackedSandbox tracked;
-    if (take_active) {
-      tracked.info = *active->second;
-      if (auto it = registry_.active_identity.find(active->first);
-          it != registry_.active_identity.end()) {
-        tracked.conversation = it->second;
-      }
-      if (auto it = registry_.last_activity.find(active->first);
-          it != registry_.last_activity.end()) {
-        tracked.since = it->second;
-      }
-      ++active;
-    } else {
-      tracked.info = *warm->second.info;
-      tracked.warm = true;
-      tracked.since = warm->second.released_at;
-      if (auto it = registry_.warm_identity.find(warm->first);
-          it != registry_.warm_identity.end()) {
-        tracked.conversation = it->second;
-      }
-      ++warm;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, info] : registry_.infos) {
+      snapshot.sandboxes.push_back(tracked_active_locked(id, info));
     }
-    snapshot.sandboxes.push_back(std::move(tracked));
+    for (const auto& [id, entry] : registry_.warm_pool) {
+      snapshot.sandboxes.push_back(tracked_warm_locked(id, entry));
+    }
+    snapshot.unowned_since = registry_.unowned_since;
   }
-  snapshot.unowned_since = registry_.unowned_since;
+  std::sort(snapshot.sandboxes.begin(), snapshot.sandboxes.end(),
+            [](const TrackedSandbox& a, const TrackedSandbox& b) {
+              return a.info.sandbox_id < b.info.sandbox_id;
+            });
   return snapshot;
 }
 
 std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) const {
   std::lock_guard lock(mutex_);
-  TrackedSandbox tracked;
   if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-    tracked.info = *it->second;
-    if (auto key = registry_.active_identity.find(sandbox_id);
-        key != registry_.active_identity.end()) {
-      tracked.conversation = key->second;
-    }
-    if (auto last = registry_.last_activity.find(sandbox_id);
-        last != registry_.last_activity.end()) {
-      tracked.since = last->second;
-    }
-    return tracked;
+    return tracked_active_locked(sandbox_id, it->second);
   }
   if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
-    tracked.info = *it->second.info;
-    tracked.warm = true;
-    tracked.since = it->second.released_at;
-    if (auto key = registry_.warm_identity.find(sandbox_id); key != registry_.warm_identity.end()) {
-      tracked.conversation = key->second;
-    }
-    return tracked;
+    return tracked_warm_locked(sandbox_id, it->second);
   }
   return std::nullopt;
 }

@@ -691,7 +691,10 @@ ReconcileReport Provider::reconcile_orphans() {
   if (running.empty()) return report;
 
   const double ttl = ownership_->ttl_seconds();
-  int adopted = 0, skipped = 0, deferred = 0;
+  report.found = static_cast<int>(running.size());
+  int& adopted = report.adopted;
+  int& skipped = report.skipped;
+  int& deferred = report.deferred;
   for (const auto& info : running) {
     const std::string& id = info.sandbox_id;
     const double current = now();
@@ -750,10 +753,6 @@ ReconcileReport Provider::reconcile_orphans() {
                           " skipped (live peer ownership), " + std::to_string(deferred) +
                           " deferred (owned or within recovery grace), " +
                           std::to_string(running.size()) + " total found");
-  report.adopted = adopted;
-  report.skipped = skipped;
-  report.deferred = deferred;
-  report.found = static_cast<int>(running.size());
   return report;
 }
 

@@ -75,9 +75,9 @@ check "check-config without --config prints the built-in default" $? "$out"
 out=$(XDG_STATE_HOME="$work/xdg" "$ctl" check-config --json 2>&1); rc=$?
 [ $rc -eq 0 ] && python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["ownership"].startswith("ownership_sqlite")' "$out"
 check "check-config --json is one document" $? "$out"
+usage=$("$ctl" --help 2>&1)
 for command in acquire release destroy get list reconcile reap plugins check-config; do
-  out=$("$ctl" --help 2>&1)
-  contains "$out" "^  $command "; check "--help lists $command" $? "$out"
+  contains "$usage" "^  $command "; check "--help lists $command" $? "$usage"
   out=$("$ctl" "$command" --help 2>&1); rc=$?
   [ $rc -eq 0 ] && contains "$out" "Example:" && contains "$out" "--json"
   check "$command --help has an example and --json" $? "$out"

@@ -24,6 +24,10 @@ inline constexpr std::string_view kLarkCliIntegrationId = "lark-cli";
 // std::invalid_argument naming it. Empty values count as unset.
 std::filesystem::path resolve_base_dir(std::optional<std::string> explicit_dir = std::nullopt);
 
+// Creates `dir` (and its parents) with mode 0700 when it does not exist; an existing
+// directory is left as it is. Throws std::filesystem::filesystem_error naming the path.
+void ensure_private_dir(const std::filesystem::path& dir);
+
 // SPEC §2.2: $DEER_FLOW_HOST_BASE_DIR verbatim if set and non-empty, else base_dir's text.
 std::string host_base_dir(const std::filesystem::path& base_dir);
 

@@ -377,6 +377,9 @@ class Provider {
   Removed remove_tracked(const std::string& sandbox_id, const InfoPtr& expected_info);
 
   // ── helpers ──
+  // One tracked sandbox as data (find, export_registry); mutex_ held.
+  TrackedSandbox tracked_active_locked(const std::string& sandbox_id, const InfoPtr& info) const;
+  TrackedSandbox tracked_warm_locked(const std::string& sandbox_id, const WarmEntry& entry) const;
   std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
   std::string effective_user(const std::optional<std::string>& user_id) const;
   ClientPtr make_client(const std::string& sandbox_id, const std::string& url);
