@@ -14,6 +14,21 @@ const std::string& require_user(const std::optional<std::string>& user_id) {
   return *user_id;
 }
 
+// A read-only skills view is a bind-mount source: Docker refuses a missing one (podman creates
+// it), so the composer makes sure it exists. Gateway-owned, readable by the sandbox's user;
+// an existing view (the projection's) is left as it is.
+void ensure_view_dir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(dir, ec)) return;
+  std::filesystem::create_directories(dir);
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all |
+                                        std::filesystem::perms::group_read |
+                                        std::filesystem::perms::group_exec |
+                                        std::filesystem::perms::others_read |
+                                        std::filesystem::perms::others_exec,
+                               std::filesystem::perm_options::replace);
+}
+
 }  // namespace
 
 std::string format_mounts(const std::vector<Mount>& mounts) {
@@ -102,6 +117,9 @@ std::vector<Mount> MountComposer::skills_mounts(const std::optional<std::string>
     run_skills_projection(user);
     const std::string& u = require_user(user);
     const std::string& c = options_.skills_container_path;
+    ensure_view_dir(paths_->public_skills_view_dir());
+    ensure_view_dir(paths_->user_custom_skills_view_dir(u));
+    ensure_view_dir(paths_->user_legacy_skills_view_dir(u));
     // Legacy is mounted even when empty so a later visibility change needs no recreation.
     return {
         {paths_->host_public_skills_view_dir(), c + "/public", true},
@@ -119,6 +137,7 @@ std::vector<Mount> MountComposer::user_skill_mounts(
   try {
     const auto user = effective_user(user_id);
     run_skills_projection(user);
+    ensure_view_dir(paths_->user_integration_skills_view_dir(require_user(user)));
     return {{paths_->host_user_integration_skills_view_dir(require_user(user)),
              options_.skills_container_path + "/integrations", true}};
   } catch (const std::exception& e) {

@@ -272,6 +272,25 @@ TEST_F(MountsTest, LarkCliSymlinkMakesTheMountListEmptyWithAWarning) {
 
 // ── composition (§3.5) ──
 
+// Docker refuses a bind mount whose source does not exist (podman creates it silently), so
+// every source the composer hands the backend must exist once composition returns; the
+// read-only skills views are gateway-owned and readable by the sandbox's user.
+TEST_F(MountsTest, EveryComposedMountSourceExistsBeforeTheBackendIsCalled) {
+  const fs::path home = tmp_.path() / "home";
+  const MountComposer composer(paths_for(home), options_with_ambient("default"));
+  const auto mounts = composer.compose_extra_mounts(std::string("thread-1"), "alice", true);
+  ASSERT_FALSE(mounts.empty());
+  for (const auto& mount : mounts) {
+    EXPECT_TRUE(fs::is_directory(mount.host_path)) << mount.container_path << " <- "
+                                                   << mount.host_path;
+  }
+  for (const char* view : {"skills_view/public", "users/alice/skills_view/custom",
+                           "users/alice/skills_view/legacy",
+                           "users/alice/skills_view/integrations"}) {
+    EXPECT_EQ(mode_of(home / view), 0755u) << view;
+  }
+}
+
 // Python: test_get_extra_mounts_provisioner_payload_has_unique_container_paths (the
 // composition and de-duplication part; the payload and provisioner parts belong to the remote
 // plugin and the provisioner).

@@ -70,6 +70,8 @@ class MountComposer {
   virtual std::vector<Mount> thread_mounts(const std::string& thread_id,
                                            const std::optional<std::string>& user_id) const;
   // SPEC §3.2: {C}/public, {C}/custom, {C}/legacy, all ro. Failure → warning, empty list.
+  // Every source a composition returns exists (missing views are created 0755): Docker
+  // refuses a bind mount whose source is missing.
   virtual std::vector<Mount> skills_mounts(const std::optional<std::string>& user_id) const;
   // SPEC §3.3: {C}/integrations ro from the user's projection. Failure → warning, empty list.
   virtual std::vector<Mount> user_skill_mounts(const std::optional<std::string>& user_id) const;
