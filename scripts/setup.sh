@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up a fresh Debian 12 machine: every package the build, the tests and the local container
-# engine need (nothing may rely on what a machine happens to have), then configures and builds
+# engines (podman and Docker) need (nothing may rely on what a machine happens to have), then configures and builds
 # into ./build, then starts the local podman engine that `sandboxctl` uses by default and the
 # tests run against (scripts/test_engine.sh; SANDBOXD_SETUP_NO_ENGINE=1 skips that). Safe to run
 # again.
@@ -17,6 +17,9 @@ packages=(
   # networking with iptables for 127.0.0.1 port publishing, busybox for the offline test image.
   podman runc conmon catatonit containernetworking-plugins iptables uidmap slirp4netns
   busybox-static
+  # Docker, the second engine the engine suites run on: dockerd with containerd, runc and tini
+  # (its docker-init); iproute2 removes the bridge dockerd leaves, procps finds its process.
+  docker.io containerd tini iproute2 procps
   curl python3
 )
 missing=()

@@ -1,39 +1,76 @@
 #!/usr/bin/env bash
-# Runs the whole test suite with ctest against ./build (made by scripts/setup.sh). The container
-# tests run against the local podman engine (Docker-compatible API on a private socket): an
-# engine scripts/setup.sh left running stays running; one this script had to start is stopped
-# on the way out, whatever happens. Afterwards no container of ours may be left that the run
-# created: any is named, removed, and fails the run.
-#   scripts/test.sh                 all tests
-#   scripts/test.sh -L ownership    any extra arguments go to ctest
+# Runs the whole test suite with ctest against ./build (made by scripts/setup.sh), then the
+# engine-labelled tests ("docker") once more on every other engine, reporting each engine
+# separately; a failure on any engine fails the run. Engines: $SANDBOXD_TEST_ENGINES (default
+# "podman docker"; Docker needs root, so without it only podman runs). An engine set-up left
+# running stays running; one this script started is stopped on the way out, whatever happens.
+# Afterwards no container of ours may be left that the run created: any is named, removed, and
+# fails the run.
+#   scripts/test.sh                 all tests, then the engine tests on Docker
+#   scripts/test.sh -L ownership    any extra arguments go to every ctest call
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
 [ -d "$build_dir" ] || { echo "test: $build_dir does not exist; run scripts/setup.sh first" >&2; exit 2; }
 
-engine=""
-if [ -x scripts/test_engine.sh ] && [ -z "${SANDBOXD_SKIP_ENGINE:-}" ]; then
-  engine=1
-  if ! scripts/test_engine.sh status >/dev/null 2>&1; then
-    trap 'scripts/test_engine.sh stop' EXIT
-  fi
-  scripts/test_engine.sh start
-  eval "$(scripts/test_engine.sh env)"
-  before="$(scripts/test_engine.sh ours)"
+run_ctest() {
+  ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j"${TEST_JOBS:-2}" "$@"
+}
+
+if [ -n "${SANDBOXD_SKIP_ENGINE:-}" ] || [ ! -x scripts/test_engine.sh ]; then
+  run_ctest "$@"
+  exit
 fi
 
+engines="${SANDBOXD_TEST_ENGINES:-podman docker}"
+if [ "$(id -u)" -ne 0 ] && [[ " $engines " == *" docker "* ]] &&
+   ! scripts/test_engine.sh status docker >/dev/null 2>&1; then
+  echo "test: not root, so dockerd cannot be started here; running the engine tests on podman only"
+  engines="${engines//docker/}"
+fi
+
+started=()
+stop_started() {
+  for engine in "${started[@]}"; do scripts/test_engine.sh stop "$engine" || true; done
+}
+trap stop_started EXIT
+
+declare -A result
 status=0
-ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j"${TEST_JOBS:-2}" "$@" || status=$?
-
-if [ -n "$engine" ]; then
-  leaked="$(comm -13 <(echo "$before" | sort) <(scripts/test_engine.sh ours | sort))"
-  if [ -n "$leaked" ]; then
-    echo "test: the run left containers of ours behind: $(echo "$leaked" | tr '\n' ' ')" >&2
-    # shellcheck disable=SC2086
-    podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" rm -f -t 1 $leaked >/dev/null 2>&1 || true
+first=1
+for engine in $engines; do
+  echo "== test: engine $engine"
+  scripts/test_engine.sh status "$engine" >/dev/null 2>&1 || started+=("$engine")
+  if ! scripts/test_engine.sh start "$engine"; then
+    result[$engine]="engine did not start"
     status=1
-  else
-    echo "test: no container of ours left behind by the run"
+    continue
   fi
-fi
+  eval "$(scripts/test_engine.sh env "$engine")"
+  before="$(scripts/test_engine.sh ours "$engine")"
+  rc=0
+  if ((first)); then
+    run_ctest "$@" || rc=$?
+    first=0
+  else
+    run_ctest -L docker "$@" || rc=$?
+  fi
+  leaked="$(comm -13 <(echo "$before" | sort) <(scripts/test_engine.sh ours "$engine" | sort))"
+  if [ -n "$leaked" ]; then
+    echo "test: the run left containers of ours on $engine: $(echo "$leaked" | tr '\n' ' ')" >&2
+    # shellcheck disable=SC2086
+    if [ "$engine" = podman ]; then
+      podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" rm -f $leaked >/dev/null 2>&1 || true
+    else
+      docker -H "unix://$SANDBOXD_TEST_DOCKER_SOCKET" rm -f $leaked >/dev/null 2>&1 || true
+    fi
+    rc=1
+  else
+    echo "test: no container of ours left behind on $engine"
+  fi
+  if ((rc)); then result[$engine]="FAILED"; status=1; else result[$engine]="passed"; fi
+done
+
+echo "== test: per engine"
+for engine in $engines; do echo "  $engine: ${result[$engine]:-not run}"; done
 exit "$status"

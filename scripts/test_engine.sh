@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
-# Starts and stops the container engine the "docker"-labelled tests run against: podman's
-# Docker-compatible REST API on a private unix socket, plus an offline-built test image.
+# Starts and stops a container engine the "docker"-labelled tests (and sandboxctl's built-in
+# default) run against, on a private unix socket, plus an offline-built test image. ENGINE is
+# podman (its Docker-compatible REST API, the default) or docker (dockerd started by hand: there
+# is no systemd here); $SANDBOXD_TEST_ENGINE chooses it when the argument is left out.
 #
-#   bash scripts/test_engine.sh start   # start the service (idempotent), build the image, then
-#                                       # prove it runs a container as the plugin creates one
-#   bash scripts/test_engine.sh stop    # remove our containers, stop the service (idempotent)
-#   bash scripts/test_engine.sh env     # print the exports a shell or a test run needs
-#   bash scripts/test_engine.sh status  # say whether the service answers
-#   bash scripts/test_engine.sh ours    # print the names of containers labelled as ours
+#   bash scripts/test_engine.sh start [ENGINE]   # start it (idempotent), build the image, then
+#                                                # prove it runs a container as the plugin does
+#   bash scripts/test_engine.sh stop [ENGINE]    # remove our containers, stop it (idempotent)
+#   bash scripts/test_engine.sh env [ENGINE]     # the exports a shell or a test run needs
+#   bash scripts/test_engine.sh status [ENGINE]  # say whether it answers
+#   bash scripts/test_engine.sh ours [ENGINE]    # names of containers labelled as ours
 #
-# State lives in $SANDBOXD_ENGINE_DIR (default /tmp/sandboxd-test-engine): containers.conf,
-# podman.sock, podman.pid, podman.log and the image build tree.
+# State lives in $SANDBOXD_ENGINE_DIR (default /tmp/sandboxd-test-engine): ENGINE.sock,
+# ENGINE.pid, ENGINE.log, containers.conf (podman), docker-data and docker-exec (dockerd's data
+# and exec roots), and the image build tree.
 #
-# Machine constraints this encodes (Debian 12, podman 4.3): crun fails on the hybrid cgroup
+# Machine constraints this encodes (Debian 12): podman 4.3's crun fails on the hybrid cgroup
 # layout, so runtime = runc with the cgroupfs manager; raising rlimits is not permitted, so the
-# default ulimits are pinned at or below the current limits.
+# default ulimits are pinned at or below the current limits. dockerd 20.10 runs with the cgroupfs
+# driver and --iptables=false --ip6tables=false, which keeps its chains out of the shared host
+# firewall (127.0.0.1 publishing still works through docker-proxy); it leaves its docker0 bridge
+# behind when it stops, so stop deletes it.
 set -euo pipefail
 
 DIR="${SANDBOXD_ENGINE_DIR:-/tmp/sandboxd-test-engine}"
-SOCK="$DIR/podman.sock"
-PIDFILE="$DIR/podman.pid"
-LOGFILE="$DIR/podman.log"
+ENGINE="${2:-${SANDBOXD_TEST_ENGINE:-podman}}"
+case "$ENGINE" in
+  podman | docker) ;;
+  *)
+    echo "test_engine: error: unknown engine '$ENGINE' (use podman or docker)" >&2
+    exit 2
+    ;;
+esac
+SOCK="$DIR/$ENGINE.sock"
+PIDFILE="$DIR/$ENGINE.pid"
+LOGFILE="$DIR/$ENGINE.log"
 CONF="$DIR/containers.conf"
 IMAGE="localhost/sandboxd-test-sandbox:latest"
 LABEL="sandboxd.managed-by=sandboxd"
@@ -41,10 +55,17 @@ need() {
 preflight() {
   local missing=()
   local entry path package
-  for entry in podman:podman runc:runc conmon:conmon curl:curl iptables:iptables \
-               /usr/libexec/podman/catatonit:catatonit \
-               /usr/lib/cni/bridge:containernetworking-plugins \
-               /usr/lib/cni/portmap:containernetworking-plugins; do
+  local entries=(runc:runc curl:curl)
+  if [ "$ENGINE" = podman ]; then
+    entries+=(podman:podman conmon:conmon iptables:iptables
+              /usr/libexec/podman/catatonit:catatonit
+              /usr/lib/cni/bridge:containernetworking-plugins
+              /usr/lib/cni/portmap:containernetworking-plugins)
+  else
+    entries+=(dockerd:docker.io docker:docker.io docker-proxy:docker.io containerd:containerd
+              containerd-shim-runc-v2:containerd docker-init:tini ip:iproute2)
+  fi
+  for entry in "${entries[@]}"; do
     path="${entry%%:*}"
     package="${entry##*:}"
     if [[ "$path" == /* ]]; then
@@ -78,6 +99,7 @@ probe_engine() {
     local hint=""
     case "$out" in
       *catatonit* | *container-init*) hint=" Install Debian package catatonit (scripts/setup.sh does)." ;;
+      *docker-init*) hint=" Install Debian package tini (scripts/setup.sh does)." ;;
       *iptables*) hint=" Install Debian package iptables (scripts/setup.sh does)." ;;
       *cni* | *CNI*) hint=" Install Debian package containernetworking-plugins (scripts/setup.sh does)." ;;
     esac
@@ -93,7 +115,7 @@ probe_engine() {
     sleep 0.25
     waited=$((waited + 1))
   done
-  pm rm -f -t 1 "$name" >/dev/null 2>&1 || true
+  pm rm -f "$name" >/dev/null 2>&1 || true
   rm -rf "$probe_dir"
   [ -n "$port" ] || die "the probe container published no host port for 8080 (check $LOGFILE)"
   [ "$answer" = "$marker" ] ||
@@ -126,7 +148,9 @@ service_pid() {
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
   # Make sure the PID still belongs to our service and was not recycled.
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "system service" || return 1
+  local signature="system service"
+  [ "$ENGINE" = docker ] && signature="dockerd"
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "$signature" || return 1
   echo "$pid"
 }
 
@@ -135,10 +159,17 @@ ping_ok() {
   [ "$(curl -s --max-time 2 --unix-socket "$SOCK" http://d/_ping 2>/dev/null || true)" = "OK" ]
 }
 
-pm() { podman --url "unix://$SOCK" "$@"; }
+# The engine's own CLI against our socket; the subcommands used here mean the same in both.
+pm() {
+  if [ "$ENGINE" = podman ]; then
+    podman --url "unix://$SOCK" "$@"
+  else
+    docker -H "unix://$SOCK" "$@"
+  fi
+}
 
 build_image() {
-  if pm image exists "$IMAGE" 2>/dev/null; then
+  if pm image inspect "$IMAGE" >/dev/null 2>&1; then
     say "image $IMAGE present"
     return 0
   fi
@@ -177,7 +208,7 @@ EOF
     --change 'CMD ["/bin/sh","/entrypoint.sh"]' \
     --change 'ENV PATH=/bin:/sbin' \
     --change 'EXPOSE 8080' \
-    - "$IMAGE" >/dev/null || die "podman import of $IMAGE failed"
+    - "$IMAGE" >/dev/null || die "$ENGINE import of $IMAGE failed"
   rm -rf "$DIR/image-build"
   say "built $IMAGE"
 }
@@ -187,13 +218,28 @@ file_is_static() {
   ! ldd "$1" >/dev/null 2>&1
 }
 
+# Starts the engine's service in the background, detached from this shell (setsid: it must
+# outlive it and must not get the caller's job signals), and prints its PID.
+launch_service() {
+  if [ "$ENGINE" = podman ]; then
+    setsid podman system service --time=0 "unix://$SOCK" >"$LOGFILE" 2>&1 </dev/null &
+  else
+    mkdir -p "$DIR/docker-data" "$DIR/docker-exec"
+    setsid dockerd --host "unix://$SOCK" --data-root "$DIR/docker-data" \
+      --exec-root "$DIR/docker-exec" --pidfile "$DIR/dockerd-own.pid" \
+      --exec-opt native.cgroupdriver=cgroupfs --iptables=false --ip6tables=false \
+      >"$LOGFILE" 2>&1 </dev/null &
+  fi
+  echo $!
+}
+
 cmd_start() {
   preflight
   write_conf
   export_env
   local pid
   if pid="$(service_pid)" && ping_ok; then
-    say "podman service already running (pid $pid) on $SOCK"
+    say "$ENGINE service already running (pid $pid) on $SOCK"
   else
     if pid="$(service_pid)"; then
       say "stale service pid $pid does not answer; stopping it"
@@ -202,10 +248,8 @@ cmd_start() {
       kill -9 "$pid" 2>/dev/null || true
     fi
     rm -f "$SOCK" "$PIDFILE"
-    say "starting podman system service on unix://$SOCK (log: $LOGFILE)"
-    # setsid: the service must outlive this shell and must not get the caller's job signals.
-    setsid podman system service --time=0 "unix://$SOCK" >"$LOGFILE" 2>&1 </dev/null &
-    pid=$!
+    say "starting the $ENGINE service on unix://$SOCK (log: $LOGFILE)"
+    pid="$(launch_service)"
     echo "$pid" >"$PIDFILE"
     local waited=0
     until ping_ok; do
@@ -213,12 +257,12 @@ cmd_start() {
         rm -f "$PIDFILE"
         echo "---- $LOGFILE" >&2
         tail -n 20 "$LOGFILE" >&2 || true
-        die "podman system service exited before answering on $SOCK"
+        die "the $ENGINE service exited before answering on $SOCK"
       fi
       if ((waited >= START_TIMEOUT * 2)); then
         kill "$pid" 2>/dev/null || true
         rm -f "$PIDFILE"
-        die "podman service did not answer GET /_ping on $SOCK within ${START_TIMEOUT}s (see $LOGFILE)"
+        die "the $ENGINE service did not answer GET /_ping on $SOCK within ${START_TIMEOUT}s (see $LOGFILE)"
       fi
       if ((waited % 4 == 0)); then
         say "waiting for $SOCK to answer /_ping ... ($((waited / 2))s of ${START_TIMEOUT}s)"
@@ -226,11 +270,11 @@ cmd_start() {
       sleep 0.5
       waited=$((waited + 1))
     done
-    say "podman service up (pid $pid)"
+    say "$ENGINE service up (pid $pid)"
   fi
   build_image
   probe_engine
-  say "ready; run: export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK CONTAINERS_CONF=$CONF"
+  say "ready; run: eval \"\$(bash scripts/test_engine.sh env $ENGINE)\""
 }
 
 remove_our_containers() {
@@ -238,13 +282,14 @@ remove_our_containers() {
   local ids
   if ping_ok; then
     ids="$(pm ps -aq --filter "label=$LABEL" 2>/dev/null || true)"
-  else
+  elif [ "$ENGINE" = podman ]; then
     ids="$(podman ps -aq --filter "label=$LABEL" 2>/dev/null || true)"
   fi
   if [ -n "$ids" ]; then
     say "removing leftover containers labelled $LABEL: $(echo "$ids" | tr '\n' ' ')"
     # shellcheck disable=SC2086
-    podman rm -f -t 1 $ids >/dev/null 2>&1 || say "warning: could not remove some containers"
+    if ping_ok; then pm rm -f $ids; else podman rm -f -t 1 $ids; fi >/dev/null 2>&1 ||
+      say "warning: could not remove some containers"
   fi
 }
 
@@ -252,29 +297,34 @@ cmd_stop() {
   if [ -f "$CONF" ]; then
     export_env
   fi
-  if command -v podman >/dev/null 2>&1; then
+  if command -v "$ENGINE" >/dev/null 2>&1; then
     remove_our_containers
   fi
   local pid
   if pid="$(service_pid)"; then
-    say "stopping podman service (pid $pid)"
+    say "stopping the $ENGINE service (pid $pid)"
     kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 20); do
+    for _ in $(seq 1 60); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.25
     done
     if kill -0 "$pid" 2>/dev/null; then
-      say "service did not exit on TERM within 5s; sending KILL"
+      say "service did not exit on TERM within 15s; sending KILL"
       kill -9 "$pid" 2>/dev/null || true
     fi
   else
-    say "podman service not running"
+    say "$ENGINE service not running"
   fi
   rm -f "$PIDFILE" "$SOCK"
+  # dockerd leaves its bridge behind; remove it unless another dockerd still uses it.
+  if [ "$ENGINE" = docker ] && ! pgrep -x dockerd >/dev/null && ip link show docker0 >/dev/null 2>&1; then
+    ip link delete docker0 && say "removed the docker0 bridge dockerd left behind"
+  fi
 }
 
 cmd_env() {
   echo "export CONTAINERS_CONF=$CONF"
+  echo "export SANDBOXD_TEST_ENGINE=$ENGINE"
   echo "export SANDBOXD_TEST_DOCKER_SOCKET=$SOCK"
 }
 
@@ -300,7 +350,7 @@ case "${1:-}" in
   status) cmd_status ;;
   ours) cmd_ours ;;
   *)
-    echo "usage: $0 start|stop|env|status|ours   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
+    echo "usage: $0 start|stop|env|status|ours [podman|docker]   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
     exit 2
     ;;
 esac

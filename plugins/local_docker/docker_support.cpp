@@ -223,6 +223,11 @@ bool is_port_conflict_message(const std::string& message) {
 
 std::string engine_failure_hint(const std::string& message) {
   const std::string text = lower(message);
+  if (contains(text, "bind source path does not exist")) {
+    // Docker refuses a missing source (podman creates it); the plugin creates none itself.
+    return " (a bind-mount source must exist on the engine's host: create it, or fix "
+           "sandbox.backend.mounts)";
+  }
   const bool podman_init = contains(text, "container-init binary not found");
   const bool docker_init = contains(text, "docker-init") &&
                            (contains(text, "not found") || contains(text, "no such file"));
@@ -305,7 +310,34 @@ std::string url_encode(std::string_view text) {
   return out;
 }
 
-std::optional<std::pair<int, int>> parse_api_version(const std::string& text) {
+std::string format_api_version(ApiVersion version) {
+  return std::to_string(version.first) + "." + std::to_string(version.second);
+}
+
+std::optional<ApiVersion> negotiate_api_version(const EngineApiRange& engine,
+                                                const ApiRange& ours) {
+  if (!engine.max) return std::nullopt;
+  const ApiVersion chosen = std::min(*engine.max, ours.max);
+  if (chosen < ours.min) return std::nullopt;
+  if (engine.min && chosen < *engine.min) return std::nullopt;
+  return chosen;
+}
+
+std::string describe_api_mismatch(const EngineApiRange& engine, const ApiRange& ours) {
+  const std::string engine_range =
+      (engine.min ? format_api_version(*engine.min) : std::string("?")) + " to " +
+      (engine.max ? format_api_version(*engine.max) : std::string("?"));
+  std::string text = "the engine speaks API " + engine_range + ", this plugin " +
+                     format_api_version(ours.min) + " to " + format_api_version(ours.max);
+  if (engine.max && *engine.max < ours.min) {
+    text += " (the engine is too old: upgrade it)";
+  } else {
+    text += " (the engine no longer speaks the versions this plugin knows: upgrade sandboxd)";
+  }
+  return text;
+}
+
+std::optional<ApiVersion> parse_api_version(const std::string& text) {
   int major = 0, minor = 0, consumed = 0;
   if (std::sscanf(text.c_str(), "%d.%d%n", &major, &minor, &consumed) != 2 ||
       static_cast<std::size_t>(consumed) != text.size() || major < 0 || minor < 0) {

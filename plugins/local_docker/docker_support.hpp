@@ -55,7 +55,8 @@ bool is_missing_image(long status, const std::string& message);
 
 // What to do about an engine refusal a user can fix on the host, appended to its message: a
 // missing init binary (podman's catatonit, Docker's docker-init) names the binary, the Debian
-// package and the `init: false` alternative. "" when the message is not one of those.
+// package and the `init: false` alternative; Docker's missing bind source points at the
+// mounts option. "" when the message is not one of those.
 std::string engine_failure_hint(const std::string& message);
 
 // Environment rendered for logs: "A=<redacted> B=<redacted>"; values never appear.
@@ -73,6 +74,23 @@ std::pair<std::string, std::string> split_image_reference(const std::string& ima
 std::string url_encode(std::string_view text);
 
 // "1.41" → {1, 41}; malformed → nullopt.
-std::optional<std::pair<int, int>> parse_api_version(const std::string& text);
+using ApiVersion = std::pair<int, int>;  // (major, minor)
+std::optional<ApiVersion> parse_api_version(const std::string& text);
+std::string format_api_version(ApiVersion version);  // "1.41"
+
+// What an engine says it speaks; min is unknown when it did not say.
+struct EngineApiRange {
+  std::optional<ApiVersion> min;
+  std::optional<ApiVersion> max;
+};
+struct ApiRange {
+  ApiVersion min;
+  ApiVersion max;
+};
+// The newest version in both ranges (an unknown engine minimum admits anything up to its
+// maximum); nothing when they do not overlap.
+std::optional<ApiVersion> negotiate_api_version(const EngineApiRange& engine, const ApiRange& ours);
+// "the engine speaks 1.44 to 1.52, this plugin 1.30 to 1.47" and which side must move.
+std::string describe_api_mismatch(const EngineApiRange& engine, const ApiRange& ours);
 
 }  // namespace sandboxd::local_docker

@@ -89,14 +89,17 @@ HttpResponse EngineClient::raw_call(const std::string& method, const std::string
 std::string EngineClient::api_version() {
   std::lock_guard lock(version_mutex_);
   if (version_) return *version_;
-  std::optional<std::pair<int, int>> server;
+  EngineApiRange engine;
   const HttpResponse ping = raw_call("GET", "/_ping", 10.0);
   if (ping.ok()) {
     if (auto it = ping.headers.find("api-version"); it != ping.headers.end()) {
-      server = parse_api_version(it->second);
+      engine.max = parse_api_version(it->second);
     }
   }
-  if (!server) {
+  // /_ping names only the newest version the engine speaks. Its oldest matters only when that
+  // newest is above ours (an engine newer than this plugin may have dropped the versions we
+  // speak), so /version, slow on podman (~3 s), is asked only then or when the header is absent.
+  if (!engine.max || *engine.max > kMaxApiVersion) {
     const HttpResponse response = raw_call("GET", "/version", 30.0);
     if (!response.ok()) {
       throw EngineUnreachableError("The container engine at " + endpoint_.display +
@@ -105,23 +108,26 @@ std::string EngineClient::api_version() {
     }
     rapidjson::Document doc;
     doc.Parse(response.body.c_str(), response.body.size());
-    if (!doc.HasParseError() && doc.IsObject() && doc.HasMember("ApiVersion") &&
-        doc["ApiVersion"].IsString()) {
-      server = parse_api_version(doc["ApiVersion"].GetString());
+    if (!doc.HasParseError() && doc.IsObject()) {
+      if (doc.HasMember("ApiVersion") && doc["ApiVersion"].IsString()) {
+        engine.max = parse_api_version(doc["ApiVersion"].GetString());
+      }
+      if (doc.HasMember("MinAPIVersion") && doc["MinAPIVersion"].IsString()) {
+        engine.min = parse_api_version(doc["MinAPIVersion"].GetString());
+      }
     }
   }
-  if (!server) {
+  if (!engine.max) {
     throw EngineUnreachableError("The container engine at " + endpoint_.display +
                                  " reported no API version (GET /_ping, GET /version)");
   }
-  if (*server < kMinApiVersion) {
-    throw EngineUnreachableError(
-        "The container engine at " + endpoint_.display + " speaks API " +
-        std::to_string(server->first) + "." + std::to_string(server->second) + "; need at least " +
-        std::to_string(kMinApiVersion.first) + "." + std::to_string(kMinApiVersion.second));
+  const auto chosen = negotiate_api_version(engine, {kMinApiVersion, kMaxApiVersion});
+  if (!chosen) {
+    throw EngineUnreachableError("The container engine at " + endpoint_.display +
+                                 " and this plugin share no API version: " +
+                                 describe_api_mismatch(engine, {kMinApiVersion, kMaxApiVersion}));
   }
-  const std::pair<int, int> chosen = std::min(*server, kMaxApiVersion);
-  version_ = std::to_string(chosen.first) + "." + std::to_string(chosen.second);
+  version_ = format_api_version(*chosen);
   return *version_;
 }
 

@@ -43,10 +43,10 @@ struct HttpResponse {
 // Receives a streamed response body piece by piece (for image pulls).
 using BodySink = std::function<void(std::string_view chunk)>;
 
-// Our newest API version; we speak min(this, the engine's ApiVersion).
-inline constexpr std::pair<int, int> kMaxApiVersion{1, 43};
-// HostConfig.Mounts needs 1.30.
-inline constexpr std::pair<int, int> kMinApiVersion{1, 30};
+// The versions we speak: HostConfig.Mounts needs 1.30; nothing we send or read changed up to
+// 1.47 (Docker 27). Tested against 1.41 (Docker 20.10, podman 4.3).
+inline constexpr ApiVersion kMinApiVersion{1, 30};
+inline constexpr ApiVersion kMaxApiVersion{1, 47};
 
 class EngineClient {
  public:
@@ -61,10 +61,11 @@ class EngineClient {
   HttpResponse call(const std::string& method, const std::string& path, double timeout_seconds,
                     const std::string& body = "", const BodySink& sink = nullptr);
 
-  // The negotiated version, e.g. "1.41": min(kMaxApiVersion, the engine's). Asked once, from
-  // the API-Version header of GET /_ping, falling back to GET /version when the header is
-  // missing (podman 4.3 takes ~3 s to answer /version, /_ping takes milliseconds). A failure
-  // is not cached.
+  // The negotiated version, e.g. "1.41": the newest in both the engine's
+  // [MinAPIVersion, ApiVersion] and ours. Asked once, from the API-Version header of GET
+  // /_ping, and from GET /version only when that header is missing or newer than ours (podman
+  // 4.3 takes ~3 s to answer /version, /_ping takes milliseconds). No overlap is an error naming
+  // both ranges. A failure is not cached.
   std::string api_version();
 
   // An unversioned call (/_ping, /version).

@@ -78,6 +78,12 @@ constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
 constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
 constexpr double kDiscoveryReadySeconds = 5.0;  // SPEC §5.17
 constexpr int kAdoptWaitSeconds = 30;           // how long a name conflict waits for the holder
+// dockerd answers a create with 409 while another create of the name is in flight, yet inspects
+// the name as 404 for tens of milliseconds: a conflict waits this long for the holder to appear
+// before it concludes the holder went away.
+constexpr auto kNameHolderAppearWait = std::chrono::seconds(2);
+// Creates again after a holder that went away; these never use up the port attempts.
+constexpr int kMaxNameConflictRounds = 5;
 constexpr const char* kContainerPort = "8080/tcp";
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -536,6 +542,7 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
 
   int next_port = settings_.base_port;
   bool pulled = false;
+  int name_conflicts = 0;
   for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
     PortReservation reservation;
     int host_port = 0;
@@ -559,7 +566,15 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
                                    " already in use, attempting to discover existing sandbox "
                                    "instance");
         if (auto adopted = adopt_existing(name)) return *adopted;
-        continue;  // its holder went away meanwhile: create again
+        // Its holder went away meanwhile: create again, on the same port budget.
+        if (++name_conflicts >= kMaxNameConflictRounds) {
+          throw std::runtime_error(
+              "Could not start sandbox container: the engine reported container name " + name +
+              " as in use " + std::to_string(name_conflicts) +
+              " times, but no container of that name stayed long enough to adopt");
+        }
+        --attempt;
+        continue;
       }
       log(LogLevel::error, "Failed to create container " + name + " using the engine API: HTTP " +
                                std::to_string(created.status) + ": " + message);
@@ -704,9 +719,18 @@ std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::stri
   constexpr auto kNotSeen = std::chrono::steady_clock::time_point::max();
   auto created_since = kNotSeen;
   std::string last_status;
+  const auto holder_wait_end = std::chrono::steady_clock::now() + kNameHolderAppearWait;
+  bool seen = false;
   while (true) {
     std::optional<ContainerState> state = inspect(name);
-    if (!state) return std::nullopt;
+    if (!state) {
+      // Seen and now gone: the holder removed it. Never seen: it may still be on its way.
+      if (seen || std::chrono::steady_clock::now() + delay > holder_wait_end) return std::nullopt;
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::milliseconds(200));
+      continue;
+    }
+    seen = true;
     last_status = state->status;
     if (state->running && state->host_port > 0) {
       const std::string sandbox_id = name.substr(settings_.prefix.size() + 1);

@@ -29,6 +29,14 @@ containers_named() {  # how many containers (any state) have a name containing $
   engine GET "/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$1%22%5D%7D" |
     python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
 }
+gone() {  # gone NAME: true once no container's name contains NAME (the engine's auto-remove
+          # runs after the stop returns, so wait for it, bounded)
+  for _ in $(seq 1 100); do
+    [ "$(containers_named "$1")" = 0 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
 cleanup() {
   local ids
   ids=$(engine GET "/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
@@ -97,7 +105,7 @@ grep -q "^sandbox_id:  $id\$" <<<"$out" && grep -q "^sandbox_url: $url\$" <<<"$o
 check "plain output names id and URL" $? "$out"
 
 expect_rc "destroy" 0 "$ctl" destroy "$id"
-[ "$(containers_named "deer-flow-sandbox-$id")" = 0 ]; check "destroy removed the container" $? ""
+gone "deer-flow-sandbox-$id"; check "destroy removed the container" $? ""
 expect_rc "get after destroy" 5 "$ctl" get "$id"
 expect_rc "list after destroy" 0 "$ctl" list --json
 [ "$(field "$out" "len([s for s in d['sandboxes'] if s['sandbox_id'] == '$id'])")" = 0 ]
@@ -161,11 +169,11 @@ expect_rc "D reaps at once" 0 "$ctl" --config "$work/d.json" reap --json
 sleep 2.2
 expect_rc "D reaps after the idle timeout" 0 "$ctl" --config "$work/d.json" reap --json
 [ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
-[ "$(containers_named "$prefix-$idle_id")" = 0 ]; check "and its container is gone" $? ""
+gone "$prefix-$idle_id"; check "and its container is gone" $? ""
 
 # ── a peer-owned config check, and nothing of ours left behind ──────────────────────────────
 expect_rc "check-config with a file" 0 "$ctl" --config "$work/a.json" check-config
-[ "$(containers_named "$prefix")" = 0 ]; check "no container with prefix $prefix is left" $? \
+gone "$prefix"; check "no container with prefix $prefix is left" $? \
   "$(engine GET '/containers/json?all=true')"
 
 echo "sandboxctl engine: $passes passed, $failures failed"

@@ -7,7 +7,6 @@
 // fails the test if any container with that prefix is left behind (after removing it).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <sandboxd/readiness.hpp>
 #include <netinet/in.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -23,6 +22,7 @@
 #include <latch>
 #include <memory>
 #include <random>
+#include <sandboxd/readiness.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,7 +45,7 @@ using sandboxd::testing::CapturingLogger;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kUse = "local_docker:LocalContainerBackend";
-constexpr const char* kTestImage = "localhost/sandboxd-test-sandbox:latest";
+const std::string kTestImage = sandboxd::testing::engine_test_image();
 constexpr const char* kSocketEnv = "SANDBOXD_TEST_DOCKER_SOCKET";
 
 std::string random_token() {
@@ -477,6 +477,27 @@ TEST_F(LocalDockerTest, MountsAreWritableOrReadOnlyAsConfigured) {
   EXPECT_FALSE(fs::exists(fs::path(ro) / "out.txt"));
 
   loaded.backend->destroy(info);
+}
+
+// Docker refuses a bind mount whose source is missing; the plugin creates none of the host
+// paths a config names, and says which option to fix. (podman creates them itself.)
+TEST_F(LocalDockerTest, AMissingConfiguredMountSourceIsNamedNotCreated) {
+  if (sandboxd::testing::engine_test_name() != "docker") {
+    GTEST_SKIP() << "podman's compatible API creates missing bind sources itself";
+  }
+  const fs::path missing = fs::path(temp_dir("parent")) / "not-there";
+  Loaded loaded = load("{\"mounts\":[{\"host_path\":" + json_string(missing.string()) +
+                       ",\"container_path\":\"/mnt/x\",\"read_only\":true}]}");
+  try {
+    loaded.backend->create(request("nosource"));
+    FAIL() << "Docker accepted a missing bind source";
+  } catch (const std::exception& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("bind source path does not exist"), std::string::npos) << message;
+    EXPECT_NE(message.find("sandbox.backend.mounts"), std::string::npos) << message;
+  }
+  EXPECT_FALSE(fs::exists(missing)) << "the plugin created a host path from config";
+  EXPECT_TRUE(engine_->containers_with_prefix(prefix_ + "-nosource").empty());
 }
 
 TEST_F(LocalDockerTest, ListRunningKeepsUnlabelledContainersOfOurPrefixOnly) {

@@ -97,6 +97,24 @@ TEST(LocalDockerSupport, ClassifiesEngineAnswers) {
   EXPECT_FALSE(is_missing_image(500, "no such image"));
 }
 
+TEST(LocalDockerSupport, NegotiatesTheNewestVersionBothSidesSpeak) {
+  const ApiRange ours{{1, 30}, {1, 47}};
+  // podman 4.3 and Docker 20.10: /_ping says 1.41, the minimum is not needed.
+  EXPECT_EQ(negotiate_api_version({std::nullopt, ApiVersion{1, 41}}, ours), ApiVersion(1, 41));
+  // Docker 29: 1.44 to 1.52.
+  EXPECT_EQ(negotiate_api_version({ApiVersion{1, 44}, ApiVersion{1, 52}}, ours), ApiVersion(1, 47));
+  // An engine newer than every version we know, and one older than we need.
+  EXPECT_FALSE(negotiate_api_version({ApiVersion{1, 48}, ApiVersion{1, 53}}, ours));
+  EXPECT_FALSE(negotiate_api_version({std::nullopt, ApiVersion{1, 25}}, ours));
+  EXPECT_FALSE(negotiate_api_version({std::nullopt, std::nullopt}, ours));
+  EXPECT_EQ(describe_api_mismatch({ApiVersion{1, 48}, ApiVersion{1, 53}}, ours),
+            "the engine speaks API 1.48 to 1.53, this plugin 1.30 to 1.47 (the engine no longer "
+            "speaks the versions this plugin knows: upgrade sandboxd)");
+  EXPECT_EQ(describe_api_mismatch({std::nullopt, ApiVersion{1, 25}}, ours),
+            "the engine speaks API ? to 1.25, this plugin 1.30 to 1.47 (the engine is too old: "
+            "upgrade it)");
+}
+
 // The answers podman 4.3 and Docker 20.10 give when their init binary is missing.
 TEST(LocalDockerSupport, AMissingInitBinaryNamesTheBinaryThePackageAndTheWayOut) {
   const std::string podman =
@@ -110,6 +128,10 @@ TEST(LocalDockerSupport, AMissingInitBinaryNamesTheBinaryThePackageAndTheWayOut)
   const std::string docker =
       "OCI runtime create failed: exec: \"docker-init\": executable file not found in $PATH";
   EXPECT_NE(engine_failure_hint(docker).find("Debian package tini"), std::string::npos);
+  EXPECT_NE(engine_failure_hint("invalid mount config for type \"bind\": bind source path does "
+                                "not exist: /srv/x")
+                .find("sandbox.backend.mounts"),
+            std::string::npos);
   EXPECT_EQ(engine_failure_hint("port is already allocated"), "");
   EXPECT_EQ(engine_failure_hint("no such image"), "");
 }

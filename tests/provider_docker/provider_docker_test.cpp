@@ -20,7 +20,7 @@
 namespace sandboxd::core {
 namespace {
 
-constexpr const char* kTestImage = "localhost/sandboxd-test-sandbox:latest";
+const std::string kTestImage = sandboxd::testing::engine_test_image();
 
 std::string socket_path() {
   const char* socket = std::getenv("SANDBOXD_TEST_DOCKER_SOCKET");

@@ -127,4 +127,17 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
+// The image the engine tests run: $SANDBOXD_TEST_IMAGE, else the offline test image that
+// scripts/test_engine.sh imports into each engine.
+inline std::string engine_test_image() {
+  const char* image = std::getenv("SANDBOXD_TEST_IMAGE");
+  return image && *image ? image : "localhost/sandboxd-test-sandbox:latest";
+}
+
+// $SANDBOXD_TEST_ENGINE ("podman", "docker"), or "" when the run did not say.
+inline std::string engine_test_name() {
+  const char* engine = std::getenv("SANDBOXD_TEST_ENGINE");
+  return engine ? engine : "";
+}
+
 }  // namespace sandboxd::testing
