@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli_error.hpp"
+#include "operations.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/owner_id.hpp"
@@ -26,7 +27,6 @@ namespace po = boost::program_options;
 namespace sandboxctl {
 
 using namespace sandboxd;
-using JsonWriter = rapidjson::PrettyWriter<rapidjson::StringBuffer>;
 
 namespace {
 
@@ -66,24 +66,6 @@ void emit(const rapidjson::StringBuffer& buffer) {
   std::cout << buffer.GetString() << "\n";
 }
 
-void write_string(JsonWriter& w, const char* key, const std::string& value) {
-  w.Key(key);
-  w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
-}
-
-void write_optional(JsonWriter& w, const char* key, const std::optional<std::string>& value) {
-  w.Key(key);
-  if (value) {
-    w.String(value->c_str(), static_cast<rapidjson::SizeType>(value->size()));
-  } else {
-    w.Null();
-  }
-}
-
-double wall_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 std::string seconds_text(double seconds) {
   char buffer[32];
   if (seconds < 0) seconds = 0;
@@ -95,64 +77,6 @@ std::string seconds_text(double seconds) {
     std::snprintf(buffer, sizeof buffer, "%.1fh", seconds / 3600);
   }
   return buffer;
-}
-
-std::optional<std::string> conversation_user(const core::TrackedSandbox& t) {
-  if (!t.conversation) return std::nullopt;
-  return t.conversation->user_id;
-}
-
-std::optional<std::string> conversation_thread(const core::TrackedSandbox& t) {
-  if (!t.conversation) return std::nullopt;
-  return t.conversation->thread_id;
-}
-
-void write_tracked(JsonWriter& w, const core::TrackedSandbox& t) {
-  write_string(w, "sandbox_id", t.info.sandbox_id);
-  write_string(w, "sandbox_url", t.info.sandbox_url);
-  write_string(w, "state", t.warm ? "warm" : "active");
-  write_optional(w, "user_id", conversation_user(t));
-  write_optional(w, "thread_id", conversation_thread(t));
-  w.Key(t.warm ? "released_at" : "last_activity");
-  w.Double(t.since);
-  write_optional(w, "container_name", t.info.container_name);
-}
-
-std::string not_tracked_message(const std::string& sandbox_id, const Session& session) {
-  return "sandbox '" + sandbox_id + "' is not tracked by state directory " +
-         session.state_dir().string() + " (sandboxctl list shows what is)";
-}
-
-// Runs a call into the provider; anything it throws that is not already classified is a
-// failure of the backend (engine, provisioner) it drives.
-template <typename Call>
-auto backend_call(Call&& call) -> decltype(call()) {
-  try {
-    return call();
-  } catch (const CliError&) {
-    throw;
-  } catch (const SandboxBeingDestroyedError&) {
-    throw;
-  } catch (const SandboxIdentityCollisionError&) {
-    throw;
-  } catch (const OwnershipBackendError&) {
-    throw;
-  } catch (const std::invalid_argument&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CliError(kBackendFailure, e.what());
-  }
-}
-
-std::string lease_owner_text(OwnershipStore& store, const std::string& sandbox_id) {
-  try {
-    if (auto lease = store.inspect(sandbox_id)) {
-      return lease->owner_id + (lease->destroying ? " (tearing it down)" : "");
-    }
-    return "nobody";
-  } catch (const std::exception& e) {
-    return std::string("unknown (") + e.what() + ")";
-  }
 }
 
 // ── plugins ──────────────────────────────────────────────────────────────────
@@ -288,17 +212,6 @@ int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
   std::optional<std::string> user, thread;
   if (vm.count("user")) user = vm["user"].as<std::string>();
   if (vm.count("thread")) thread = vm["thread"].as<std::string>();
-  try {
-    if (user) core::validate_user_id(*user);
-  } catch (const std::invalid_argument& e) {
-    throw CliError(kUsage, std::string("--user: ") + e.what());
-  }
-  try {
-    if (thread) core::validate_thread_id(*thread);
-  } catch (const std::invalid_argument& e) {
-    throw CliError(kUsage, std::string("--thread: ") + e.what());
-  }
-
   const std::string who = user.value_or("default") + "/" + thread.value_or("<anonymous>");
   auto progress = context.progress;
   core::ProviderHooks hooks;
@@ -308,11 +221,12 @@ int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
   };
   Session session(load_command_config(context.config_file), context.logger, std::move(hooks));
   progress->start("acquiring a sandbox for " + who);
-  const core::AcquireResult result =
-      backend_call([&] { return session.provider().acquire_traced(thread, user); });
+  const Acquired acquired =
+      acquire_conversation(session.provider(), user, thread, "--user", "--thread");
   progress->stop();
-  const auto tracked = session.provider().find(result.sandbox_id);
   session.commit();
+  const core::AcquireResult& result = acquired.result;
+  const auto& tracked = acquired.tracked;
   const std::string url = tracked ? tracked->info.sandbox_url : std::string();
   if (json_output(context, vm)) {
     rapidjson::StringBuffer buffer;
@@ -321,8 +235,13 @@ int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
     write_string(w, "sandbox_id", result.sandbox_id);
     write_string(w, "sandbox_url", url);
     write_string(w, "path", core::to_string(result.path));
-    write_optional(w, "user_id", tracked ? conversation_user(*tracked) : std::nullopt);
-    write_optional(w, "thread_id", tracked ? conversation_thread(*tracked) : std::nullopt);
+    write_optional(w, "user_id",
+                   tracked && tracked->conversation ? std::optional(tracked->conversation->user_id)
+                                                    : std::nullopt);
+    write_optional(w, "thread_id",
+                   tracked && tracked->conversation
+                       ? std::optional(tracked->conversation->thread_id)
+                       : std::nullopt);
     w.EndObject();
     emit(buffer);
   } else {
@@ -385,24 +304,9 @@ int cmd_release(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args, &positional);
   const std::string id = required_id(vm, "release");
   Session session(load_command_config(context.config_file), context.logger);
-  auto before = session.provider().find(id);
-  if (!before) throw CliError(kNotFound, not_tracked_message(id, session));
-  const char* result = "released";
-  if (before->warm) {
-    result = "already warm";
-  } else {
-    backend_call([&] { session.provider().release(id); });
-  }
-  auto after = session.provider().find(id);
-  if (!after) {
-    const std::string owner = lease_owner_text(*session.provider().ownership(), id);
-    session.commit();
-    throw CliError(kOwnershipRefused, "sandbox " + id + " was released, but its lease belongs to " +
-                                          owner + " now; it keeps running and is no longer " +
-                                          "tracked here");
-  }
+  const Released released = release_sandbox(session.provider(), id, session.where());
   session.commit();
-  print_one(context, vm, *after, result);
+  print_one(context, vm, released.tracked, released.result);
   return kOk;
 }
 
@@ -419,18 +323,11 @@ int cmd_destroy(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args, &positional);
   const std::string id = required_id(vm, "destroy");
   Session session(load_command_config(context.config_file), context.logger);
-  auto before = session.provider().find(id);
-  if (!before) throw CliError(kNotFound, not_tracked_message(id, session));
   context.progress->start("stopping sandbox " + id);
-  backend_call([&] { session.provider().destroy(id); });
+  const core::TrackedSandbox destroyed = destroy_sandbox(session.provider(), id, session.where());
   context.progress->stop();
-  if (session.provider().find(id)) {
-    const std::string owner = lease_owner_text(*session.provider().ownership(), id);
-    throw CliError(kOwnershipRefused,
-                   "refusing to destroy sandbox " + id + ": its lease is held by " + owner);
-  }
   session.commit();
-  print_one(context, vm, *before, "destroyed");
+  print_one(context, vm, destroyed, "destroyed");
   return kOk;
 }
 
@@ -446,11 +343,9 @@ int cmd_get(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args, &positional);
   const std::string id = required_id(vm, "get");
   Session session(load_command_config(context.config_file), context.logger);
-  session.provider().get(id);  // an active sandbox's last activity is refreshed
-  auto tracked = session.provider().find(id);
-  if (!tracked) throw CliError(kNotFound, not_tracked_message(id, session));
+  const core::TrackedSandbox tracked = get_sandbox(session.provider(), id, session.where());
   session.commit();
-  print_one(context, vm, *tracked, nullptr);
+  print_one(context, vm, tracked, nullptr);
   return kOk;
 }
 
@@ -468,60 +363,8 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
   Session session(load_command_config(context.config_file), context.logger);
-  core::Provider& provider = session.provider();
-  const core::RegistrySnapshot registry = provider.export_registry();
-  std::optional<std::vector<SandboxInfo>> running;
-  std::string list_error;
-  try {
-    running = provider.backend()->list_running();
-  } catch (const std::exception& e) {
-    list_error = e.what();
-  }
-  std::map<std::string, const SandboxInfo*> by_id;
-  if (running) {
-    for (const auto& info : *running) by_id[info.sandbox_id] = &info;
-  }
-
-  struct Row {
-    std::string id, state, url, user, thread;
-    std::optional<bool> running;
-    std::optional<double> since;
-    std::optional<LeaseRecord> lease;
-    std::string lease_error;
-  };
-  std::vector<Row> rows;
-  std::set<std::string> tracked_ids;
-  for (const auto& t : registry.sandboxes) {
-    tracked_ids.insert(t.info.sandbox_id);
-    Row row{t.info.sandbox_id,
-            t.warm ? "warm" : "active",
-            t.info.sandbox_url,
-            conversation_user(t).value_or(""),
-            conversation_thread(t).value_or(""),
-            std::nullopt,
-            t.since,
-            std::nullopt,
-            ""};
-    if (running) row.running = by_id.count(t.info.sandbox_id) > 0;
-    rows.push_back(std::move(row));
-  }
-  if (running) {
-    for (const auto& info : *running) {
-      if (tracked_ids.count(info.sandbox_id)) continue;
-      rows.push_back(Row{info.sandbox_id, "orphan", info.sandbox_url, info.user_id.value_or(""),
-                         info.thread_id.value_or(""), true, std::nullopt, std::nullopt, ""});
-    }
-  }
-  OwnershipStore& store = *provider.ownership();
-  for (auto& row : rows) {
-    try {
-      row.lease = store.inspect(row.id);
-    } catch (const std::exception& e) {
-      row.lease_error = e.what();
-    }
-  }
-  const std::string me = provider.owner_id();
-  const bool wall_clock_leases = store.supports_cross_process();
+  const Listing listing = list_sandboxes(session.provider());
+  const std::string& me = listing.owner_id;
   const double now = wall_now();
   session.commit();
 
@@ -529,63 +372,14 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
-    write_string(w, "state_dir", session.state_dir().string());
-    write_string(w, "owner_id", me);
-    write_optional(w, "backend_error",
-                   list_error.empty() ? std::nullopt : std::optional<std::string>(list_error));
-    w.Key("sandboxes");
-    w.StartArray();
-    for (const auto& row : rows) {
-      w.StartObject();
-      write_string(w, "sandbox_id", row.id);
-      write_string(w, "state", row.state);
-      w.Key("tracked");
-      w.Bool(row.state != "orphan");
-      w.Key("running");
-      if (row.running) {
-        w.Bool(*row.running);
-      } else {
-        w.Null();
-      }
-      write_string(w, "sandbox_url", row.url);
-      write_optional(w, "user_id",
-                     row.user.empty() ? std::nullopt : std::optional<std::string>(row.user));
-      write_optional(w, "thread_id",
-                     row.thread.empty() ? std::nullopt : std::optional<std::string>(row.thread));
-      w.Key("since");
-      if (row.since) {
-        w.Double(*row.since);
-      } else {
-        w.Null();
-      }
-      w.Key("lease");
-      if (row.lease) {
-        w.StartObject();
-        write_string(w, "owner_id", row.lease->owner_id);
-        write_string(w, "state", row.lease->destroying ? "del" : "own");
-        w.Key("ours");
-        w.Bool(row.lease->owner_id == me);
-        w.Key("expires_at");
-        if (wall_clock_leases) {
-          w.Double(row.lease->expires_at);
-        } else {
-          w.Null();
-        }
-        w.EndObject();
-      } else {
-        w.Null();
-      }
-      if (!row.lease_error.empty()) write_string(w, "lease_error", row.lease_error);
-      w.EndObject();
-    }
-    w.EndArray();
+    write_listing(w, listing, session.state_dir().string());
     w.EndObject();
     emit(buffer);
   } else {
     std::cout << "state directory " << session.state_dir().string() << ", owner " << me << "\n";
     std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", "SANDBOX", "STATE", "RUNNING",
                 "CONVERSATION", "URL", "SINCE", "LEASE");
-    for (const auto& row : rows) {
+    for (const auto& row : listing.sandboxes) {
       std::string lease = "none";
       if (!row.lease_error.empty()) {
         lease = "unknown (" + row.lease_error + ")";
@@ -593,7 +387,8 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
         lease =
             (row.lease->destroying ? "del by " : "own by ") +
             (row.lease->owner_id == me ? std::string("this state directory") : row.lease->owner_id);
-        if (wall_clock_leases) lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
+        if (listing.wall_clock_leases)
+          lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
       }
       const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
       std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", row.id.c_str(), row.state.c_str(),
@@ -603,8 +398,9 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
                   lease.c_str());
     }
   }
-  if (!list_error.empty()) {
-    throw CliError(kBackendFailure, "the backend could not list its containers: " + list_error);
+  if (!listing.backend_error.empty()) {
+    throw CliError(kBackendFailure,
+                   "the backend could not list its containers: " + listing.backend_error);
   }
   return kOk;
 }
@@ -666,7 +462,7 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
   std::vector<std::string> reaped;
   if (idle_timeout > 0) {
     const auto before = session.provider().export_registry();
-    backend_call([&] { session.provider().cleanup_idle_sandboxes(idle_timeout); });
+    session.provider().cleanup_idle_sandboxes(idle_timeout);  // logs its own failures
     for (const auto& t : before.sandboxes) {
       if (!session.provider().find(t.info.sandbox_id)) reaped.push_back(t.info.sandbox_id);
     }

@@ -20,29 +20,6 @@
 namespace po = boost::program_options;
 using namespace sandboxd;
 
-namespace sandboxctl {
-
-const char* exit_code_name(int code) {
-  switch (code) {
-    case kOk:
-      return "ok";
-    case kUsage:
-      return "usage";
-    case kBadConfig:
-      return "config";
-    case kBackendFailure:
-      return "backend";
-    case kNotFound:
-      return "not_found";
-    case kOwnershipRefused:
-      return "ownership";
-    default:
-      return "internal";
-  }
-}
-
-}  // namespace sandboxctl
-
 namespace {
 
 using namespace sandboxctl;

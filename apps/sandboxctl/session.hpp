@@ -34,6 +34,8 @@ class Session {
   sandboxd::core::Provider& provider() { return *provider_; }
   const sandboxd::core::SandboxConfig& config() const { return config_; }
   const std::filesystem::path& state_dir() const { return state_dir_; }
+  // "state directory PATH", for messages.
+  std::string where() const { return "state directory " + state_dir_.string(); }
   const sandboxd::core::RegistryFile& registry() const { return registry_; }
 
   // Writes what this command changed into the registry file and detaches the provider.

@@ -183,6 +183,13 @@ const std::string& Provider::owner_id() const {
   return ownership_->owner_id();
 }
 
+ProviderEventCounts Provider::event_counts() const {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  return {events_.evictions.load(relaxed),      events_.idle_reaps.load(relaxed),
+          events_.adoptions.load(relaxed),      events_.lease_renewals.load(relaxed),
+          events_.lease_lapses.load(relaxed),   events_.lease_losses.load(relaxed)};
+}
+
 Provider::Counts Provider::counts() const {
   std::lock_guard lock(mutex_);
   return {registry_.clients.size(), registry_.warm_pool.size(), registry_.local_teardown.size()};

@@ -291,6 +291,7 @@ bool Provider::destroy_warm_entry(const std::string& sandbox_id, const WarmEntry
     }
   }
   if (reason == "idle_timeout") {
+    events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
     log(LogLevel::info, "Destroyed idle warm-pool sandbox " + sandbox_id);
   } else if (reason == "replica_enforcement") {
     log(LogLevel::info, "Destroyed warm-pool sandbox " + sandbox_id);
@@ -340,6 +341,7 @@ std::optional<std::string> Provider::evict_oldest_warm() {
   });
   for (const auto& [id, entry] : by_age) {
     if (destroy_warm_entry(id, entry, "replica_enforcement", still_this_warm_entry(id, entry))) {
+      events_.evictions.fetch_add(1, std::memory_order_relaxed);
       return id;
     }
   }
@@ -378,6 +380,7 @@ void Provider::cleanup_idle_sandboxes(double idle_timeout) {
     };
     try {
       destroy_tracked(id, still_idle);
+      if (!find(id)) events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
     } catch (const std::exception& e) {
       log(LogLevel::error, "Failed to destroy idle sandbox " + id + ": " + e.what());
     }
@@ -424,8 +427,12 @@ bool Provider::refresh_ownership(const std::string& sandbox_id) {
         "Could not renew sandbox ownership for " + sandbox_id + ", will retry: " + e.what());
     return true;
   }
-  if (outcome == RenewOutcome::renewed) return true;
+  if (outcome == RenewOutcome::renewed) {
+    events_.lease_renewals.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   if (outcome == RenewOutcome::lost) return false;
+  events_.lease_lapses.fetch_add(1, std::memory_order_relaxed);
   try {
     if (ownership_->claim(sandbox_id, false)) {
       log(LogLevel::info, "Re-established a lapsed ownership lease for " + sandbox_id);
@@ -658,6 +665,7 @@ void Provider::renew_owned_leases() {
   }
   for (const auto& [id, epoch] : ids) {
     if (!refresh_ownership(id)) {
+      events_.lease_losses.fetch_add(1, std::memory_order_relaxed);
       log(LogLevel::warning,
           "Lost sandbox ownership lease for " + id + "; dropping it from this instance");
       forget(id, epoch);
@@ -745,6 +753,7 @@ ReconcileReport Provider::reconcile_orphans() {
       registry_.unowned_since.erase(id);
     }
     ++adopted;
+    events_.adoptions.fetch_add(1, std::memory_order_relaxed);
     log(LogLevel::info, "Adopted container " + id + " into warm pool (age: " +
                             (std::isinf(age) ? std::string("inf") : fixed(age, 0)) + "s)");
   }

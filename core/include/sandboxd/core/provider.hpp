@@ -14,6 +14,7 @@
 //  - `background_mutex_` guards only the stop flag of the two background threads.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -169,6 +170,16 @@ struct ReconcileReport {
   bool listed = true;  // false when the backend could not list its containers
 };
 
+// Lifetime counts of what the provider did on its own, for hosts that export metrics.
+struct ProviderEventCounts {
+  std::uint64_t evictions = 0;       // warm sandboxes stopped to stay within replicas
+  std::uint64_t idle_reaps = 0;      // active or warm sandboxes stopped for idleness
+  std::uint64_t adoptions = 0;       // orphans adopted by reconciliation
+  std::uint64_t lease_renewals = 0;  // renew answered renewed
+  std::uint64_t lease_lapses = 0;    // renew answered lapsed
+  std::uint64_t lease_losses = 0;    // sandboxes dropped because a peer holds their lease
+};
+
 // Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
 struct ReconciliationIdentity {
   std::string provider_key;
@@ -281,6 +292,7 @@ class Provider {
     std::size_t reserved_for_teardown = 0;
   };
   Counts counts() const;
+  ProviderEventCounts event_counts() const;
 
  protected:
   struct WarmEntry {
@@ -432,6 +444,14 @@ class Provider {
   mutable std::mutex mutex_;  // the registry mutex: guards registry_ (see the lock story)
   Registry registry_;
   std::condition_variable teardown_finished_;  // with mutex_: local_teardown shrank
+
+  // Event counters: atomics, each incremented where its event happens (relaxed order; read
+  // only for metrics), so counting takes no lock.
+  struct EventCounters {
+    std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
+        lease_lapses{0}, lease_losses{0};
+  };
+  EventCounters events_;
 
   std::mutex background_mutex_;  // guards background_stop_
   std::condition_variable background_wake_;
