@@ -28,21 +28,12 @@ namespace sandboxctl {
 
 using namespace sandboxd;
 
-namespace {
-
 // ── shared plumbing ──────────────────────────────────────────────────────────
-
-struct CommandHelp {
-  const char* usage;    // "sandboxctl [global options] acquire --user U --thread T [--json]"
-  const char* details;  // what it does, exit codes that matter, an example
-};
-
-class HelpShown {};  // --help was given: the help has been printed, exit 0
 
 // Parses a subcommand's arguments; --help prints usage, options and details, then HelpShown.
 po::variables_map parse_args(const CommandHelp& help, po::options_description& options,
                              const std::vector<std::string>& args,
-                             const po::positional_options_description* positional = nullptr) {
+                             const po::positional_options_description* positional) {
   options.add_options()("json", "print one JSON document on stdout")("help,h", "show this help");
   po::variables_map vm;
   po::command_line_parser parser(args);
@@ -65,6 +56,8 @@ bool json_output(const GlobalContext& context, const po::variables_map& vm) {
 void emit(const rapidjson::StringBuffer& buffer) {
   std::cout << buffer.GetString() << "\n";
 }
+
+namespace {
 
 std::string seconds_text(double seconds) {
   char buffer[32];
@@ -505,6 +498,7 @@ const std::vector<Command>& commands() {
       {"list", "tracked sandboxes, their leases, and orphan containers", cmd_list},
       {"reconcile", "adopt orphan containers whose leases have lapsed", cmd_reconcile},
       {"reap", "stop sandboxes idle longer than idle_timeout", cmd_reap},
+      {"serve", "host one provider and answer an HTTP/JSON control API", cmd_serve},
       {"plugins", "list the plugin classes found on the plugin path", cmd_plugins},
       {"check-config", "validate the config and print it with secrets redacted", cmd_check_config},
   };

@@ -2,6 +2,9 @@
 // and --json), calls the core, and prints; none holds lifecycle logic of its own.
 #pragma once
 
+#include <rapidjson/stringbuffer.h>
+
+#include <boost/program_options.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +18,7 @@ namespace sandboxctl {
 struct GlobalContext {
   std::optional<std::string> config_file;  // --config; nothing → the built-in default
   bool json = false;                       // --json given before the command
+  bool log_level_given = false;            // --log-level was on the command line
   std::shared_ptr<sandboxd::Logger> logger;
   std::shared_ptr<ProgressLine> progress;
 };
@@ -24,6 +28,24 @@ struct Command {
   const char* summary;  // one line for `sandboxctl --help`
   int (*run)(GlobalContext& context, const std::vector<std::string>& args);
 };
+
+// ── what every subcommand's parsing shares ──
+struct CommandHelp {
+  const char* usage;    // "sandboxctl [global options] acquire --user U --thread T [--json]"
+  const char* details;  // what it does, exit codes that matter, an example
+};
+class HelpShown {};  // --help was given: the help has been printed, exit 0
+// Parses a subcommand's arguments (adding --json and --help); --help prints usage, options
+// and details, then throws HelpShown.
+boost::program_options::variables_map parse_args(
+    const CommandHelp& help, boost::program_options::options_description& options,
+    const std::vector<std::string>& args,
+    const boost::program_options::positional_options_description* positional = nullptr);
+bool json_output(const GlobalContext& context, const boost::program_options::variables_map& vm);
+void emit(const rapidjson::StringBuffer& buffer);  // one JSON document on stdout
+
+// `sandboxctl serve` (serve.cpp).
+int cmd_serve(GlobalContext& context, const std::vector<std::string>& args);
 
 // Every subcommand, in the order `sandboxctl --help` lists them.
 const std::vector<Command>& commands();

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   global.add_options()("help,h", "show this help")("config,c", po::value<std::string>(),
                                                    "JSON config file with a `sandbox` section")(
       "log-level", po::value<std::string>()->default_value("warning"),
-      "debug, info, warning or error (log lines go to stderr)")(
+      "debug, info, warning or error (log lines go to stderr; serve: info)")(
       "json", "print one JSON document on stdout (also accepted after the command)");
   po::options_description hidden;
   hidden.add_options()("command", po::value<std::string>())("args",
@@ -123,6 +123,7 @@ int main(int argc, char** argv) {
                   as_json);
     }
     context.json = vm.count("json") > 0;
+    context.log_level_given = !vm["log-level"].defaulted();
     if (vm.count("config")) context.config_file = vm["config"].as<std::string>();
     context.progress = std::make_shared<ProgressLine>(ProgressLine::stderr_is_terminal());
     context.logger = std::make_shared<ProgressAwareLogger>(

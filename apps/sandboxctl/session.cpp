@@ -16,20 +16,30 @@ std::filesystem::path registry_path(const std::filesystem::path& state_dir) {
   return state_dir / "sandboxctl-registry.json";
 }
 
+std::filesystem::path serve_registry_path(const std::filesystem::path& state_dir) {
+  return state_dir / "serve-registry.json";
+}
+
 Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logger,
-                 core::ProviderHooks hooks)
+                 core::ProviderHooks hooks, SessionKind kind)
     // Nobody renews a one-shot command's leases, so they must last at least as long as the
     // sandbox may sit idle before this state directory's own reaper would stop it.
-    : config_(core::with_lease_ttl_at_least(config, config.idle_timeout)),
+    : config_(kind == SessionKind::one_shot
+                  ? core::with_lease_ttl_at_least(config, config.idle_timeout)
+                  : config),
       logger_(std::move(logger)),
       state_dir_(core::resolve_base_dir(config.base_dir)),
-      registry_(registry_path(state_dir_)),
+      registry_(kind == SessionKind::one_shot ? registry_path(state_dir_)
+                                              : serve_registry_path(state_dir_)),
       loaded_(registry_.load()) {
   core::Provider::HostOptions host;
   host.owner_id = core::one_shot_owner_id(registry_.path());
   host.start = false;
   provider_ = core::Provider::from_config(config_, logger_, std::move(hooks), host);
   provider_->import_registry(loaded_);
+  // A daemon starts its background work only once what it inherited is in place, so the first
+  // reconciliation does not adopt its own sandboxes as orphans.
+  if (kind == SessionKind::daemon) provider_->start();
 }
 
 Session::~Session() {

@@ -19,13 +19,24 @@ namespace sandboxctl {
 // The config a command runs with: --config FILE, else the built-in default.
 sandboxd::core::SandboxConfig load_command_config(const std::optional<std::string>& config_file);
 
-// {state_dir}/sandboxctl-registry.json: the registry of one state directory.
+// {state_dir}/sandboxctl-registry.json: the registry of one state directory's commands.
 std::filesystem::path registry_path(const std::filesystem::path& state_dir);
+// {state_dir}/serve-registry.json: what `sandboxctl serve` leaves for the next serve.
+std::filesystem::path serve_registry_path(const std::filesystem::path& state_dir);
+
+enum class SessionKind {
+  // One command: no background work, leases lasting the idle timeout (nobody renews them).
+  one_shot,
+  // `sandboxctl serve`: reconciliation, renewal and idle reaping run; leases as configured. A
+  // serve that exits leaving its sandboxes running hands them (registry and lease identity) to
+  // the next serve on the same state directory.
+  daemon,
+};
 
 class Session {
  public:
   Session(const sandboxd::core::SandboxConfig& config, std::shared_ptr<sandboxd::Logger> logger,
-          sandboxd::core::ProviderHooks hooks = {});
+          sandboxd::core::ProviderHooks hooks = {}, SessionKind kind = SessionKind::one_shot);
   // Writes the registry back (errors logged) and detaches, unless commit() already did.
   ~Session();
   Session(const Session&) = delete;

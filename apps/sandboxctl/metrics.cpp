@@ -1,0 +1,137 @@
+#include "metrics.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+namespace sandboxctl {
+
+namespace {
+
+std::string number(double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.9g", value);
+  return buffer;
+}
+
+void header(std::ostringstream& out, const char* name, const char* type, const char* help) {
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+}  // namespace
+
+void ServeMetrics::record_acquire(sandboxd::core::AcquirePath path, double seconds) {
+  std::lock_guard lock(mutex_);
+  ++acquires_by_path_[sandboxd::core::to_string(path)];
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    if (seconds <= kLatencyBuckets[i]) {
+      ++latency_buckets_[i];
+      break;
+    }
+  }
+  ++latency_count_;
+  latency_sum_ += seconds;
+}
+
+void ServeMetrics::record_acquire_failure(const std::string& kind) {
+  std::lock_guard lock(mutex_);
+  ++acquire_failures_by_kind_[kind];
+}
+
+void ServeMetrics::record_release() {
+  std::lock_guard lock(mutex_);
+  ++releases_;
+}
+
+void ServeMetrics::record_destroy() {
+  std::lock_guard lock(mutex_);
+  ++destroys_;
+}
+
+void ServeMetrics::record_readiness_wait(double seconds) {
+  std::lock_guard lock(mutex_);
+  ++readiness_waits_;
+  readiness_seconds_ += seconds;
+}
+
+void ServeMetrics::record_backend_error() {
+  std::lock_guard lock(mutex_);
+  ++backend_errors_;
+}
+
+void ServeMetrics::record_request(int status) {
+  std::lock_guard lock(mutex_);
+  ++requests_by_status_[status];
+}
+
+std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const {
+  const auto counts = provider.counts();
+  const auto events = provider.event_counts();
+  std::ostringstream out;
+  std::lock_guard lock(mutex_);
+
+  header(out, "sandboxd_acquires_total", "counter",
+         "Acquisitions that returned a sandbox, by how it was obtained.");
+  for (const char* path : {"reused", "reclaimed", "discovered", "created"}) {
+    const auto it = acquires_by_path_.find(path);
+    out << "sandboxd_acquires_total{path=\"" << path << "\"} "
+        << (it == acquires_by_path_.end() ? 0 : it->second) << "\n";
+  }
+  header(out, "sandboxd_acquire_failures_total", "counter", "Acquisitions that failed, by kind.");
+  for (const auto& [kind, count] : acquire_failures_by_kind_) {
+    out << "sandboxd_acquire_failures_total{kind=\"" << kind << "\"} " << count << "\n";
+  }
+  header(out, "sandboxd_acquire_duration_seconds", "histogram",
+         "Time from an acquire request to its answer.");
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    cumulative += latency_buckets_[i];
+    out << "sandboxd_acquire_duration_seconds_bucket{le=\"" << number(kLatencyBuckets[i]) << "\"} "
+        << cumulative << "\n";
+  }
+  out << "sandboxd_acquire_duration_seconds_bucket{le=\"+Inf\"} " << latency_count_ << "\n"
+      << "sandboxd_acquire_duration_seconds_sum " << number(latency_sum_) << "\n"
+      << "sandboxd_acquire_duration_seconds_count " << latency_count_ << "\n";
+  header(out, "sandboxd_releases_total", "counter", "Sandboxes released to the warm pool.");
+  out << "sandboxd_releases_total " << releases_ << "\n";
+  header(out, "sandboxd_destroys_total", "counter", "Sandboxes destroyed on request.");
+  out << "sandboxd_destroys_total " << destroys_ << "\n";
+  header(out, "sandboxd_readiness_waits_total", "counter", "Readiness waits of new sandboxes.");
+  out << "sandboxd_readiness_waits_total " << readiness_waits_ << "\n";
+  header(out, "sandboxd_readiness_wait_seconds_total", "counter",
+         "Total time spent waiting for new sandboxes to answer.");
+  out << "sandboxd_readiness_wait_seconds_total " << number(readiness_seconds_) << "\n";
+  const std::pair<const char*, std::uint64_t> provider_counters[] = {
+      {"sandboxd_evictions_total", events.evictions},
+      {"sandboxd_idle_reaps_total", events.idle_reaps},
+      {"sandboxd_reconcile_adoptions_total", events.adoptions},
+      {"sandboxd_lease_renewals_total", events.lease_renewals},
+      {"sandboxd_lease_lapses_total", events.lease_lapses},
+      {"sandboxd_lease_losses_total", events.lease_losses},
+  };
+  const char* provider_help[] = {
+      "Warm sandboxes stopped to stay within replicas.",
+      "Sandboxes stopped for idleness.",
+      "Orphan containers adopted by reconciliation.",
+      "Lease renewals that found the lease ours.",
+      "Lease renewals that found the lease lapsed.",
+      "Sandboxes dropped because another instance holds their lease.",
+  };
+  for (std::size_t i = 0; i < std::size(provider_counters); ++i) {
+    header(out, provider_counters[i].first, "counter", provider_help[i]);
+    out << provider_counters[i].first << " " << provider_counters[i].second << "\n";
+  }
+  header(out, "sandboxd_backend_errors_total", "counter",
+         "Requests that failed in the backend (engine or provisioner).");
+  out << "sandboxd_backend_errors_total " << backend_errors_ << "\n";
+  header(out, "sandboxd_requests_total", "counter", "HTTP requests answered, by status.");
+  for (const auto& [status, count] : requests_by_status_) {
+    out << "sandboxd_requests_total{status=\"" << status << "\"} " << count << "\n";
+  }
+  header(out, "sandboxd_active_sandboxes", "gauge", "Sandboxes in use now.");
+  out << "sandboxd_active_sandboxes " << counts.active << "\n";
+  header(out, "sandboxd_warm_sandboxes", "gauge", "Sandboxes parked in the warm pool now.");
+  out << "sandboxd_warm_sandboxes " << counts.warm << "\n";
+  return out.str();
+}
+
+}  // namespace sandboxctl

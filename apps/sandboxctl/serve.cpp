@@ -1,0 +1,426 @@
+// `sandboxctl serve`: one Provider for every gateway worker on the host, behind an HTTP/JSON
+// control API (docs/serve-api.yaml) on a unix socket or 127.0.0.1.
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <pthread.h>
+#include <rapidjson/document.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "commands.hpp"
+#include "http_server.hpp"
+#include "metrics.hpp"
+#include "operations.hpp"
+#include "sandboxd/core/logging.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/readiness.hpp"
+#include "session.hpp"
+
+namespace po = boost::program_options;
+
+namespace sandboxctl {
+
+using namespace sandboxd;
+
+namespace {
+
+// Exclusive ownership of one state directory by one serve: an flock on {state}/serve.lock,
+// held for the process's life (released by the kernel if it dies), with the holder's pid in it.
+class ServeLock {
+ public:
+  explicit ServeLock(const std::filesystem::path& state_dir) {
+    const auto path = state_dir / "serve.lock";
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    if (fd_ < 0) {
+      throw CliError(kBadConfig, "cannot open " + path.string() + ": " + std::strerror(errno));
+    }
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char pid[32] = {0};
+      const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
+      ::close(fd_);
+      throw CliError(kOwnershipRefused, "another sandboxctl serve (pid " +
+                                            std::string(n > 0 ? pid : "?") +
+                                            ") is serving state directory " + state_dir.string());
+    }
+    const std::string me = std::to_string(::getpid());
+    if (::ftruncate(fd_, 0) == 0) {
+      [[maybe_unused]] const ssize_t written = ::pwrite(fd_, me.data(), me.size(), 0);
+    }
+  }
+  ~ServeLock() { ::close(fd_); }
+  ServeLock(const ServeLock&) = delete;
+  ServeLock& operator=(const ServeLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::string read_token(const po::variables_map& vm) {
+  if (vm.count("token-file")) {
+    const std::string path = vm["token-file"].as<std::string>();
+    std::ifstream in(path);
+    if (!in) throw CliError(kBadConfig, "--token-file " + path + ": cannot be read");
+    std::string token;
+    std::getline(in, token);
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
+    if (token.empty()) throw CliError(kBadConfig, "--token-file " + path + ": the file is empty");
+    return token;
+  }
+  if (vm.count("token-env")) {
+    const std::string name = vm["token-env"].as<std::string>();
+    const char* value = std::getenv(name.c_str());
+    if (!value || !*value) {
+      throw CliError(kBadConfig, "--token-env " + name + ": the environment variable is not set");
+    }
+    return value;
+  }
+  return "";
+}
+
+bool token_matches(const std::string& authorization, const std::string& token) {
+  static const std::string kBearer = "Bearer ";
+  if (authorization.size() != kBearer.size() + token.size()) return false;
+  if (authorization.compare(0, kBearer.size(), kBearer) != 0) return false;
+  return CRYPTO_memcmp(authorization.data() + kBearer.size(), token.data(), token.size()) == 0;
+}
+
+int http_status_of(int exit_code) {
+  switch (exit_code) {
+    case kUsage:
+      return 400;
+    case kNotFound:
+      return 404;
+    case kOwnershipRefused:
+      return 409;
+    case kBackendFailure:
+      return 502;
+    default:
+      return 500;
+  }
+}
+
+HttpResponse json_response(int status, const std::function<void(JsonWriter&)>& members) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  members(w);
+  w.EndObject();
+  return {status, "application/json", std::string(buffer.GetString()) + "\n"};
+}
+
+HttpResponse error_response(int status, const std::string& kind, const std::string& message) {
+  return json_response(status, [&](JsonWriter& w) {
+    w.Key("error");
+    w.StartObject();
+    write_string(w, "kind", kind);
+    write_string(w, "message", message);
+    w.EndObject();
+  });
+}
+
+// The body of an acquire: {"user_id"?: string, "thread_id"?: string}.
+void parse_acquire_body(const std::string& body, std::optional<std::string>& user,
+                        std::optional<std::string>& thread) {
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) return;
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseIterativeFlag>(body.c_str(), body.size());
+  if (doc.HasParseError() || !doc.IsObject()) {
+    throw CliError(kUsage, "the request body is not a JSON object");
+  }
+  for (auto& [key, target] : {std::pair{"user_id", &user}, std::pair{"thread_id", &thread}}) {
+    auto it = doc.FindMember(key);
+    if (it == doc.MemberEnd() || it->value.IsNull()) continue;
+    if (!it->value.IsString()) throw CliError(kUsage, std::string(key) + ": must be a string");
+    *target = std::string(it->value.GetString(), it->value.GetStringLength());
+  }
+}
+
+std::string path_of(const std::string& target) {
+  const auto query = target.find('?');
+  return query == std::string::npos ? target : target.substr(0, query);
+}
+
+class ControlApi {
+ public:
+  ControlApi(Session& session, ServeMetrics& metrics, std::shared_ptr<Logger> logger,
+             std::string token, bool token_required_on_socket)
+      : session_(session),
+        metrics_(metrics),
+        logger_(std::move(logger)),
+        token_(std::move(token)),
+        token_on_socket_(token_required_on_socket) {}
+
+  HttpResponse handle(const HttpRequest& request) {
+    const auto start = std::chrono::steady_clock::now();
+    std::string route = "?";
+    HttpResponse response = dispatch(request, route);
+    metrics_.record_request(response.status);
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    char line[512];
+    std::snprintf(line, sizeof line, "serve: %s %s %d %.1fms", request.method.c_str(),
+                  route.c_str(), response.status, ms);
+    logger_->info(line);
+    return response;
+  }
+
+ private:
+  HttpResponse dispatch(const HttpRequest& request, std::string& route) {
+    const std::string path = path_of(request.target);
+    const std::string& method = request.method;
+    if (method == "GET" && path == "/v1/health") {
+      route = "/v1/health";
+      const auto counts = session_.provider().counts();
+      return json_response(200, [&](JsonWriter& w) {
+        write_string(w, "status", "ok");
+        write_string(w, "owner_id", session_.provider().owner_id());
+        w.Key("active");
+        w.Uint64(counts.active);
+        w.Key("warm");
+        w.Uint64(counts.warm);
+        w.Key("uses_thread_data_mounts");
+        w.Bool(session_.provider().uses_thread_data_mounts());
+      });
+    }
+    if ((request.over_tcp || token_on_socket_) && !token_matches(request.authorization, token_)) {
+      route = path;
+      return error_response(401, "unauthorized", "missing or wrong bearer token");
+    }
+    try {
+      return route_authorized(method, path, request.body, route);
+    } catch (const CliError& e) {
+      if (e.code() == kBackendFailure) metrics_.record_backend_error();
+      return error_response(http_status_of(e.code()), exit_code_name(e.code()), e.what());
+    } catch (const std::exception& e) {
+      logger_->error(std::string("serve: ") + method + " " + route + ": " + e.what());
+      return error_response(500, "internal", e.what());
+    }
+  }
+
+  HttpResponse route_authorized(const std::string& method, const std::string& path,
+                                const std::string& body, std::string& route) {
+    core::Provider& provider = session_.provider();
+    const std::string where = "this serve (" + session_.where() + ")";
+    if (path == "/metrics" && method == "GET") {
+      route = "/metrics";
+      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(provider)};
+    }
+    if (path == "/v1/sandboxes/acquire" && method == "POST") {
+      route = "/v1/sandboxes/acquire";
+      std::optional<std::string> user, thread;
+      parse_acquire_body(body, user, thread);
+      const auto start = std::chrono::steady_clock::now();
+      Acquired acquired;
+      try {
+        acquired = acquire_conversation(provider, user, thread, "user_id", "thread_id");
+      } catch (const CliError& e) {
+        metrics_.record_acquire_failure(exit_code_name(e.code()));
+        throw;
+      }
+      metrics_.record_acquire(
+          acquired.result.path,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      return json_response(200, [&](JsonWriter& w) {
+        write_string(w, "sandbox_id", acquired.result.sandbox_id);
+        write_string(w, "sandbox_url",
+                     acquired.tracked ? acquired.tracked->info.sandbox_url : std::string());
+        write_string(w, "path", core::to_string(acquired.result.path));
+      });
+    }
+    if (path == "/v1/sandboxes" && method == "GET") {
+      route = "/v1/sandboxes";
+      const Listing listing = list_sandboxes(provider);
+      return json_response(
+          200, [&](JsonWriter& w) { write_listing(w, listing, session_.state_dir().string()); });
+    }
+    static const std::string kPrefix = "/v1/sandboxes/";
+    if (path.rfind(kPrefix, 0) == 0) {
+      std::string rest = path.substr(kPrefix.size());
+      const bool release = rest.size() > 8 && rest.compare(rest.size() - 8, 8, "/release") == 0;
+      if (release) rest.resize(rest.size() - 8);
+      const std::string& id = rest;
+      try {
+        core::validate_sandbox_id(id);
+      } catch (const std::invalid_argument& e) {
+        route = kPrefix + "{id}";
+        throw CliError(kUsage, std::string("sandbox id: ") + e.what());
+      }
+      if (release && method == "POST") {
+        route = kPrefix + "{id}/release";
+        const Released released = release_sandbox(provider, id, where);
+        metrics_.record_release();
+        return json_response(200, [&](JsonWriter& w) {
+          write_tracked(w, released.tracked);
+          write_string(w, "result", released.result);
+        });
+      }
+      if (!release && method == "GET") {
+        route = kPrefix + "{id}";
+        const core::TrackedSandbox tracked = get_sandbox(provider, id, where);
+        return json_response(200, [&](JsonWriter& w) { write_tracked(w, tracked); });
+      }
+      if (!release && method == "DELETE") {
+        route = kPrefix + "{id}";
+        const core::TrackedSandbox destroyed = destroy_sandbox(provider, id, where);
+        metrics_.record_destroy();
+        return json_response(200, [&](JsonWriter& w) {
+          write_tracked(w, destroyed);
+          write_string(w, "result", "destroyed");
+        });
+      }
+    }
+    route = path;
+    return error_response(404, "not_found", "no route " + method + " " + path);
+  }
+
+  Session& session_;
+  ServeMetrics& metrics_;
+  std::shared_ptr<Logger> logger_;
+  const std::string token_;
+  const bool token_on_socket_;
+};
+
+}  // namespace
+
+int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] serve [--listen ADDR] [--token-file FILE | --token-env NAME]\n"
+      "                                 [--on-exit leave|destroy] [--max-connections N] [--json]",
+      "Hosts one provider in the foreground and answers the HTTP/JSON control API of\n"
+      "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
+      "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/health, GET /metrics.\n"
+      "It listens on {state dir}/serve.sock (mode 0600) unless --listen says otherwise; a bearer\n"
+      "token is required on TCP (and on the socket when one is given). One serve per state\n"
+      "directory: a second one exits 6. When it is listening it prints one line (--json: one\n"
+      "document) naming the address. SIGTERM or SIGINT stop it: it stops accepting, lets the\n"
+      "requests in flight finish, then (--on-exit leave, the default) leaves every sandbox\n"
+      "running for the next serve on this state directory, which takes them over at once, or\n"
+      "(--on-exit destroy) destroys what it tracks.\n\n"
+      "Example:\n  sandboxctl serve --listen 127.0.0.1:8765 --token-file /etc/sandboxd/token\n"};
+  po::options_description options("Options");
+  options.add_options()("listen", po::value<std::string>(),
+                        "unix:PATH or 127.0.0.1:PORT (default unix:{state dir}/serve.sock)")(
+      "token-file", po::value<std::string>(), "file whose first line is the bearer token")(
+      "token-env", po::value<std::string>(), "environment variable holding the bearer token")(
+      "on-exit", po::value<std::string>()->default_value("leave"),
+      "leave (sandboxes keep running for the next serve) or destroy")(
+      "max-connections", po::value<int>()->default_value(256),
+      "connections served at once (each has its own thread)");
+  const auto vm = parse_args(help, options, args);
+  const std::string on_exit = vm["on-exit"].as<std::string>();
+  if (on_exit != "leave" && on_exit != "destroy") {
+    throw CliError(kUsage, "--on-exit: expected leave or destroy, got '" + on_exit + "'");
+  }
+  const int max_connections = vm["max-connections"].as<int>();
+  if (max_connections < 1) {
+    throw CliError(kUsage,
+                   "--max-connections: must be at least 1, got " + std::to_string(max_connections));
+  }
+  if (vm.count("token-file") && vm.count("token-env")) {
+    throw CliError(kUsage, "--token-file and --token-env: give one of them");
+  }
+
+  // Every thread started from here on (provider, server, connections) inherits this mask, so
+  // the stop signals reach only the waiter below.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  if (!context.log_level_given) {  // a daemon logs one line per request unless told otherwise
+    context.logger = std::make_shared<ProgressAwareLogger>(
+        std::make_shared<core::StderrLogger>(LogLevel::info), context.progress, LogLevel::info);
+  }
+  const core::SandboxConfig config = load_command_config(context.config_file);
+  const auto state_dir = core::resolve_base_dir(config.base_dir);
+  core::ensure_private_dir(state_dir);
+  const ServeLock lock(state_dir);
+  const ListenAddress address =
+      parse_listen_address(vm.count("listen") ? vm["listen"].as<std::string>()
+                                              : "unix:" + (state_dir / "serve.sock").string());
+  const std::string token = read_token(vm);
+  if (address.tcp && token.empty()) {
+    throw CliError(kUsage, "--listen " + address.display() +
+                               ": a bearer token is required on TCP (--token-file or --token-env)");
+  }
+
+  ServeMetrics metrics;
+  core::ProviderHooks hooks;
+  hooks.wait_until_ready = [&metrics](const std::string& url, double timeout) {
+    const auto start = std::chrono::steady_clock::now();
+    const bool ready = wait_for_sandbox_ready(url, timeout);
+    metrics.record_readiness_wait(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return ready;
+  };
+  Session session(config, context.logger, std::move(hooks), SessionKind::daemon);
+  ControlApi api(session, metrics, context.logger, token, !token.empty());
+  HttpServer server(
+      address, [&api](const HttpRequest& request) { return api.handle(request); }, context.logger,
+      static_cast<std::size_t>(max_connections));
+  server.bind();
+
+  std::thread waiter([&server, &stop_signals, logger = context.logger] {
+    int signal_number = 0;
+    sigwait(&stop_signals, &signal_number);
+    logger->info(std::string("serve: ") + strsignal(signal_number) +
+                 ": no longer accepting; finishing the requests in flight");
+    server.stop();
+  });
+  const auto counts = session.provider().counts();
+  if (json_output(context, vm)) {
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    write_string(w, "listen", server.bound().display());
+    w.Key("pid");
+    w.Int(::getpid());
+    write_string(w, "owner_id", session.provider().owner_id());
+    w.Key("inherited_active");
+    w.Uint64(counts.active);
+    w.Key("inherited_warm");
+    w.Uint64(counts.warm);
+    w.EndObject();
+    emit(buffer);
+  } else {
+    std::cout << "sandboxctl serve: listening on " << server.bound().display() << " (pid "
+              << ::getpid() << ", " << counts.active << " active and " << counts.warm
+              << " warm sandboxes inherited)" << std::endl;
+  }
+  std::cout.flush();
+
+  try {
+    server.run();
+  } catch (...) {
+    pthread_kill(waiter.native_handle(), SIGTERM);
+    waiter.join();
+    throw;
+  }
+  waiter.join();
+  const auto left = session.provider().counts();
+  if (on_exit == "destroy") {
+    context.logger->info("serve: destroying " + std::to_string(left.active) + " active and " +
+                         std::to_string(left.warm) + " warm sandboxes (--on-exit destroy)");
+    session.provider().shutdown();
+  } else {
+    context.logger->info("serve: leaving " + std::to_string(left.active) + " active and " +
+                         std::to_string(left.warm) +
+                         " warm sandboxes running for the next serve on this state directory");
+  }
+  session.commit();
+  if (!address.tcp) ::unlink(address.unix_path.c_str());
+  return kOk;
+}
+
+}  // namespace sandboxctl

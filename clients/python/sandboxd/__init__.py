@@ -1,0 +1,27 @@
+"""sandboxd: a client of ``sandboxctl serve`` and a DeerFlow sandbox provider on top of it."""
+
+from .client import Acquired, Client, default_socket_path
+from .errors import (
+    BackendFailure,
+    ConnectionFailed,
+    InvalidRequest,
+    NotFound,
+    OwnershipRefused,
+    SandboxdError,
+    ServerError,
+    Unauthorized,
+)
+
+__all__ = [
+    "Acquired",
+    "BackendFailure",
+    "Client",
+    "ConnectionFailed",
+    "InvalidRequest",
+    "NotFound",
+    "OwnershipRefused",
+    "SandboxdError",
+    "ServerError",
+    "Unauthorized",
+    "default_socket_path",
+]

@@ -1,0 +1,168 @@
+"""A client of ``sandboxctl serve``'s control API, standard library only."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import ConnectionFailed, SandboxdError, error_for
+
+DEFAULT_TIMEOUT_SECONDS = 120.0  # an acquire may create a container and wait for it
+
+
+def default_socket_path() -> str:
+    """Where ``sandboxctl serve`` listens by default: the built-in state directory's socket."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(state, "sandboxd", "serve.sock")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self._path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+@dataclass(frozen=True)
+class Acquired:
+    sandbox_id: str
+    sandbox_url: str
+    path: str  # reused, reclaimed, discovered or created
+
+
+class Client:
+    """One daemon, reached over its unix socket (``socket``) or ``http://127.0.0.1:PORT``
+    (``url``, which needs ``token``). Safe to share between threads: each thread keeps its own
+    connection."""
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        if socket_path and url:
+            raise ValueError("give socket_path or url, not both")
+        self._url = urlsplit(url) if url else None
+        if self._url and (self._url.scheme != "http" or not self._url.hostname):
+            raise ValueError(f"url must be http://HOST:PORT, got {url!r}")
+        self._socket_path = None if url else (socket_path or default_socket_path())
+        self._token = token
+        self._timeout = timeout
+        self._local = threading.local()
+        self.requests_sent = 0  # for callers (and tests) that want to know
+
+    @property
+    def address(self) -> str:
+        return self._url.geturl() if self._url else f"unix:{self._socket_path}"
+
+    # ── the API ──
+    def health(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/health")
+
+    def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> Acquired:
+        body: dict[str, str] = {}
+        if thread_id is not None:
+            body["thread_id"] = thread_id
+        if user_id is not None:
+            body["user_id"] = user_id
+        answer = self._call("POST", "/v1/sandboxes/acquire", body)
+        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
+
+    def get(self, sandbox_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/sandboxes/{sandbox_id}")
+
+    def release(self, sandbox_id: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/sandboxes/{sandbox_id}/release")
+
+    def destroy(self, sandbox_id: str) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/sandboxes/{sandbox_id}")
+
+    def list(self) -> dict[str, Any]:
+        return self._call("GET", "/v1/sandboxes")
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics", None)[1].decode()
+
+    # ── plumbing ──
+    def _connection(self) -> http.client.HTTPConnection:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            if self._url:
+                connection = http.client.HTTPConnection(
+                    self._url.hostname, self._url.port or 80, timeout=self._timeout
+                )
+            else:
+                connection = _UnixHTTPConnection(self._socket_path, self._timeout)
+            self._local.connection = connection
+        return connection
+
+    def _request(self, method: str, path: str, body: Any) -> tuple[int, bytes]:
+        headers = {"Accept": "application/json"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
+            connection = self._connection()
+            try:
+                self.requests_sent += 1
+                connection.request(method, path, body=payload, headers=headers)
+                response = connection.getresponse()
+                data = response.read()
+                if response.getheader("Connection", "").lower() == "close":
+                    self._drop()
+                return response.status, data
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._drop()
+                if attempt == 2:
+                    raise ConnectionFailed(f"sandboxd at {self.address} closed the connection")
+            except OSError as e:
+                self._drop()
+                raise ConnectionFailed(f"cannot reach sandboxd at {self.address}: {e}") from e
+        raise AssertionError("unreachable")
+
+    def _drop(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            connection.close()
+            self._local.connection = None
+
+    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
+        status, data = self._request(method, path, body)
+        try:
+            document = json.loads(data.decode() or "{}")
+        except ValueError as e:
+            raise SandboxdError(
+                f"sandboxd at {self.address} answered {method} {path} with HTTP {status} and "
+                f"a body that is not JSON",
+                status=status,
+            ) from e
+        if status >= 400:
+            error = document.get("error", {}) if isinstance(document, dict) else {}
+            raise error_for(status, error.get("kind", ""), error.get("message", f"HTTP {status}"))
+        return document
+
+    def close(self) -> None:
+        self._drop()

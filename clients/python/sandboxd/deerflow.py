@@ -1,0 +1,150 @@
+"""A DeerFlow sandbox provider backed by ``sandboxctl serve``.
+
+In DeerFlow's ``config.yaml``::
+
+    sandbox:
+      use: sandboxd.deerflow:SandboxdProvider
+      sandboxd_socket: /var/lib/sandboxd/serve.sock   # or sandboxd_url + sandboxd_token_env
+
+DeerFlow constructs the provider without arguments, so it reads those extra keys of its
+``sandbox`` section (DeerFlow's SandboxConfig keeps unknown keys), then the environment
+(``SANDBOXD_SOCKET``, ``SANDBOXD_URL``, ``SANDBOXD_TOKEN``), then the daemon's default socket.
+
+When ``deerflow`` is importable the class subclasses DeerFlow's ``SandboxProvider`` and ``get``
+returns DeerFlow's own ``AioSandbox(id, base_url)``; without it, a ``SandboxHandle`` with ``id``
+and ``base_url``. The daemon owns the sandboxes' lifecycle (warm pool, idle reaping, leases):
+``shutdown`` releases what this process acquired to the daemon's warm pool rather than
+destroying it, and ``reset`` only forgets this process's cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from .client import Client
+
+try:  # DeerFlow is optional: the provider works (and is tested) without it.
+    from deerflow.sandbox.sandbox_provider import SandboxProvider as _ProviderBase
+except ImportError:  # pragma: no cover - exercised when DeerFlow is installed
+    _ProviderBase = object  # type: ignore[assignment,misc]
+
+try:
+    from deerflow.community.aio_sandbox.aio_sandbox import AioSandbox as _DeerFlowSandbox
+except ImportError:
+    _DeerFlowSandbox = None
+
+
+@dataclass(frozen=True)
+class SandboxHandle:
+    """What ``get`` returns without DeerFlow: enough to reach the sandbox's HTTP API."""
+
+    id: str
+    base_url: str
+
+
+def _deerflow_sandbox_section() -> Any:
+    try:
+        from deerflow.config import get_app_config
+    except ImportError:
+        return None
+    try:
+        return get_app_config().sandbox
+    except Exception:  # no config.yaml: fall back to the environment
+        return None
+
+
+def _setting(section: Any, key: str) -> str | None:
+    if section is None:
+        return None
+    value = getattr(section, key, None)
+    if value is None and hasattr(section, "model_extra"):
+        value = (section.model_extra or {}).get(key)
+    return str(value) if value else None
+
+
+class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
+    """DeerFlow's SandboxProvider contract over one ``sandboxctl serve`` daemon."""
+
+    def __init__(
+        self,
+        socket_path: str | None = None,
+        *,
+        url: str | None = None,
+        token: str | None = None,
+        client: Client | None = None,
+        **_ignored: Any,
+    ) -> None:
+        if client is None:
+            section = _deerflow_sandbox_section() if not (socket_path or url) else None
+            socket_path = socket_path or _setting(section, "sandboxd_socket")
+            url = url or _setting(section, "sandboxd_url")
+            token_env = _setting(section, "sandboxd_token_env") or "SANDBOXD_TOKEN"
+            token = token or os.environ.get(token_env)
+            if not socket_path and not url:
+                url = os.environ.get("SANDBOXD_URL")
+                socket_path = None if url else os.environ.get("SANDBOXD_SOCKET")
+            client = Client(socket_path, url=url, token=token)
+        self._client = client
+        self._lock = threading.Lock()  # guards _sandboxes
+        self._sandboxes: dict[str, Any] = {}
+        self._mounts: bool | None = None
+
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    # ── DeerFlow's SandboxProvider ──
+    def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
+        acquired = self._client.acquire(thread_id, user_id=user_id)
+        sandbox = (
+            _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url)
+            if _DeerFlowSandbox is not None
+            else SandboxHandle(acquired.sandbox_id, acquired.sandbox_url)
+        )
+        with self._lock:
+            self._sandboxes[acquired.sandbox_id] = sandbox
+        return acquired.sandbox_id
+
+    async def acquire_async(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
+        return await asyncio.to_thread(self.acquire, thread_id, user_id=user_id)
+
+    def get(self, sandbox_id: str) -> Any | None:
+        """From this process's cache only: called on DeerFlow's event loop, it never waits."""
+        with self._lock:
+            return self._sandboxes.get(sandbox_id)
+
+    def release(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._sandboxes.pop(sandbox_id, None)
+        self._client.release(sandbox_id)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._sandboxes.clear()
+
+    # ── what DeerFlow's AioSandboxProvider has besides ──
+    def destroy(self, sandbox_id: str) -> None:
+        with self._lock:
+            self._sandboxes.pop(sandbox_id, None)
+        self._client.destroy(sandbox_id)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            ids = list(self._sandboxes)
+            self._sandboxes.clear()
+        for sandbox_id in ids:
+            try:
+                self._client.release(sandbox_id)
+            except Exception:  # the daemon reaps what it cannot be told about
+                pass
+        self._client.close()
+
+    @property
+    def uses_thread_data_mounts(self) -> bool:  # type: ignore[override]
+        if self._mounts is None:
+            self._mounts = bool(self._client.health().get("uses_thread_data_mounts", False))
+        return self._mounts

@@ -1,0 +1,141 @@
+"""Fixtures: a real ``sandboxctl serve`` process on a real unix socket (or 127.0.0.1 with a
+token) over the real engine the test run provides (SANDBOXD_TEST_DOCKER_SOCKET)."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sandboxd  # noqa: E402
+
+SANDBOXCTL = os.environ.get("SANDBOXCTL", "")
+ENGINE_SOCKET = os.environ.get("SANDBOXD_TEST_DOCKER_SOCKET", "")
+IMAGE = os.environ.get("SANDBOXD_TEST_IMAGE", "localhost/sandboxd-test-sandbox:latest")
+
+
+def engine_containers(name_part: str) -> list[dict]:
+    """Containers (any state) whose name contains ``name_part``, straight from the engine."""
+    import http.client
+    import socket
+
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(ENGINE_SOCKET)
+
+    filters = urllib.parse.quote(json.dumps({"name": [name_part]}))
+    conn = Conn("engine", timeout=10)
+    conn.request("GET", f"/containers/json?all=true&filters={filters}")
+    return json.loads(conn.getresponse().read())
+
+
+class Serve:
+    """One ``sandboxctl serve`` child process."""
+
+    def __init__(self, state: Path, prefix: str, *extra: str, env: dict | None = None) -> None:
+        self.state = state
+        self.prefix = prefix
+        self.config = state / "sandboxd.json"
+        state.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(
+            json.dumps(
+                {
+                    "sandbox": {
+                        "backend": {
+                            "use": "local_docker:LocalContainerBackend",
+                            "socket": f"unix://{ENGINE_SOCKET}",
+                            "image": IMAGE,
+                            "container_prefix": prefix,
+                        },
+                        "ownership": {
+                            "use": "ownership_sqlite:SqliteOwnershipStore",
+                            "path": str(state / "leases.db"),
+                        },
+                        "base_dir": str(state),
+                    }
+                }
+            )
+        )
+        self.log = open(state / "serve.log", "ab")
+        self.process = subprocess.Popen(
+            [SANDBOXCTL, "--config", str(self.config), "serve", "--json", *extra],
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            env={**os.environ, **(env or {})},
+        )
+        document = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline().decode()
+            if not line:
+                break
+            document += line
+            if line.startswith("}"):
+                break
+        if not document:
+            raise RuntimeError(f"serve did not start; see {state / 'serve.log'}: "
+                               + (state / "serve.log").read_text()[-2000:])
+        self.info = json.loads(document)
+        self.listen = self.info["listen"]
+
+    def client(self, **kwargs) -> sandboxd.Client:
+        if self.listen.startswith("unix:"):
+            return sandboxd.Client(self.listen[len("unix:"):], **kwargs)
+        return sandboxd.Client(url=self.listen, **kwargs)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=60)
+        finally:
+            self.log.close()
+
+
+@pytest.fixture
+def engine_required():
+    if not SANDBOXCTL or not ENGINE_SOCKET or not os.path.exists(ENGINE_SOCKET):
+        pytest.skip("needs SANDBOXCTL and SANDBOXD_TEST_DOCKER_SOCKET (scripts/test.sh sets them)")
+
+
+@pytest.fixture
+def prefix() -> str:
+    return "pyt-" + secrets.token_hex(4)
+
+
+@pytest.fixture
+def serve(engine_required, tmp_path, prefix):
+    started = [Serve(tmp_path / "state", prefix, "--on-exit", "destroy")]
+    yield started[0]
+    for s in started:
+        s.stop()
+    deadline = time.monotonic() + 15
+    while engine_containers(prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_containers(prefix) == [], "the serve under test left containers behind"
+
+
+@pytest.fixture
+def make_serve(engine_required, tmp_path, prefix):
+    """Starts further serves; each is stopped (and checked) at the end."""
+    made: list[Serve] = []
+
+    def make(name: str, *extra: str, env: dict | None = None) -> Serve:
+        s = Serve(tmp_path / name, prefix, *extra, env=env)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.stop()

@@ -1,0 +1,128 @@
+"""The control API through the Python client against a real serve process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import sandboxd
+from conftest import engine_containers
+
+
+def test_acquire_get_release_reclaim_destroy(serve):
+    client = serve.client()
+    health = client.health()
+    assert health["status"] == "ok" and health["active"] == 0
+
+    first = client.acquire("t-1", user_id="alice")
+    assert first.path == "created"
+    with urllib.request.urlopen(first.sandbox_url + "/v1/sandbox", timeout=5) as answer:
+        assert answer.status == 200
+    assert client.acquire("t-1", user_id="alice") == sandboxd.Acquired(
+        first.sandbox_id, first.sandbox_url, "reused")
+    got = client.get(first.sandbox_id)
+    assert got["state"] == "active" and got["user_id"] == "alice" and got["thread_id"] == "t-1"
+
+    released = client.release(first.sandbox_id)
+    assert released["state"] == "warm" and released["result"] == "released"
+    listing = client.list()
+    rows = {row["sandbox_id"]: row for row in listing["sandboxes"]}
+    assert rows[first.sandbox_id]["state"] == "warm"
+    assert rows[first.sandbox_id]["lease"]["ours"] is True
+    assert client.acquire("t-1", user_id="alice").path == "reclaimed"
+
+    assert client.destroy(first.sandbox_id)["result"] == "destroyed"
+    with pytest.raises(sandboxd.NotFound) as missing:
+        client.get(first.sandbox_id)
+    assert missing.value.status == 404 and "is not tracked" in missing.value.message
+
+    metrics = client.metrics()
+    for line in ('sandboxd_acquires_total{path="created"} 1',
+                 'sandboxd_acquires_total{path="reused"} 1',
+                 'sandboxd_acquires_total{path="reclaimed"} 1',
+                 "sandboxd_releases_total 1", "sandboxd_destroys_total 1",
+                 "sandboxd_readiness_waits_total 1", "sandboxd_active_sandboxes 0",
+                 'sandboxd_acquire_duration_seconds_bucket{le="+Inf"} 3'):
+        assert line in metrics.splitlines(), line
+
+
+def test_errors_map_to_typed_exceptions_with_the_servers_message(serve):
+    client = serve.client()
+    with pytest.raises(sandboxd.InvalidRequest) as bad:
+        client.acquire("a/../b", user_id="alice")
+    assert bad.value.status == 400 and "thread_id: Invalid thread_id" in bad.value.message
+    assert "'a/../b'" in bad.value.message
+    with pytest.raises(sandboxd.NotFound):
+        client.release("0000000000000000")
+    with pytest.raises(sandboxd.InvalidRequest):
+        client.get("no.such/id")
+    # Malformed and oversized bodies, straight over the socket.
+    status, body = client._request("POST", "/v1/sandboxes/acquire", "not an object")
+    assert status == 400 and "not a JSON object" in json.loads(body)["error"]["message"]
+    status, _ = client._request("POST", "/v1/sandboxes/acquire", {"x": "y" * 70000})
+    assert status == 413
+    with pytest.raises(sandboxd.ConnectionFailed):
+        sandboxd.Client(str(serve.state / "nothing.sock")).health()
+
+
+def test_tcp_needs_the_bearer_token(make_serve, tmp_path):
+    token = "t0k3n-" + os.urandom(8).hex()
+    served = make_serve("tcp", "--listen", "127.0.0.1:0", "--token-env", "SBX_TOKEN",
+                        env={"SBX_TOKEN": token})
+    assert served.listen.startswith("http://127.0.0.1:")
+    assert served.client(token=token).health()["status"] == "ok"
+    for wrong in (None, "nope", token + "x"):
+        with pytest.raises(sandboxd.Unauthorized):
+            served.client(token=wrong).list()
+    log = (served.state / "serve.log").read_bytes()
+    assert token.encode() not in log, "the token reached the log"
+    # Without a token a TCP serve refuses to start.
+    refused = subprocess.run([os.environ["SANDBOXCTL"], "--config", str(served.config), "serve",
+                              "--listen", "127.0.0.1:0"], capture_output=True, text=True)
+    assert refused.returncode in (2, 6), refused.stderr
+
+
+def test_two_processes_acquiring_one_conversation_get_one_sandbox(serve):
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import sandboxd;"
+        "print(sandboxd.Client(sys.argv[2]).acquire('shared', user_id='bob').sandbox_id)"
+    )
+    package = str(Path(__file__).resolve().parents[1])
+    socket_path = serve.listen[len("unix:"):]
+    children = [subprocess.Popen([sys.executable, "-c", code, package, socket_path],
+                                 stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    ids = [child.communicate(timeout=60)[0].strip() for child in children]
+    assert all(child.returncode == 0 for child in children)
+    assert ids[0] == ids[1] and ids[0]
+    assert len(engine_containers(f"{serve.prefix}-{ids[0]}")) == 1
+
+
+def test_a_restarted_serve_takes_over_what_the_last_one_left_running(make_serve, prefix):
+    first = make_serve("restart")
+    acquired = first.client().acquire("t-keep", user_id="carol")
+    assert first.stop() == 0
+    assert len(engine_containers(f"{prefix}-{acquired.sandbox_id}")) == 1, "left running"
+    second = make_serve("restart", "--on-exit", "destroy")
+    assert second.info["inherited_active"] == 1
+    assert second.client().acquire("t-keep", user_id="carol").path == "reused"
+    assert second.stop() == 0
+    deadline = time.monotonic() + 15
+    while engine_containers(prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_containers(prefix) == [], "--on-exit destroy left a container"
+
+
+def test_a_second_serve_on_the_same_state_directory_is_refused(serve):
+    second = subprocess.run([os.environ["SANDBOXCTL"], "--config", str(serve.config), "serve",
+                             "--listen", "unix:" + str(serve.state / "other.sock")],
+                            capture_output=True, text=True, timeout=30)
+    assert second.returncode == 6
+    assert f"pid {serve.info['pid']}" in second.stderr
