@@ -1,7 +1,7 @@
 # Configures and builds the example third-party plugin from scratch against the installed SDK
 # only, with warnings as errors, and checks that find_package really used that install.
 #   cmake -DSOURCE_DIR=... -DOUT_DIR=... -DPREFIX=... [-DGENERATOR=...] [-DCXX_COMPILER=...]
-#         [-DBUILD_TYPE=...] -P build_out_of_tree.cmake
+#         [-DBUILD_TYPE=...] [-DEXPECT=file the build must produce] -P build_out_of_tree.cmake
 foreach(var SOURCE_DIR OUT_DIR PREFIX)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "build_out_of_tree.cmake: pass -D${var}=...")
@@ -43,7 +43,10 @@ execute_process(COMMAND "${CMAKE_COMMAND}" --build "${OUT_DIR}" RESULT_VARIABLE 
 if(NOT result EQUAL 0)
   message(FATAL_ERROR "building ${SOURCE_DIR} against ${PREFIX} failed (${result})")
 endif()
-if(NOT EXISTS "${OUT_DIR}/process_backend.so")
-  message(FATAL_ERROR "the build did not produce ${OUT_DIR}/process_backend.so")
+if(NOT EXPECT)
+  set(EXPECT process_backend.so)
 endif()
-message(STATUS "built ${OUT_DIR}/process_backend.so against ${found_dir}")
+if(NOT EXISTS "${OUT_DIR}/${EXPECT}")
+  message(FATAL_ERROR "the build did not produce ${OUT_DIR}/${EXPECT}")
+endif()
+message(STATUS "built ${OUT_DIR}/${EXPECT} against ${found_dir}")

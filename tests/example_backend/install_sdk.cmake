@@ -26,4 +26,13 @@ if(NOT configs OR NOT add_plugin)
   message(FATAL_ERROR "the install lacks the sandboxd CMake package (sandboxdConfig.cmake, "
                       "sandboxd_add_plugin.cmake) under ${PREFIX}")
 endif()
+file(GLOB_RECURSE core_libraries "${PREFIX}/*/libsandboxd_core.so.*")
+file(GLOB_RECURSE core_targets "${PREFIX}/*/sandboxdCoreTargets.cmake")
+file(GLOB_RECURSE core_pc "${PREFIX}/*/sandboxd-core.pc")
+if(NOT core_libraries OR NOT core_targets OR NOT core_pc
+   OR NOT EXISTS "${PREFIX}/include/sandboxd/core/provider.hpp")
+  message(FATAL_ERROR "the install lacks the core (libsandboxd_core.so.*, "
+                      "sandboxdCoreTargets.cmake, sandboxd-core.pc, sandboxd/core/*.hpp) under "
+                      "${PREFIX}")
+endif()
 message(STATUS "sandboxd installed into ${PREFIX}: ${configs}")

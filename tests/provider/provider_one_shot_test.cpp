@@ -112,5 +112,32 @@ TEST_F(ProviderOneShotTest, ReconcileReportsWhatItAdoptedAndWhatItFound) {
   EXPECT_FALSE(provider->reconcile_orphans().listed);
 }
 
+TEST_F(ProviderOneShotTest, EventCountersCountWhatTheProviderDidOnItsOwn) {
+  options.replicas = 1;
+  options.idle_timeout = 60;
+  build();
+  clock->set(1000.0);
+  const std::string first = provider->acquire("t-1", "alice");
+  provider->release(first);  // renews the lease once
+  provider->acquire("t-2", "alice");  // evicts the warm one to stay within replicas=1
+  auto events = provider->event_counts();
+  EXPECT_EQ(events.evictions, 1u);
+  EXPECT_EQ(events.lease_renewals, 1u);
+
+  backend->list_running_fn = [] { return std::vector<SandboxInfo>{make_info("orphan", "http://o")}; };
+  provider->reconcile_orphans();
+  EXPECT_EQ(provider->event_counts().adoptions, 1u);
+
+  provider->renew_owned_leases();  // the active sandbox and the adopted orphan
+  EXPECT_EQ(provider->event_counts().lease_renewals, 3u);
+
+  clock->set(2000.0);  // everything is idle now
+  provider->cleanup_idle_sandboxes(60);
+  events = provider->event_counts();
+  EXPECT_EQ(events.idle_reaps, 2u) << "the idle active sandbox and the expired warm orphan";
+  EXPECT_EQ(events.lease_losses, 0u);
+  EXPECT_EQ(provider->counts().active + provider->counts().warm, 0u);
+}
+
 }  // namespace
 }  // namespace sandboxd::testing
