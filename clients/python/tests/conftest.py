@@ -43,14 +43,15 @@ def engine_containers(name_part: str) -> list[dict]:
 class Serve:
     """One ``sandboxctl serve`` child process."""
 
-    def __init__(self, state: Path, prefix: str, *extra: str, env: dict | None = None) -> None:
+    def __init__(self, state: Path, prefix: str, *extra: str, env: dict | None = None,
+                 section: dict | None = None) -> None:
         self.state = state
         self.prefix = prefix
         self.config = state / "sandboxd.json"
         state.mkdir(parents=True, exist_ok=True)
         self.config.write_text(
             json.dumps(
-                {
+                {"sandbox": section} if section else {
                     "sandbox": {
                         "backend": {
                             "use": "local_docker:LocalContainerBackend",
@@ -103,6 +104,40 @@ class Serve:
             self.log.close()
 
 
+EXAMPLE_PLUGIN_DIR = os.environ.get("SANDBOXD_EXAMPLE_PLUGIN_DIR", "")
+
+
+@pytest.fixture
+def process_serve(tmp_path):
+    """A serve over the example process_backend plugin (no engine), whose sandboxes start
+    serving only once ``gate`` exists: a create that is slow for as long as a test wants."""
+    if not SANDBOXCTL or not os.path.exists(os.path.join(EXAMPLE_PLUGIN_DIR, "process_backend.so")):
+        pytest.skip("needs SANDBOXCTL and SANDBOXD_EXAMPLE_PLUGIN_DIR (ctest sets them)")
+    gate = tmp_path / "gate"
+    waiting = tmp_path / "waiting"
+    wrapper = tmp_path / "gated-httpd"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f"touch {waiting}\n"
+        f"while [ ! -e {gate} ]; do sleep 0.02; done\n"
+        'exec busybox httpd "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    section = {
+        "backend": {"use": "process_backend:ProcessSandboxBackend",
+                    "work_dir": str(tmp_path / "sandboxes"), "httpd_command": str(wrapper)},
+        "ownership": {"use": "ownership_memory:MemoryOwnershipStore"},
+        "base_dir": str(tmp_path / "state"),
+        "plugin_dirs": [EXAMPLE_PLUGIN_DIR],
+    }
+    served = Serve(tmp_path / "state", "unused", "--on-exit", "destroy", section=section)
+    served.gate = gate
+    served.waiting = waiting
+    yield served
+    gate.touch()
+    assert served.stop() == 0
+
+
 @pytest.fixture
 def engine_required():
     if not SANDBOXCTL or not ENGINE_SOCKET or not os.path.exists(ENGINE_SOCKET):
@@ -131,8 +166,8 @@ def make_serve(engine_required, tmp_path, prefix):
     """Starts further serves; each is stopped (and checked) at the end."""
     made: list[Serve] = []
 
-    def make(name: str, *extra: str, env: dict | None = None) -> Serve:
-        s = Serve(tmp_path / name, prefix, *extra, env=env)
+    def make(name: str, *extra: str, env: dict | None = None, section: dict | None = None) -> Serve:
+        s = Serve(tmp_path / name, prefix, *extra, env=env, section=section)
         made.append(s)
         return s
 

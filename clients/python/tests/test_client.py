@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -126,3 +127,33 @@ def test_a_second_serve_on_the_same_state_directory_is_refused(serve):
                             capture_output=True, text=True, timeout=30)
     assert second.returncode == 6
     assert f"pid {serve.info['pid']}" in second.stderr
+
+
+def test_a_slow_create_never_holds_up_another_conversation(process_serve):
+    client = process_serve.client(timeout=10)  # a server that queued us behind the slow create
+                                               # would time this client out
+    process_serve.gate.touch()
+    fast = client.acquire("t-fast", user_id="gina")
+    process_serve.gate.unlink()
+    process_serve.waiting.unlink()
+
+    slow_result: list = []
+    slow = threading.Thread(
+        target=lambda: slow_result.append(process_serve.client().acquire("t-slow", user_id="gina")))
+    slow.start()
+    for _ in range(500):  # the slow sandbox's server has started and waits at the gate
+        if process_serve.waiting.exists():
+            break
+        time.sleep(0.01)
+    assert process_serve.waiting.exists(), "the slow create never started"
+
+    # Another conversation is served while the slow create is still in flight.
+    assert client.release(fast.sandbox_id)["state"] == "warm"
+    assert client.acquire("t-fast", user_id="gina").path == "reclaimed"
+    assert client.health()["active"] == 1
+    assert slow.is_alive(), "the slow create finished early: the test proved nothing"
+
+    process_serve.gate.touch()
+    slow.join(timeout=60)
+    assert not slow.is_alive()
+    assert slow_result and slow_result[0].path == "created"
