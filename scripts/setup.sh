@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config git clang-format
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
-  rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev
+  rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev libhiredis-dev redis-server redis-tools
   libgtest-dev libgmock-dev libcpp-httplib-dev python3-pytest
   # The engine path: podman with its OCI runtime, monitor and init binary (catatonit is only a
   # Recommends of podman, and the backend runs every sandbox with an init process), CNI

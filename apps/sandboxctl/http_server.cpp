@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <array>
 #include <chrono>
 #include <stdexcept>
 
@@ -204,6 +205,19 @@ void HttpServer::Impl::serve_connection(Generic::socket socket, std::uint64_t id
       too_large.keep_alive(false);
       too_large.prepare_payload();
       http::write(socket, too_large, ec);
+      // A lingering close: the client may still be sending the body, and closing now would
+      // reset the connection before it reads the answer. Stop sending, then discard what
+      // still arrives (bounded in bytes and, by a short receive timeout, in time).
+      boost::system::error_code ignored;
+      socket.shutdown(Generic::socket::shutdown_send, ignored);
+      const timeval drain{1, 0};
+      ::setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &drain, sizeof drain);
+      std::array<char, 16 * 1024> sink;
+      for (std::size_t drained = 0; drained < 16 * kMaxBodyBytes;) {
+        const std::size_t n = socket.read_some(asio::buffer(sink), ignored);
+        if (ignored || n == 0) break;
+        drained += n;
+      }
       break;
     }
     if (ec) break;  // closed, timed out, malformed, or woken by stop()

@@ -21,6 +21,13 @@ using ::testing::HasSubstr;
 
 constexpr const char* kSandbox = "sb-1";
 
+// Redis expires leases on the server's own clock, which a ManualClock cannot move; expiry in
+// real time is checked for it in redis_store_test.cpp.
+#define SKIP_ON_SERVER_CLOCK()                                                          \
+  if (GetParam() == kRedisStoreUse)                                                     \
+  GTEST_SKIP() << "Redis expires leases on its own clock (see redis_store_test.cpp for " \
+                  "expiry in real time)"
+
 #define SKIP_WITHOUT_PEER(peer)                                                      \
   if ((peer) == nullptr)                                                             \
   GTEST_SKIP() << GetParam()                                                         \
@@ -29,11 +36,26 @@ constexpr const char* kSandbox = "sb-1";
 
 class OwnershipContract : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { store_ = open("owner-a"); }
+  void SetUp() override {
+    if (GetParam() == kRedisStoreUse) {
+      if (redis_test_url().empty()) {
+        GTEST_SKIP() << "SANDBOXD_TEST_REDIS_URL is not set (scripts/test.sh starts a Redis)";
+      }
+      redis_prefix_ = "contract:" + std::to_string(::getpid()) + ":" +
+                      ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    }
+    store_ = open("owner-a");
+  }
 
   std::shared_ptr<OwnershipStore> open(const std::string& owner_id,
                                        const std::string& options_json = "{}") {
-    return load_store(GetParam(), context(owner_id, options_json));
+    std::string options = options_json;
+    if (GetParam() == kRedisStoreUse) {  // this run's Redis, and keys of this test only
+      const std::string extra = "\"url\": \"" + redis_test_url() + "\", \"key_prefix\": \"" +
+                                redis_prefix_ + "\"";
+      options = options == "{}" ? "{" + extra + "}" : "{" + extra + ", " + options.substr(1);
+    }
+    return load_store(GetParam(), context(owner_id, options));
   }
 
   PluginContext context(const std::string& owner_id, const std::string& options_json = "{}") {
@@ -52,13 +74,14 @@ class OwnershipContract : public ::testing::TestWithParam<std::string> {
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::shared_ptr<CapturingLogger> logger_ = std::make_shared<CapturingLogger>();
   std::shared_ptr<OwnershipStore> store_;  // owner "owner-a"
+  std::string redis_prefix_;
 };
 
 // --- identity and TTL ---------------------------------------------------------------------
 
 TEST_P(OwnershipContract, ReportsItsOwnerIdAndWhetherPeersCanSeeItsLeases) {
   EXPECT_EQ(store_->owner_id(), "owner-a");
-  EXPECT_EQ(store_->supports_cross_process(), is_sqlite());
+  EXPECT_EQ(store_->supports_cross_process(), GetParam() != kMemoryStoreUse);
 }
 
 TEST_P(OwnershipContract, GeneratesHostnameAndRandomHexOwnerIdWhenHostGivesNone) {
@@ -72,13 +95,17 @@ TEST_P(OwnershipContract, GeneratesHostnameAndRandomHexOwnerIdWhenHostGivesNone)
 TEST_P(OwnershipContract, DefaultTtlIs30SecondsTimes4AndIsLogged) {
   EXPECT_DOUBLE_EQ(store_->ttl_seconds(), 120.0);
   const std::string expected =
-      is_sqlite()
-          ? "Sandbox ownership store: sqlite " + dir_.file("sandbox_ownership.db") + " (ttl=120.0s)"
+      is_sqlite() ? "Sandbox ownership store: sqlite " + dir_.file("sandbox_ownership.db") +
+                        " (ttl=120.0s)"
+      : GetParam() == kRedisStoreUse
+          ? "Sandbox ownership store: redis " + redis_test_url() +
+                " (from sandbox.ownership.url, key prefix " + redis_prefix_ + ", ttl=120.0s)"
           : "Sandbox ownership store: memory (single-instance; ttl=120.0s)";
   EXPECT_TRUE(logger_->contains(LogLevel::info, expected)) << expected;
 }
 
 TEST_P(OwnershipContract, TtlIsRenewalIntervalTimesMultiplier) {
+  SKIP_ON_SERVER_CLOCK();
   auto store = open("owner-t", R"({"renewal_interval_seconds": 2.5, "ttl_multiplier": 3})");
   EXPECT_DOUBLE_EQ(store->ttl_seconds(), 7.5);
   EXPECT_TRUE(logger_->contains(LogLevel::info, "ttl=7.5s)"));
@@ -146,6 +173,7 @@ TEST_P(OwnershipContract, ClaimIsExclusiveBetweenOwners) {
 }
 
 TEST_P(OwnershipContract, ClaimOfOurOwnLeaseRefreshesItsTtl) {
+  SKIP_ON_SERVER_CLOCK();
   const double ttl = store_->ttl_seconds();
   ASSERT_TRUE(store_->claim(kSandbox));
   clock_->advance(ttl * 0.6);
@@ -204,6 +232,7 @@ TEST_P(OwnershipContract, EightConcurrentClaimantsHaveExactlyOneWinner) {
 // --- TTL expiry ---------------------------------------------------------------------------
 
 TEST_P(OwnershipContract, OurTeardownMarkerExpiresAfterTheTtl) {
+  SKIP_ON_SERVER_CLOCK();
   const double ttl = store_->ttl_seconds();
   ASSERT_TRUE(store_->claim(kSandbox, /*for_destroy=*/true));
   clock_->advance(ttl - 0.01);
@@ -216,6 +245,7 @@ TEST_P(OwnershipContract, OurTeardownMarkerExpiresAfterTheTtl) {
 }
 
 TEST_P(OwnershipContract, APeersTeardownMarkerExpiresAfterTheTtl) {
+  SKIP_ON_SERVER_CLOCK();
   auto peer = make_peer();
   SKIP_WITHOUT_PEER(peer);
   const double ttl = peer->ttl_seconds();
@@ -229,6 +259,7 @@ TEST_P(OwnershipContract, APeersTeardownMarkerExpiresAfterTheTtl) {
 }
 
 TEST_P(OwnershipContract, AnExpiredLeaseBehavesAsAbsentForEveryCall) {
+  SKIP_ON_SERVER_CLOCK();
   ASSERT_TRUE(store_->take(kSandbox));
   clock_->advance(store_->ttl_seconds());
   EXPECT_EQ(store_->owner(kSandbox), std::nullopt);
@@ -240,6 +271,7 @@ TEST_P(OwnershipContract, AnExpiredLeaseBehavesAsAbsentForEveryCall) {
 }
 
 TEST_P(OwnershipContract, APeersExpiredLeaseCanBeClaimed) {
+  SKIP_ON_SERVER_CLOCK();
   auto peer = make_peer();
   SKIP_WITHOUT_PEER(peer);
   ASSERT_TRUE(peer->take(kSandbox));
@@ -251,6 +283,7 @@ TEST_P(OwnershipContract, APeersExpiredLeaseCanBeClaimed) {
 // --- renew --------------------------------------------------------------------------------
 
 TEST_P(OwnershipContract, RenewDistinguishesLapsedFromLost) {
+  SKIP_ON_SERVER_CLOCK();
   const double ttl = store_->ttl_seconds();
   EXPECT_EQ(store_->renew(kSandbox), RenewOutcome::lapsed);
   EXPECT_EQ(store_->owner(kSandbox), std::nullopt) << "renew must never re-create a lease";
@@ -313,6 +346,7 @@ TEST_P(OwnershipContract, ReleaseNeverClearsAPeersLease) {
 // --- owner / inspect ----------------------------------------------------------------------
 
 TEST_P(OwnershipContract, OwnerIsReadOnly) {
+  SKIP_ON_SERVER_CLOCK();
   const double ttl = store_->ttl_seconds();
   EXPECT_EQ(store_->owner(kSandbox), std::nullopt);
   EXPECT_EQ(store_->inspect(kSandbox), std::nullopt);
@@ -335,6 +369,7 @@ TEST_P(OwnershipContract, APeerReadsOurLeaseWithoutChangingIt) {
 }
 
 TEST_P(OwnershipContract, InspectShowsOwnerAndDestroyingDuringATeardown) {
+  SKIP_ON_SERVER_CLOCK();
   const double now = clock_->wall_now();
   ASSERT_TRUE(store_->claim(kSandbox, /*for_destroy=*/true));
   auto lease = store_->inspect(kSandbox);
@@ -396,13 +431,17 @@ TEST_P(OwnershipContract, RejectsAWronglyTypedOption) {
 }
 
 TEST_P(OwnershipContract, RejectsATypeThatNamesAnotherStore) {
-  const std::string message = load_error(GetParam(), context("x", R"({"type": "redis"})"));
+  const std::string other = GetParam() == kRedisStoreUse ? "sqlite" : "redis";
+  const std::string message =
+      load_error(GetParam(), context("x", R"({"type": ")" + other + R"("})"));
   EXPECT_THAT(message, HasSubstr("sandbox.ownership.type"));
-  EXPECT_THAT(message, HasSubstr("'redis'"));
+  EXPECT_THAT(message, HasSubstr("'" + other + "'"));
 }
 
 TEST_P(OwnershipContract, AcceptsItsOwnTypeAndWarnsAboutUnknownKeys) {
-  const std::string own_type = is_sqlite() ? "sqlite" : "memory";
+  const std::string own_type = is_sqlite()                    ? "sqlite"
+                               : GetParam() == kRedisStoreUse ? "redis"
+                                                              : "memory";
   auto store = open("x", R"({"type": ")" + own_type + R"(", "colour": "blue"})");
   EXPECT_NE(store, nullptr);
   EXPECT_TRUE(logger_->contains(LogLevel::warning, "sandbox.ownership.colour"));
@@ -410,7 +449,7 @@ TEST_P(OwnershipContract, AcceptsItsOwnTypeAndWarnsAboutUnknownKeys) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, OwnershipContract,
-                         ::testing::Values(kMemoryStoreUse, kSqliteStoreUse),
+                         ::testing::Values(kMemoryStoreUse, kSqliteStoreUse, kRedisStoreUse),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param.substr(0, info.param.find(':'));
                          });

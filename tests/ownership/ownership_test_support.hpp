@@ -21,7 +21,14 @@ namespace sandboxd::testing {
 
 inline constexpr const char* kMemoryStoreUse = "ownership_memory:MemoryOwnershipStore";
 inline constexpr const char* kSqliteStoreUse = "ownership_sqlite:SqliteOwnershipStore";
+inline constexpr const char* kRedisStoreUse = "ownership_redis:RedisOwnershipStore";
 inline constexpr const char* kOwnershipKeyPath = "sandbox.ownership";
+
+// The Redis the tests may use (scripts/test.sh starts one on 127.0.0.1), or "".
+inline std::string redis_test_url() {
+  const char* url = std::getenv("SANDBOXD_TEST_REDIS_URL");
+  return url ? url : "";
+}
 
 inline PluginContext make_store_context(const std::string& owner_id,
                                         const std::string& options_json,
