@@ -1,4 +1,5 @@
-// A separate process that uses the SQLite ownership store, for the cross-process tests. It
+// A separate process that uses the SQLite (or Redis) ownership store, for the cross-process
+// tests. It
 // loads the store through the plugin loader by its use string, exactly as a gateway would.
 //
 //   ownership_contender <db path> <owner id> <ids,comma,separated> <duration ms> <output> <mode>
@@ -15,6 +16,7 @@
 //
 // Exit status: 0 on success, 1 on a store error or bad arguments, 2 when the store broke an
 // invariant this process can see by itself.
+#include <cstdlib>
 #include <time.h>
 #include <unistd.h>
 
@@ -162,15 +164,27 @@ int main(int argc, char** argv) {
     const int duration_ms = std::stoi(argv[4]);
     if (ids.empty()) throw std::invalid_argument("no sandbox ids given");
 
+    // The store: a SQLite file path, or "redis://HOST:PORT/DB#KEY_PREFIX".
+    std::string options = kStoreOptions;
+    if (const char* renewal = std::getenv("CONTENDER_RENEWAL_SECONDS")) {
+      options = std::string(R"("renewal_interval_seconds": )") + renewal + R"(, "ttl_multiplier": 4)";
+    }
     sandboxd::PluginContext context;
-    context.config_json = R"({"path": ")" + db_path + R"(", )" + kStoreOptions + "}";
+    std::string use = "ownership_sqlite:SqliteOwnershipStore";
+    if (db_path.rfind("redis://", 0) == 0) {
+      const auto hash = db_path.find('#');
+      use = "ownership_redis:RedisOwnershipStore";
+      context.config_json = R"({"url": ")" + db_path.substr(0, hash) + R"(", "key_prefix": ")" +
+                            db_path.substr(hash + 1) + R"(", )" + options + "}";
+    } else {
+      context.config_json = R"({"path": ")" + db_path + R"(", )" + options + "}";
+    }
     context.config_key_path = "sandbox.ownership";
     context.owner_id = owner_id;
     context.logger = std::make_shared<StderrLogger>();
     context.clock = std::make_shared<sandboxd::SystemClock>();
     const sandboxd::core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
-    auto store = loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", context,
-                                             "ownership_contender");
+    auto store = loader.load_ownership_store(use, context, "ownership_contender");
 
     if (mode == "contend") return contend(*store, ids, duration_ms, output);
     if (mode == "hold-own") return hold(*store, ids.front(), false, output);

@@ -105,9 +105,9 @@ struct HeldInterval {
   std::int64_t end_ns = 0;
 };
 
-TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcesses) {
-  TempDir dir;
-  const std::string db_path = dir.file("leases.db");
+// Four processes contend for destroy claims on three ids for 2.5 s; every claim interval is
+// recorded and no two may overlap. `store` is a SQLite path or "redis://…#prefix".
+void expect_exclusive_destroy_claims(const TempDir& dir, const std::string& db_path) {
   constexpr int kContenders = 4;
   constexpr int kDurationMs = 2500;
 
@@ -162,7 +162,21 @@ TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcesses) {
       }
     }
   }
-  RecordProperty("destroy_claims_held", total);
+  ::testing::Test::RecordProperty("destroy_claims_held", total);
+  std::printf("[ figures ] %d destroy claims held by %d processes, none overlapping\n", total,
+              kContenders);
+}
+
+TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcesses) {
+  TempDir dir;
+  expect_exclusive_destroy_claims(dir, dir.file("leases.db"));
+}
+
+TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcessesOverRedis) {
+  if (redis_test_url().empty()) GTEST_SKIP() << "SANDBOXD_TEST_REDIS_URL is not set";
+  TempDir dir;
+  expect_exclusive_destroy_claims(
+      dir, redis_test_url() + "#crossprocess:" + std::to_string(::getpid()));
 }
 
 // A child claims a lease, is SIGKILLed, and the lease frees itself one TTL later. The child
@@ -210,6 +224,54 @@ TEST_P(KilledHolder, LeaseOfAKilledProcessLastsUntilItsTtlThenFrees) {
 }
 
 INSTANTIATE_TEST_SUITE_P(States, KilledHolder, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Del" : "Own");
+                         });
+
+// The same over Redis, whose expiry runs on the server's clock: real time, a 2 s TTL.
+class KilledHolderOverRedis : public ::testing::TestWithParam<bool> {};
+
+TEST_P(KilledHolderOverRedis, LeaseOfAKilledProcessLastsUntilItsTtlThenFrees) {
+  if (redis_test_url().empty()) GTEST_SKIP() << "SANDBOXD_TEST_REDIS_URL is not set";
+  const bool destroying = GetParam();
+  TempDir dir;
+  const std::string prefix = "killed:" + std::to_string(::getpid()) + (destroying ? ":del" : ":own");
+  const std::string sandbox_id = "sb-held";
+  auto parent = load_store(
+      kRedisStoreUse,
+      make_store_context("parent", R"({"url": ")" + redis_test_url() + R"(", "key_prefix": ")" +
+                                       prefix + R"("})",
+                         dir.path().string(), std::make_shared<SystemClock>(),
+                         std::make_shared<CapturingLogger>()));
+  ::setenv("CONTENDER_RENEWAL_SECONDS", "0.5", 1);  // TTL 2 s
+  Contender child(redis_test_url() + "#" + prefix, "child", sandbox_id, 0, dir.file("held.txt"),
+                  destroying ? "hold-del" : "hold-own");
+  ::unsetenv("CONTENDER_RENEWAL_SECONDS");
+  ASSERT_TRUE(wait_for_file(child.output(), std::chrono::seconds(10)))
+      << "the child never reported holding the lease";
+  child.kill_now();
+  ASSERT_TRUE(child.wait(std::chrono::seconds(10)).has_value());
+
+  const std::optional<LeaseRecord> lease = parent->inspect(sandbox_id);
+  ASSERT_TRUE(lease.has_value()) << "the killed child's lease vanished before its TTL";
+  EXPECT_EQ(lease->owner_id, "child");
+  EXPECT_EQ(lease->destroying, destroying);
+  EXPECT_FALSE(parent->claim(sandbox_id));
+  EXPECT_FALSE(parent->claim(sandbox_id, /*for_destroy=*/true));
+  EXPECT_EQ(parent->renew(sandbox_id), RenewOutcome::lost);
+
+  // Past the expiry the server reported (plus a margin for the round trips), it is free.
+  const auto wall = [] {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  std::this_thread::sleep_for(std::chrono::duration<double>(lease->expires_at - wall() + 0.2));
+  EXPECT_EQ(parent->owner(sandbox_id), std::nullopt);
+  EXPECT_TRUE(parent->claim(sandbox_id));
+  EXPECT_EQ(parent->owner(sandbox_id), "parent");
+}
+
+INSTANTIATE_TEST_SUITE_P(States, KilledHolderOverRedis, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "Del" : "Own");
                          });
