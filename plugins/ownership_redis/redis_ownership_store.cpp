@@ -249,8 +249,8 @@ class RedisOwnershipStore final : public OwnershipStore {
     lease_rules::check_type(options, "redis", kUse);
     lease_rules::warn_unread_keys(options, *logger_);
     logger_->info("Sandbox ownership store: redis " + target_.display + " (from " + source +
-                  ", key prefix " + key_prefix_ + ", ttl=" +
-                  lease_rules::format_one_decimal(ttl_seconds_) + "s)");
+                  ", key prefix " + key_prefix_ +
+                  ", ttl=" + lease_rules::format_one_decimal(ttl_seconds_) + "s)");
   }
 
   const std::string& owner_id() const override { return owner_id_; }
@@ -296,9 +296,9 @@ class RedisOwnershipStore final : public OwnershipStore {
       LeaseRecord record;
       record.destroying = text.rfind("del:", 0) == 0;
       record.owner_id = text.rfind("own:", 0) == 0 || record.destroying ? text.substr(4) : text;
-      const double now = std::chrono::duration<double>(
-                             std::chrono::system_clock::now().time_since_epoch())
-                             .count();
+      const double now =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count();
       record.expires_at = now + (ttl->type == REDIS_REPLY_INTEGER && ttl->integer > 0
                                      ? static_cast<double>(ttl->integer) / 1000.0
                                      : 0.0);
@@ -319,8 +319,8 @@ class RedisOwnershipStore final : public OwnershipStore {
  private:
   std::string key_of(const std::string& sandbox_id) const { return key_prefix_ + ":" + sandbox_id; }
 
-  long long run(Script& script, const std::string& sandbox_id,
-                const std::vector<std::string>& args, const char* what) {
+  long long run(Script& script, const std::string& sandbox_id, const std::vector<std::string>& args,
+                const char* what) {
     std::lock_guard lock(mutex_);
     try {
       Reply reply = evaluate_locked(script, key_of(sandbox_id), args);
@@ -331,8 +331,8 @@ class RedisOwnershipStore final : public OwnershipStore {
     } catch (const RedisFailure& e) {
       drop_connection_locked();
       throw OwnershipBackendError(std::string("failed to ") + what + " sandbox ownership for " +
-                                  sandbox_id + ": " + e.what() + " (redis at " +
-                                  target_.display + ")");
+                                  sandbox_id + ": " + e.what() + " (redis at " + target_.display +
+                                  ")");
     }
   }
 
@@ -374,8 +374,8 @@ class RedisOwnershipStore final : public OwnershipStore {
         context_.get(), static_cast<int>(argv.size()), pointers.data(), lengths.data()));
     if (raw == nullptr) {
       const std::string error = context_->errstr[0] ? context_->errstr : "no answer";
-      throw RedisFailure(context_->err == REDIS_ERR_IO && error.find("Resource temporarily") !=
-                                                              std::string::npos
+      throw RedisFailure(context_->err == REDIS_ERR_IO &&
+                                 error.find("Resource temporarily") != std::string::npos
                              ? "no answer within the socket timeout"
                              : error);
     }

@@ -16,13 +16,13 @@
 //
 // Exit status: 0 on success, 1 on a store error or bad arguments, 2 when the store broke an
 // invariant this process can see by itself.
-#include <cstdlib>
 #include <time.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <fstream>
 #include <iostream>
@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
     // The store: a SQLite file path, or "redis://HOST:PORT/DB#KEY_PREFIX".
     std::string options = kStoreOptions;
     if (const char* renewal = std::getenv("CONTENDER_RENEWAL_SECONDS")) {
-      options = std::string(R"("renewal_interval_seconds": )") + renewal + R"(, "ttl_multiplier": 4)";
+      options =
+          std::string(R"("renewal_interval_seconds": )") + renewal + R"(, "ttl_multiplier": 4)";
     }
     sandboxd::PluginContext context;
     std::string use = "ownership_sqlite:SqliteOwnershipStore";

@@ -23,8 +23,8 @@ constexpr const char* kSandbox = "sb-1";
 
 // Redis expires leases on the server's own clock, which a ManualClock cannot move; expiry in
 // real time is checked for it in redis_store_test.cpp.
-#define SKIP_ON_SERVER_CLOCK()                                                          \
-  if (GetParam() == kRedisStoreUse)                                                     \
+#define SKIP_ON_SERVER_CLOCK()                                                           \
+  if (GetParam() == kRedisStoreUse)                                                      \
   GTEST_SKIP() << "Redis expires leases on its own clock (see redis_store_test.cpp for " \
                   "expiry in real time)"
 
@@ -51,8 +51,8 @@ class OwnershipContract : public ::testing::TestWithParam<std::string> {
                                        const std::string& options_json = "{}") {
     std::string options = options_json;
     if (GetParam() == kRedisStoreUse) {  // this run's Redis, and keys of this test only
-      const std::string extra = "\"url\": \"" + redis_test_url() + "\", \"key_prefix\": \"" +
-                                redis_prefix_ + "\"";
+      const std::string extra =
+          "\"url\": \"" + redis_test_url() + "\", \"key_prefix\": \"" + redis_prefix_ + "\"";
       options = options == "{}" ? "{" + extra + "}" : "{" + extra + ", " + options.substr(1);
     }
     return load_store(GetParam(), context(owner_id, options));
@@ -95,8 +95,8 @@ TEST_P(OwnershipContract, GeneratesHostnameAndRandomHexOwnerIdWhenHostGivesNone)
 TEST_P(OwnershipContract, DefaultTtlIs30SecondsTimes4AndIsLogged) {
   EXPECT_DOUBLE_EQ(store_->ttl_seconds(), 120.0);
   const std::string expected =
-      is_sqlite() ? "Sandbox ownership store: sqlite " + dir_.file("sandbox_ownership.db") +
-                        " (ttl=120.0s)"
+      is_sqlite()
+          ? "Sandbox ownership store: sqlite " + dir_.file("sandbox_ownership.db") + " (ttl=120.0s)"
       : GetParam() == kRedisStoreUse
           ? "Sandbox ownership store: redis " + redis_test_url() +
                 " (from sandbox.ownership.url, key prefix " + redis_prefix_ + ", ttl=120.0s)"

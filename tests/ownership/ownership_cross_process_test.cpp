@@ -175,8 +175,8 @@ TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcesses) {
 TEST(OwnershipCrossProcess, DestroyClaimsAreExclusiveBetweenProcessesOverRedis) {
   if (redis_test_url().empty()) GTEST_SKIP() << "SANDBOXD_TEST_REDIS_URL is not set";
   TempDir dir;
-  expect_exclusive_destroy_claims(
-      dir, redis_test_url() + "#crossprocess:" + std::to_string(::getpid()));
+  expect_exclusive_destroy_claims(dir,
+                                  redis_test_url() + "#crossprocess:" + std::to_string(::getpid()));
 }
 
 // A child claims a lease, is SIGKILLed, and the lease frees itself one TTL later. The child
@@ -235,14 +235,15 @@ TEST_P(KilledHolderOverRedis, LeaseOfAKilledProcessLastsUntilItsTtlThenFrees) {
   if (redis_test_url().empty()) GTEST_SKIP() << "SANDBOXD_TEST_REDIS_URL is not set";
   const bool destroying = GetParam();
   TempDir dir;
-  const std::string prefix = "killed:" + std::to_string(::getpid()) + (destroying ? ":del" : ":own");
+  const std::string prefix =
+      "killed:" + std::to_string(::getpid()) + (destroying ? ":del" : ":own");
   const std::string sandbox_id = "sb-held";
   auto parent = load_store(
       kRedisStoreUse,
-      make_store_context("parent", R"({"url": ")" + redis_test_url() + R"(", "key_prefix": ")" +
-                                       prefix + R"("})",
-                         dir.path().string(), std::make_shared<SystemClock>(),
-                         std::make_shared<CapturingLogger>()));
+      make_store_context(
+          "parent", R"({"url": ")" + redis_test_url() + R"(", "key_prefix": ")" + prefix + R"("})",
+          dir.path().string(), std::make_shared<SystemClock>(),
+          std::make_shared<CapturingLogger>()));
   ::setenv("CONTENDER_RENEWAL_SECONDS", "0.5", 1);  // TTL 2 s
   Contender child(redis_test_url() + "#" + prefix, "child", sandbox_id, 0, dir.file("held.txt"),
                   destroying ? "hold-del" : "hold-own");
