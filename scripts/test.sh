@@ -5,7 +5,8 @@
 # "podman docker"; Docker needs root, so without it only podman runs). An engine set-up left
 # running stays running; one this script started is stopped on the way out, whatever happens.
 # Afterwards no container of ours may be left that the run created: any is named, removed, and
-# fails the run.
+# fails the run. A Redis for the ownership_redis tests is started the same way
+# (scripts/test_redis.sh; SANDBOXD_SKIP_REDIS=1 leaves it out).
 #   scripts/test.sh                 all tests, then the engine tests on Docker
 #   scripts/test.sh -L ownership    any extra arguments go to every ctest call
 set -euo pipefail
@@ -16,6 +17,25 @@ build_dir="${BUILD_DIR:-build}"
 run_ctest() {
   ctest --test-dir "$build_dir" --output-on-failure --timeout 300 -j"${TEST_JOBS:-2}" "$@"
 }
+
+started=()
+stop_started() {
+  for service in "${started[@]}"; do
+    if [ "$service" = redis ]; then
+      scripts/test_redis.sh stop || true
+    else
+      scripts/test_engine.sh stop "$service" || true
+    fi
+  done
+}
+trap stop_started EXIT
+
+# The Redis the ownership_redis tests share (they skip without it).
+if [ -x scripts/test_redis.sh ] && [ -z "${SANDBOXD_SKIP_REDIS:-}" ]; then
+  scripts/test_redis.sh status >/dev/null 2>&1 || started+=(redis)
+  scripts/test_redis.sh start
+  eval "$(scripts/test_redis.sh env)"
+fi
 
 if [ -n "${SANDBOXD_SKIP_ENGINE:-}" ] || [ ! -x scripts/test_engine.sh ]; then
   run_ctest "$@"
@@ -28,12 +48,6 @@ if [ "$(id -u)" -ne 0 ] && [[ " $engines " == *" docker "* ]] &&
   echo "test: not root, so dockerd cannot be started here; running the engine tests on podman only"
   engines="${engines//docker/}"
 fi
-
-started=()
-stop_started() {
-  for engine in "${started[@]}"; do scripts/test_engine.sh stop "$engine" || true; done
-}
-trap stop_started EXIT
 
 declare -A result
 status=0

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Builds only the concurrency-heavy test targets with ThreadSanitizer into ./build-tsan and runs
-# them (the loader, both ownership stores with the cross-process test, the provider core).
+# them (the loader, the ownership stores with the cross-process tests, the provider core).
 # Container-engine tests are left to the normal run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(loader_test ownership_store_test ownership_cross_process_test ownership_contender
-         ownership_memory ownership_sqlite)
+         ownership_memory ownership_sqlite ownership_redis)
 [ -f tests/provider/CMakeLists.txt ] && targets+=(provider_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_SANITIZER=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"

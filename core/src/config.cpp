@@ -338,53 +338,58 @@ class Parser {
 
   std::string use_for_ownership_type(const Value& type) const {
     const std::string path = "sandbox.ownership.type";
-    if (!type.IsString()) fail(path, "a string (\"memory\" or \"sqlite\")", type);
+    if (!type.IsString()) fail(path, "a string (\"memory\", \"sqlite\" or \"redis\")", type);
     const std::string name = name_of(type);
     if (name == "memory") return kMemoryOwnershipUse;
     if (name == "sqlite") return kSqliteOwnershipUse;
-    if (name == "redis") {
-      error(path + ": \"redis\" is not available in this port (there is no redis ownership " +
-            "store); use \"sqlite\" (sandbox.ownership.use: \"" + kSqliteOwnershipUse +
-            "\", leases shared between processes through a SQLite file) or \"memory\" for a " +
-            "single process");
-    }
+    if (name == "redis") return kRedisOwnershipUse;
     error(path + ": Unknown sandbox ownership type: '" + name +
-          "' (expected \"memory\" or \"sqlite\")");
+          "' (expected \"memory\", \"sqlite\" or \"redis\")");
   }
 
-  // SPEC §7.6: without an ownership section DeerFlow would pick a redis store in these cases.
-  void warn_if_redis_would_be_inferred(const Value& root) {
-    std::string reason;
+  // SPEC §7.6: without an ownership section DeerFlow picks its redis store when the stream
+  // bridge is redis (with the bridge's URL) or either redis URL variable is set (the store then
+  // reads it itself). The reason, for the mapping note; nothing when no redis is implied.
+  std::optional<std::string> redis_inference(const Value& root, std::optional<std::string>& url) {
     const Value* bridge = member(root, "stream_bridge");
     if (bridge != nullptr && bridge->IsObject()) {
       const Value* type = member(*bridge, "type");
       if (type != nullptr && type->IsString() && name_of(*type) == "redis") {
-        reason = "stream_bridge.type is \"redis\"";
+        if (const Value* bridge_url = member(*bridge, "redis_url");
+            bridge_url != nullptr && bridge_url->IsString() && bridge_url->GetStringLength()) {
+          url = name_of(*bridge_url);
+        }
+        return std::string("stream_bridge.type is \"redis\"") +
+               (url ? " (url from stream_bridge.redis_url)" : "");
       }
     }
     for (const char* variable :
          {"DEER_FLOW_SANDBOX_OWNERSHIP_REDIS_URL", "DEER_FLOW_STREAM_BRIDGE_REDIS_URL"}) {
       const char* value = std::getenv(variable);
-      if (reason.empty() && value != nullptr && *value != '\0') {
-        reason = std::string("environment variable ") + variable + " is set";
+      if (value != nullptr && *value != '\0') {
+        return std::string("environment variable ") + variable + " is set";
       }
     }
-    if (reason.empty()) return;
-    config_.warnings.push_back(
-        "sandbox.ownership is not set and " + reason +
-        ", so DeerFlow would use a redis ownership store; there is no redis store in this "
-        "port, falling back to " +
-        kMemoryOwnershipUse +
-        " (single process only). Multi-process deployments should configure "
-        "sandbox.ownership.use: \"" +
-        kSqliteOwnershipUse + "\"");
+    return std::nullopt;
   }
 
   void read_ownership(const Value& sandbox, const Value& root) {
     config_.ownership.key_path = "sandbox.ownership";
     const Value* section = member(sandbox, "ownership");
     if (section == nullptr) {
-      warn_if_redis_would_be_inferred(root);
+      std::optional<std::string> url;
+      if (const auto reason = redis_inference(root, url)) {
+        config_.ownership.use = kRedisOwnershipUse;
+        Document options;
+        options.SetObject();
+        auto& alloc = options.GetAllocator();
+        options.AddMember("use", Value(kRedisOwnershipUse, alloc), alloc);
+        if (url) options.AddMember("url", Value(url->c_str(), alloc), alloc);
+        config_.ownership.options_json = json_to_string(options);
+        config_.mapping_notes.push_back("no sandbox.ownership section and " + *reason + " → " +
+                                        "sandbox.ownership.use " + json_quote(kRedisOwnershipUse));
+        return;
+      }
       config_.ownership.use = kMemoryOwnershipUse;
       config_.ownership.options_json = "{}";
       config_.mapping_notes.push_back(std::string("no sandbox.ownership section → ") +

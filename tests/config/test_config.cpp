@@ -293,10 +293,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadValueCase{"OwnershipUnknownType",
                      R"({"sandbox": {"ownership": {"type": "bogus"}}})",
                      {"sandbox.ownership.type", "Unknown sandbox ownership type: 'bogus'"}},
-        BadValueCase{"OwnershipRedisType",
-                     R"({"sandbox": {"ownership": {"type": "redis"}}})",
-                     {"sandbox.ownership.type", "\"redis\" is not available in this port",
-                      "ownership_sqlite:SqliteOwnershipStore"}},
         BadValueCase{"OwnershipUseAndTypeDisagree",
                      R"({"sandbox": {"ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
                                                    "type": "memory"}}})",
@@ -646,30 +642,39 @@ TEST_F(ConfigTest, UnknownOwnershipTypeMessage) {
   EXPECT_THAT(message, HasSubstr("sandbox.ownership.type"));
 }
 
-TEST_F(ConfigTest, RedisStreamBridgeWarnsAndFallsBackToMemory) {
-  const SandboxConfig config = load(R"({"stream_bridge": {"type": "redis",
-      "redis_url": "redis://:bridge-pw@redis:6379/0"}, "sandbox": {}})");
-  EXPECT_EQ(config.ownership.use, kMemoryOwnershipUse);
-  ASSERT_EQ(config.warnings.size(), 1u);
-  EXPECT_THAT(config.warnings[0], HasSubstr("stream_bridge.type"));
-  EXPECT_THAT(config.warnings[0],
-              HasSubstr("sandbox.ownership.use: \"ownership_sqlite:SqliteOwnershipStore\""));
-  EXPECT_THAT(config.warnings[0], HasSubstr("Multi-process deployments"));
-  EXPECT_THAT(config.warnings[0], Not(HasSubstr("bridge-pw")));
+TEST_F(ConfigTest, OwnershipTypeRedisSelectsTheRedisStoreWithDeerFlowsKeys) {
+  const SandboxConfig config = load(R"({"sandbox": {"ownership": {"type": "redis",
+      "redis_url": "redis://:pw-in-url@redis:6379/2", "key_prefix": "df:owner"}}})");
+  EXPECT_EQ(config.ownership.use, kRedisOwnershipUse);
+  EXPECT_THAT(config.ownership.options_json, HasSubstr("\"redis_url\""));
+  EXPECT_THAT(config.mapping_notes,
+              Contains(HasSubstr("sandbox.ownership.type \"redis\" → sandbox.ownership.use")));
+  EXPECT_THAT(render_redacted(config), Not(HasSubstr("pw-in-url")));
 }
 
-TEST_F(ConfigTest, RedisEnvironmentVariablesWarnAndFallBackToMemory) {
+TEST_F(ConfigTest, RedisStreamBridgeSelectsTheRedisStoreWithTheBridgesUrl) {
+  const SandboxConfig config = load(R"({"stream_bridge": {"type": "redis",
+      "redis_url": "redis://:bridge-pw@redis:6379/0"}, "sandbox": {}})");
+  EXPECT_EQ(config.ownership.use, kRedisOwnershipUse);
+  EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
+  EXPECT_THAT(config.ownership.options_json, HasSubstr("redis://:bridge-pw@redis:6379/0"));
+  EXPECT_THAT(config.mapping_notes, Contains(HasSubstr("stream_bridge.type is \"redis\"")));
+  for (const auto& note : config.mapping_notes) EXPECT_THAT(note, Not(HasSubstr("bridge-pw")));
+  EXPECT_THAT(render_redacted(config), Not(HasSubstr("bridge-pw")));
+}
+
+TEST_F(ConfigTest, RedisEnvironmentVariablesSelectTheRedisStore) {
   for (const char* variable :
        {"DEER_FLOW_SANDBOX_OWNERSHIP_REDIS_URL", "DEER_FLOW_STREAM_BRIDGE_REDIS_URL"}) {
     unsetenv("DEER_FLOW_SANDBOX_OWNERSHIP_REDIS_URL");
     unsetenv("DEER_FLOW_STREAM_BRIDGE_REDIS_URL");
     setenv(variable, "redis://:env-pw@redis:6379/0", 1);
     const SandboxConfig config = load(R"({"sandbox": {}})");
-    EXPECT_EQ(config.ownership.use, kMemoryOwnershipUse);
-    ASSERT_EQ(config.warnings.size(), 1u) << variable;
-    EXPECT_THAT(config.warnings[0], HasSubstr(variable));
-    EXPECT_THAT(config.warnings[0], HasSubstr(kSqliteOwnershipUse));
-    EXPECT_THAT(config.warnings[0], Not(HasSubstr("env-pw")));
+    EXPECT_EQ(config.ownership.use, kRedisOwnershipUse) << variable;
+    EXPECT_THAT(config.mapping_notes, Contains(HasSubstr(variable)));
+    // The store reads the variable itself (SPEC §7.6's chain), so the config never holds it.
+    EXPECT_THAT(config.ownership.options_json, Not(HasSubstr("env-pw")));
+    for (const auto& note : config.mapping_notes) EXPECT_THAT(note, Not(HasSubstr("env-pw")));
   }
 }
 

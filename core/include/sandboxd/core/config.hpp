@@ -19,6 +19,7 @@ inline constexpr const char* kLocalDockerUse = "local_docker:LocalContainerBacke
 inline constexpr const char* kRemoteProvisionerUse = "remote_provisioner:RemoteSandboxBackend";
 inline constexpr const char* kMemoryOwnershipUse = "ownership_memory:MemoryOwnershipStore";
 inline constexpr const char* kSqliteOwnershipUse = "ownership_sqlite:SqliteOwnershipStore";
+inline constexpr const char* kRedisOwnershipUse = "ownership_redis:RedisOwnershipStore";
 
 // Names the file, the key path, what was expected and what was found; malformed JSON reports
 // line and column.
