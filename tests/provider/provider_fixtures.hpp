@@ -693,9 +693,16 @@ class ProviderFixture : public ::testing::Test {
                                               std::shared_ptr<OwnershipStore>* store_out) {
     auto own_store = load_memory_store(clock, logger, tmp.path().string());
     if (store_out != nullptr) *store_out = own_store;
+    return make_provider_over(std::move(with_backend), own_store);
+  }
+
+  // A provider over `with_backend` and `with_store`, with this fixture's clock, hooks and
+  // executors.
+  std::unique_ptr<TestProvider> make_provider_over(std::shared_ptr<SandboxBackend> with_backend,
+                                                   std::shared_ptr<OwnershipStore> with_store) {
     ProviderDeps deps;
     deps.backend = std::move(with_backend);
-    deps.ownership = own_store;
+    deps.ownership = std::move(with_store);
     deps.logger = logger;
     deps.clock = clock;
     deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());

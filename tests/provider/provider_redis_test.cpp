@@ -22,17 +22,7 @@ class ProviderOverRedisTest : public ProviderFixture {
     const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
     redis_store_ =
         loader.load_ownership_store("ownership_redis:RedisOwnershipStore", context, "test");
-    ProviderDeps deps;
-    deps.backend = backend;
-    deps.ownership = redis_store_;
-    deps.logger = logger;
-    deps.clock = clock;
-    deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
-    deps.options = options;
-    deps.hooks = hooks.make_hooks();
-    deps.blocking_executor = blocking_executor;
-    deps.lock_wait_executor = lock_wait_executor;
-    provider = std::make_unique<TestProvider>(std::move(deps));
+    provider = make_provider_over(backend, redis_store_);
   }
 
   std::size_t destroys_of(const std::string& id) const {
