@@ -883,13 +883,22 @@ void AsyncAcquisition::cancel() {
 AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& thread_id,
                                          const std::optional<std::string>& user_id) {
   auto state = std::make_shared<AsyncAcquisition::State>();
+  // The user is resolved here, once, on the caller's thread: an ambient_user hook may read
+  // per-request context that a pool thread does not have.
+  std::string user;
+  try {
+    user = effective_user(user_id);
+  } catch (...) {
+    state->finish("", std::current_exception());
+    return AsyncAcquisition(state);
+  }
   // Runs on the blocking executor; `lock` (if any) is held and released here, whatever happens.
-  auto run = [this, state, thread_id, user_id](std::shared_ptr<ThreadLock> lock) {
+  auto run = [this, state, thread_id, user](std::shared_ptr<ThreadLock> lock) {
     std::string result;
     std::exception_ptr error;
     if (!state->is_cancelled()) {
       try {
-        result = acquire_with_restarts(thread_id, effective_user(user_id));
+        result = acquire_with_restarts(thread_id, user);
       } catch (...) {
         error = std::current_exception();
       }
@@ -902,7 +911,6 @@ AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& threa
       blocking_executor_->submit([run] { run(nullptr); });
       return AsyncAcquisition(state);
     }
-    const std::string user = effective_user(user_id);
     validate_thread_id(*thread_id);
     validate_user_id(user);
     auto lock = thread_lock({user, *thread_id});

@@ -570,5 +570,22 @@ TEST_F(ProviderAsyncSeedTest, InvalidThreadIdIsReportedThroughGet) {
   }
 }
 
+// Issue 13 A.1: the ambient user is read from the caller's per-request context, which only the
+// calling thread has. acquire_async must resolve it there, once, and hand the value to the
+// worker; resolving it again on a pool thread would give another identity's sandbox.
+thread_local std::optional<std::string> t_request_user;
+
+TEST_F(ProviderAsyncSeedTest, AcquireAsyncResolvesTheAmbientUserOnceOnTheCallersThread) {
+  hooks.ambient_user_fn = [] { return t_request_user; };
+  build();
+  t_request_user = "alice";
+  const std::string id = provider->acquire_async("t-ctx").get();
+  t_request_user.reset();
+  ASSERT_EQ(backend->creates().size(), 1u);
+  EXPECT_EQ(backend->creates()[0].user_id, "alice")
+      << "the worker thread resolved the user again and got the pool thread's (none)";
+  EXPECT_EQ(id, core::deterministic_sandbox_id("t-ctx", "alice"));
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

@@ -539,6 +539,8 @@ class TestProvider final : public Provider {
 struct HookState {
   // Scripted answers (set before the provider runs).
   std::function<bool(const std::string& url, double timeout)> ready_fn;  // default: ready
+  // The ambient user (a host's per-request context); default "default".
+  std::function<std::optional<std::string>()> ambient_user_fn;
   std::function<ClientPtr(const std::string&, const std::string&)> make_client_fn;
   std::function<void(int handle)> file_lock_fn;  // default: real flock
   std::atomic<bool> lark_runtime{false};
@@ -595,7 +597,10 @@ struct HookState {
     };
     hooks.lark_integration_active = [this](const std::string&) { return lark_runtime.load(); };
     hooks.lark_broker_active = [this](const std::string&) { return lark_broker.load(); };
-    hooks.ambient_user = [] { return std::optional<std::string>("default"); };
+    hooks.ambient_user = [this]() -> std::optional<std::string> {
+      if (ambient_user_fn) return ambient_user_fn();
+      return std::string("default");
+    };
     const core::FileLockOps real = core::FileLockOps::posix_flock();
     hooks.file_lock.open = [this, real](const std::string& path) {
       {

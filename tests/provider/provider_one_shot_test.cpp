@@ -118,13 +118,15 @@ TEST_F(ProviderOneShotTest, EventCountersCountWhatTheProviderDidOnItsOwn) {
   build();
   clock->set(1000.0);
   const std::string first = provider->acquire("t-1", "alice");
-  provider->release(first);  // renews the lease once
+  provider->release(first);           // renews the lease once
   provider->acquire("t-2", "alice");  // evicts the warm one to stay within replicas=1
   auto events = provider->event_counts();
   EXPECT_EQ(events.evictions, 1u);
   EXPECT_EQ(events.lease_renewals, 1u);
 
-  backend->list_running_fn = [] { return std::vector<SandboxInfo>{make_info("orphan", "http://o")}; };
+  backend->list_running_fn = [] {
+    return std::vector<SandboxInfo>{make_info("orphan", "http://o")};
+  };
   provider->reconcile_orphans();
   EXPECT_EQ(provider->event_counts().adoptions, 1u);
 
