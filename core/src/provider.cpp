@@ -185,9 +185,9 @@ const std::string& Provider::owner_id() const {
 
 ProviderEventCounts Provider::event_counts() const {
   constexpr auto relaxed = std::memory_order_relaxed;
-  return {events_.evictions.load(relaxed),      events_.idle_reaps.load(relaxed),
-          events_.adoptions.load(relaxed),      events_.lease_renewals.load(relaxed),
-          events_.lease_lapses.load(relaxed),   events_.lease_losses.load(relaxed)};
+  return {events_.evictions.load(relaxed),    events_.idle_reaps.load(relaxed),
+          events_.adoptions.load(relaxed),    events_.lease_renewals.load(relaxed),
+          events_.lease_lapses.load(relaxed), events_.lease_losses.load(relaxed)};
 }
 
 Provider::Counts Provider::counts() const {
@@ -405,6 +405,12 @@ void Provider::check_warm_identity_locked(const std::string& sandbox_id,
 
 void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
                                      const std::optional<ThreadKey>& key) {
+  // Shutdown stops only what it snapshotted: anything installed later would never be stopped.
+  // Refusing makes a creation that lost the race destroy its container (register_created).
+  if (registry_.shutdown) {
+    throw std::runtime_error("the provider is shutting down; not handing out sandbox " +
+                             sandbox_id);
+  }
   registry_.warm_pool.erase(sandbox_id);
   registry_.warm_identity.erase(sandbox_id);
   registry_.clients[sandbox_id] = std::move(client);

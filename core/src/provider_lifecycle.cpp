@@ -744,8 +744,8 @@ ReconcileReport Provider::reconcile_orphans() {
           registry_.warm_pool.count(id)) {
         continue;
       }
-      if (registry_.local_teardown.count(id)) {
-        ++deferred;
+      if (registry_.local_teardown.count(id) || registry_.shutdown) {
+        ++deferred;  // shutting down: a late adoption would never be stopped
         continue;
       }
       registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(info), current};

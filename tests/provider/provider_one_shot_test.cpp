@@ -141,5 +141,51 @@ TEST_F(ProviderOneShotTest, EventCountersCountWhatTheProviderDidOnItsOwn) {
   EXPECT_EQ(provider->counts().active + provider->counts().warm, 0u);
 }
 
+// Issue 13 A.3: shutdown snapshots what is tracked, then spends real time stopping it. An
+// acquire whose create() finishes in that window, or a reconciliation pass running then, must
+// not install anything afterwards, where nothing would ever stop it: the install is refused and
+// the new container destroyed rather than leaked.
+TEST_F(ProviderOneShotTest, NothingIsInstalledWhileShutdownIsStoppingTheRest) {
+  build();
+  const std::string first = provider->acquire("t-1", "alice");
+  const std::string late = core::deterministic_sandbox_id("t-late", "alice");
+
+  std::promise<void> create_entered, destroy_entered;
+  std::promise<void> create_resume, destroy_resume;
+  auto create_go = create_resume.get_future().share();
+  auto destroy_go = destroy_resume.get_future().share();
+  backend->create_fn = [&](const CreateRequest& request) {
+    create_entered.set_value();
+    create_go.wait();
+    return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+  };
+  backend->destroy_fn = [&](const SandboxInfo& info) {
+    if (info.sandbox_id != first) return;
+    destroy_entered.set_value();
+    destroy_go.wait();
+  };
+  backend->list_running_fn = [] {
+    return std::vector<SandboxInfo>{make_info("orphan", "http://o")};
+  };
+
+  auto acquisition =
+      std::async(std::launch::async, [&] { return provider->acquire("t-late", "alice"); });
+  create_entered.get_future().wait();
+  auto stopping = std::async(std::launch::async, [&] { provider->shutdown(); });
+  destroy_entered.get_future().wait();  // shutdown is inside the stop of `first`
+  create_resume.set_value();            // the late creation finishes now
+  EXPECT_THROW(acquisition.get(), std::runtime_error) << "handed out after shutdown began";
+  EXPECT_EQ(provider->reconcile_orphans().adopted, 0) << "adopted after shutdown began";
+  destroy_resume.set_value();
+  stopping.get();
+
+  EXPECT_FALSE(provider->find(late)) << "registered during shutdown: nothing would stop it";
+  EXPECT_FALSE(provider->find("orphan"));
+  std::size_t late_stops = 0;
+  for (const auto& info : backend->destroys()) late_stops += info.sandbox_id == late;
+  EXPECT_EQ(late_stops, 1u) << "the late creation leaked";
+  backend->clear_scripts();
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

@@ -399,6 +399,7 @@ class Provider {
   // Throws SandboxIdentityCollisionError when `sandbox_id` is active for another key.
   void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
   void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
+  // Throws std::runtime_error once shutdown (or detach) has begun.
   void install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
                              const std::optional<ThreadKey>& key);
   // Active + warm + other creations in flight: what the replica cap is checked against.
