@@ -72,10 +72,9 @@ void note_acquire_path(AcquirePath path) {
   if (t_acquire_path) *t_acquire_path = path;
 }
 
-std::size_t lock_wait_pool_size() {
-  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  return std::min<std::size_t>(32, cpus + 4);
-}
+// Lock-wait tasks only queue a grant on the conversation's lock (they never park in it), so one
+// thread serves any number of waiters.
+constexpr std::size_t kLockWaitPoolSize = 1;
 
 }  // namespace
 
@@ -115,9 +114,10 @@ Provider::Provider(ProviderDeps deps)
     composer.logger = logger_;
     mounts_ = std::make_shared<MountComposer>(paths_, composer);
   }
+  async_work_ = make_async_work();
   if (!blocking_executor_) blocking_executor_ = std::make_shared<ThreadPoolExecutor>(4);
   if (!lock_wait_executor_) {
-    lock_wait_executor_ = std::make_shared<ThreadPoolExecutor>(lock_wait_pool_size());
+    lock_wait_executor_ = std::make_shared<ThreadPoolExecutor>(kLockWaitPoolSize);
   }
   if (!ownership_->supports_cross_process()) {
     log(LogLevel::warning,

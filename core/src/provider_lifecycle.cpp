@@ -1,11 +1,99 @@
 // Provider: release, destroy, shutdown, health, warm pool, ownership use, reconciliation and
 // background threads (SPEC §5.12–§5.16, §6, §7.7–§7.10, §8).
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <set>
 
 #include "sandboxd/core/provider.hpp"
 
 namespace sandboxd::core {
+
+// ── async bookkeeping (SPEC §12; used by acquire_async and shutdown) ───────────
+
+struct AsyncAcquisition::State {
+  std::mutex mutex;  // guards everything below
+  std::condition_variable done_cv;
+  bool done = false;
+  bool cancelled = false;
+  std::string result;
+  std::exception_ptr error;
+
+  void finish(std::string value, std::exception_ptr failure) {
+    {
+      std::lock_guard lock(mutex);
+      if (done) return;
+      done = true;
+      result = std::move(value);
+      error = failure;
+    }
+    done_cv.notify_all();
+  }
+  bool is_cancelled() {
+    std::lock_guard lock(mutex);
+    return cancelled;
+  }
+};
+
+// Lock story: `mutex` is a leaf lock (nothing else is taken under it, no task runs under it).
+struct AsyncWork {
+  std::mutex mutex;  // guards everything below
+  std::condition_variable idle;
+  bool accepting = true;  // false once shutdown (or detach) began
+  int running = 0;        // acquisitions handed to the blocking executor, not yet finished
+  std::set<std::shared_ptr<AsyncAcquisition::State>> queued;  // waiting for their lock
+
+  // A task may start touching the provider (true), or shutdown began (false).
+  bool begin() {
+    std::lock_guard lock(mutex);
+    if (!accepting) return false;
+    ++running;
+    return true;
+  }
+  void end() {
+    {
+      std::lock_guard lock(mutex);
+      --running;
+    }
+    idle.notify_all();
+  }
+  bool enqueue(const std::shared_ptr<AsyncAcquisition::State>& state) {
+    std::lock_guard lock(mutex);
+    if (!accepting) return false;
+    queued.insert(state);
+    return true;
+  }
+  // The lock reached a queued waiter: it may run (true) unless shutdown already failed it.
+  bool dequeue_and_begin(const std::shared_ptr<AsyncAcquisition::State>& state) {
+    std::lock_guard lock(mutex);
+    if (queued.erase(state) == 0 || !accepting) return false;
+    ++running;
+    return true;
+  }
+  // Stops new work and fails every queued waiter; returns at once.
+  void close() {
+    std::set<std::shared_ptr<AsyncAcquisition::State>> failed;
+    {
+      std::lock_guard lock(mutex);
+      accepting = false;
+      failed.swap(queued);
+    }
+    for (const auto& state : failed) {
+      state->finish("", std::make_exception_ptr(std::runtime_error(
+                            "the provider shut down while this acquisition waited for its "
+                            "conversation's lock")));
+    }
+  }
+  void wait_idle() {
+    std::unique_lock lock(mutex);
+    idle.wait(lock, [&] { return running == 0; });
+  }
+};
+
+std::shared_ptr<AsyncWork> make_async_work() {
+  return std::make_shared<AsyncWork>();
+}
+
 namespace {
 
 std::string fixed(double value, int decimals) {
@@ -114,6 +202,7 @@ void Provider::destroy_tracked(const std::string& sandbox_id, const Predicate& s
 // ── shutdown (SPEC §5.15) ────────────────────────────────────────────────────
 
 void Provider::shutdown() {
+  std::lock_guard once(shutdown_mutex_);  // a concurrent second call returns when this one has
   std::vector<std::string> active;
   std::vector<std::pair<std::string, WarmEntry>> warm;
   {
@@ -127,6 +216,7 @@ void Provider::shutdown() {
   }
   // Stop renewal before destroying, so it does not re-publish leases being dropped.
   stop_background_threads();
+  async_work_->close();  // queued async waiters fail now; running ones are waited for below
   log(LogLevel::info, "Shutting down " + std::to_string(active.size()) + " active + " +
                           std::to_string(warm.size()) + " warm-pool sandbox(es)");
   for (const auto& id : active) {
@@ -143,6 +233,9 @@ void Provider::shutdown() {
       log(LogLevel::error, "Failed to destroy sandbox " + id + " during shutdown: " + e.what());
     }
   }
+  // An async creation that finishes now finds its install refused and destroys its container
+  // itself (A.3); it still needs the store, so the store closes after it.
+  async_work_->wait_idle();
   try {
     ownership_->close();
   } catch (const std::exception& e) {
@@ -151,6 +244,7 @@ void Provider::shutdown() {
 }
 
 void Provider::detach() {
+  std::lock_guard once(shutdown_mutex_);
   Counts left;
   {
     std::lock_guard lock(mutex_);
@@ -159,6 +253,8 @@ void Provider::detach() {
     left = {registry_.clients.size(), registry_.warm_pool.size(), 0};
   }
   stop_background_threads();
+  async_work_->close();
+  async_work_->wait_idle();
   try {
     ownership_->close();
   } catch (const std::exception& e) {
@@ -836,30 +932,6 @@ void Provider::renewal_loop() {
 
 // ── async acquire (SPEC §12) ─────────────────────────────────────────────────
 
-struct AsyncAcquisition::State {
-  std::mutex mutex;  // guards everything below
-  std::condition_variable done_cv;
-  bool done = false;
-  bool cancelled = false;
-  std::string result;
-  std::exception_ptr error;
-
-  void finish(std::string value, std::exception_ptr failure) {
-    {
-      std::lock_guard lock(mutex);
-      if (done) return;
-      done = true;
-      result = std::move(value);
-      error = failure;
-    }
-    done_cv.notify_all();
-  }
-  bool is_cancelled() {
-    std::lock_guard lock(mutex);
-    return cancelled;
-  }
-};
-
 std::string AsyncAcquisition::get() {
   std::unique_lock lock(state_->mutex);
   state_->done_cv.wait(lock, [&] { return state_->done; });
@@ -880,6 +952,30 @@ void AsyncAcquisition::cancel() {
   state_->finish("", std::make_exception_ptr(AsyncAcquisitionCancelled("acquire_async cancelled")));
 }
 
+namespace {
+std::exception_ptr shut_down_error() {
+  return std::make_exception_ptr(
+      std::runtime_error("the provider is shut down; acquire_async refused"));
+}
+}  // namespace
+
+void Provider::run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
+                                     const std::optional<std::string>& thread_id,
+                                     const std::string& user,
+                                     const std::shared_ptr<ThreadLock>& lock) {
+  std::string result;
+  std::exception_ptr error;
+  if (!state->is_cancelled()) {
+    try {
+      result = acquire_with_restarts(thread_id, user);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (lock) lock->unlock();  // may grant the next waiter: still counted as running here
+  state->finish(std::move(result), error);
+}
+
 AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& thread_id,
                                          const std::optional<std::string>& user_id) {
   auto state = std::make_shared<AsyncAcquisition::State>();
@@ -892,38 +988,54 @@ AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& threa
     state->finish("", std::current_exception());
     return AsyncAcquisition(state);
   }
-  // Runs on the blocking executor; `lock` (if any) is held and released here, whatever happens.
-  auto run = [this, state, thread_id, user](std::shared_ptr<ThreadLock> lock) {
-    std::string result;
-    std::exception_ptr error;
-    if (!state->is_cancelled()) {
-      try {
-        result = acquire_with_restarts(thread_id, user);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    if (lock) lock->unlock();
-    state->finish(std::move(result), error);
+  // What the tasks share. They capture the provider (`this`) only inside work counted as
+  // running, which shutdown() waits for; everything else holds shared state.
+  auto work = async_work_;
+  auto blocking = blocking_executor_;
+  auto run = [this, work, state, thread_id, user](const std::shared_ptr<ThreadLock>& lock) {
+    run_async_acquisition(state, thread_id, user, lock);
+    work->end();
   };
   try {
     if (!thread_id) {
-      blocking_executor_->submit([run] { run(nullptr); });
+      if (!work->begin()) {
+        state->finish("", shut_down_error());
+        return AsyncAcquisition(state);
+      }
+      try {
+        blocking->submit([run] { run(nullptr); });
+      } catch (...) {
+        work->end();
+        throw;
+      }
       return AsyncAcquisition(state);
     }
     validate_thread_id(*thread_id);
     validate_user_id(user);
     auto lock = thread_lock({user, *thread_id});
-    // The wait for the conversation's lock has its own executor, so waiters can never starve
-    // the blocking work that would let the holder finish.
-    lock_wait_executor_->submit([this, state, lock, run] {
-      lock->lock();
+    if (!work->enqueue(state)) {
+      state->finish("", shut_down_error());
+      return AsyncAcquisition(state);
+    }
+    // The wait has its own executor (SPEC §12 item 2), and parks no thread there: the lock
+    // queues a grant, run by whoever releases it, which hands the work to the blocking pool. So
+    // waiters on one stuck conversation, cancelled or not, never hold up another (issue 13 A.5).
+    auto grant = [work, state, lock, blocking, run]() -> bool {
+      if (!work->dequeue_and_begin(state)) return false;  // shut down meanwhile: pass it on
       if (state->is_cancelled()) {
-        lock->unlock();  // the waiter gave up: hand the lock straight back
-        return;
+        work->end();
+        return false;  // the waiter gave up: the lock goes straight to the next one
       }
-      blocking_executor_->submit([lock, run] { run(lock); });
-    });
+      try {
+        blocking->submit([lock, run] { run(lock); });
+        return true;
+      } catch (...) {
+        work->end();
+        state->finish("", std::current_exception());
+        return false;
+      }
+    };
+    lock_wait_executor_->submit([lock, grant] { lock->lock_async(grant); });
   } catch (...) {
     state->finish("", std::current_exception());
   }

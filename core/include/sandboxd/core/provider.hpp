@@ -12,6 +12,17 @@
 //  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
 //    between processes on one host; taken under the thread lock, outside `mutex_`.
 //  - `background_mutex_` guards only the stop flag of the two background threads.
+//  - A `ThreadLock` keeps a FIFO queue of waiters; an async waiter is a grant callback run by
+//    the releasing thread, so waiting on a busy conversation never parks a pool thread and a
+//    stuck conversation cannot starve the others (issue 13 A.5).
+//  - `async_work_` has its own leaf mutex (nothing is called under it): which async
+//    acquisitions run or wait, so shutdown() and detach() can refuse new ones, fail the queued
+//    ones and wait for the running ones before anything they use is closed.
+//  - `shutdown_mutex_` is held for the whole of shutdown() and detach(): a second caller
+//    (a signal watcher beside normal teardown) waits for the first instead of returning while
+//    the provider is still in use. It is taken first, before every other lock.
+//  - The executors are the last members, so they are destroyed (and joined) first, while the
+//    state their tasks use still exists.
 #pragma once
 
 #include <atomic>
@@ -134,6 +145,10 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+// acquire_async's bookkeeping (defined in provider_lifecycle.cpp).
+struct AsyncWork;
+std::shared_ptr<AsyncWork> make_async_work();
 
 // How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
 enum class AcquirePath { reused, reclaimed, discovered, created };
@@ -439,8 +454,6 @@ class Provider {
   std::shared_ptr<MountComposer> mounts_;
   const ProviderOptions options_;
   ProviderHooks hooks_;
-  std::shared_ptr<Executor> blocking_executor_;
-  std::shared_ptr<Executor> lock_wait_executor_;
 
   mutable std::mutex mutex_;  // the registry mutex: guards registry_ (see the lock story)
   Registry registry_;
@@ -459,6 +472,23 @@ class Provider {
   bool background_stop_ = false;
   std::thread idle_checker_;  // started/joined only by start()/shutdown()
   std::thread renewer_;       // started/joined only by start()/shutdown()
+
+  // Held for the whole of shutdown() and detach(): a second caller (a signal watcher beside
+  // normal teardown) waits until the first has finished instead of returning early.
+  std::mutex shutdown_mutex_;
+
+  // acquire_async's work in flight. Shared with its tasks, so a lock grant that arrives after
+  // shutdown learns it without touching the provider; shutdown() fails what is still queued
+  // and waits for what runs.
+  std::shared_ptr<AsyncWork> async_work_;  // set by the constructor, never reset
+  void run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
+                             const std::optional<std::string>& thread_id, const std::string& user,
+                             const std::shared_ptr<ThreadLock>& lock);
+
+  // Last, so destroyed first: a private pool joins its workers while everything a queued task
+  // uses is still alive.
+  std::shared_ptr<Executor> blocking_executor_;
+  std::shared_ptr<Executor> lock_wait_executor_;
 };
 
 }  // namespace sandboxd::core

@@ -1,0 +1,221 @@
+// Issue 13, part A: defects found by review, each pinned by a test that failed before its fix.
+// (A.1 and A.3 live beside the tests of what they guard: provider_async_seed_test.cpp and
+// provider_one_shot_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "provider_fixtures.hpp"
+
+namespace sandboxd::testing {
+namespace {
+
+using core::AsyncAcquisition;
+using core::Provider;
+using core::ProviderDeps;
+using namespace std::chrono_literals;
+
+class ProviderReliabilityTest : public ProviderFixture {};
+
+// A one-shot gate: tests park a fake step on it and open it when they are ready.
+class Gate {
+ public:
+  void open() { opened_.set_value(); }
+  void wait() const { future_.wait(); }
+
+ private:
+  std::promise<void> opened_;
+  std::shared_future<void> future_ = opened_.get_future().share();
+};
+
+// A.5: waiters parked on one stuck conversation, cancelled or not, must not keep another
+// conversation from being served. Before the fix each waiter held a lock-wait pool thread inside
+// lock(); with 8 of them on a 4-thread pool, thread-b's wait never even started.
+TEST_F(ProviderReliabilityTest, WaitersOnAStuckConversationDoNotBlockAnotherConversation) {
+  build();
+  provider->acquire_internal_fn = [](const std::optional<std::string>& thread, auto&&...) {
+    return "sandbox-" + thread.value_or("");
+  };
+  const auto stuck = provider->thread_lock({"default", "thread-stuck"});
+  stuck->lock();
+
+  std::vector<AsyncAcquisition> waiters;
+  for (int i = 0; i < 8; ++i) waiters.push_back(provider->acquire_async("thread-stuck", "default"));
+  for (int i = 0; i < 4; ++i) waiters[i].cancel();  // half give up, half keep waiting
+
+  AsyncAcquisition other = provider->acquire_async("thread-b", "default");
+  ASSERT_TRUE(other.wait_for(2000ms))
+      << "8 waiters on a stuck conversation (4 cancelled) kept thread-b from being served";
+  EXPECT_EQ(other.get(), "sandbox-thread-b");
+
+  stuck->unlock();
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(waiters[i].get(), "sandbox-thread-stuck");
+  ASSERT_TRUE(blocking_executor->wait_idle(1000ms));
+  EXPECT_FALSE(stuck->is_held()) << "a cancelled waiter leaked the conversation's lock";
+}
+
+// A.5, the lock itself: waiters queue in order and a release hands the lock to the next one
+// without a thread parked per waiter; a declined grant (a cancelled waiter) passes it on.
+TEST(ThreadLockTest, AsyncWaitersAreGrantedInOrderAndDeclinesPassTheLockOn) {
+  core::ThreadLock lock;
+  std::vector<int> granted;
+  lock.lock();
+  lock.lock_async([&] {
+    granted.push_back(1);
+    return true;
+  });
+  lock.lock_async([&] {
+    granted.push_back(2);
+    return false;
+  });  // declines: cancelled
+  lock.lock_async([&] {
+    granted.push_back(3);
+    return true;
+  });
+  EXPECT_TRUE(granted.empty());
+  lock.unlock();
+  EXPECT_EQ(granted, (std::vector<int>{1}));
+  EXPECT_TRUE(lock.is_held());
+  lock.unlock();  // 2 declines, 3 takes it
+  EXPECT_EQ(granted, (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(lock.is_held());
+  lock.unlock();
+  EXPECT_FALSE(lock.is_held());
+  EXPECT_TRUE(lock.try_lock());
+  lock.unlock();
+}
+
+TEST(ThreadLockTest, SyncAndAsyncWaitersShareOneQueue) {
+  core::ThreadLock lock;
+  lock.lock();
+  std::atomic<bool> sync_got{false};
+  std::thread sync_waiter([&] {
+    lock.lock();
+    sync_got = true;
+  });
+  while (lock.waiters() < 1) std::this_thread::yield();
+  bool async_got = false;
+  lock.lock_async([&] {
+    async_got = true;
+    return true;
+  });
+  lock.unlock();  // the sync waiter queued first
+  sync_waiter.join();
+  EXPECT_TRUE(sync_got.load());
+  EXPECT_FALSE(async_got);
+  lock.unlock();
+  EXPECT_TRUE(async_got);
+  lock.unlock();
+  EXPECT_FALSE(lock.is_held());
+}
+
+TEST(ThreadLockTest, ATimedOutSyncWaiterLeavesTheQueue) {
+  core::ThreadLock lock;
+  lock.lock();
+  EXPECT_FALSE(lock.try_lock_until(std::chrono::steady_clock::now() + 20ms));
+  EXPECT_EQ(lock.waiters(), 0u);
+  lock.unlock();
+  EXPECT_FALSE(lock.is_held()) << "the release was handed to a waiter that had left";
+}
+
+// A.2: a second shutdown() (a SIGTERM watcher beside normal teardown) must not return while the
+// first is still stopping sandboxes: its caller may destroy the provider next.
+TEST_F(ProviderReliabilityTest, ASecondShutdownWaitsForTheFirst) {
+  build();
+  provider->acquire("t-1", "alice");
+  Gate destroy_entered, destroy_go;
+  backend->destroy_fn = [&](const SandboxInfo&) {
+    destroy_entered.open();
+    destroy_go.wait();
+  };
+  auto first = std::async(std::launch::async, [&] { provider->shutdown(); });
+  destroy_entered.wait();
+  auto second = std::async(std::launch::async, [&] { provider->shutdown(); });
+  EXPECT_EQ(second.wait_for(300ms), std::future_status::timeout)
+      << "the second shutdown returned while the first was still stopping a sandbox";
+  destroy_go.open();
+  first.get();
+  second.get();
+  EXPECT_EQ(backend->destroys().size(), 1u);
+  backend->clear_scripts();
+}
+
+// A.2: shutdown() waits for asynchronous acquisitions already running, and fails the ones still
+// waiting for their conversation's lock, so no task touches the provider after it returns.
+TEST_F(ProviderReliabilityTest, ShutdownDrainsAsyncWorkAndFailsQueuedWaiters) {
+  build();
+  Gate running, resume;
+  std::atomic<int> ran_after_shutdown{0};
+  std::atomic<bool> shut_down{false};
+  provider->acquire_internal_fn = [&](const std::optional<std::string>& thread, auto&&...) {
+    if (shut_down) ++ran_after_shutdown;
+    if (thread == std::optional<std::string>("t-running")) {
+      running.open();
+      resume.wait();
+    }
+    return "sandbox-" + thread.value_or("");
+  };
+  AsyncAcquisition in_flight = provider->acquire_async("t-running", "alice");
+  running.wait();
+  const auto stuck = provider->thread_lock({"alice", "t-stuck"});
+  stuck->lock();
+  AsyncAcquisition queued = provider->acquire_async("t-stuck", "alice");
+
+  auto stopping = std::async(std::launch::async, [&] {
+    provider->shutdown();
+    shut_down = true;
+  });
+  EXPECT_EQ(stopping.wait_for(300ms), std::future_status::timeout)
+      << "shutdown returned while an async acquisition was still running on the provider";
+  EXPECT_THROW(queued.get(), std::runtime_error) << "a queued waiter was left hanging";
+  resume.open();
+  stopping.get();
+  EXPECT_TRUE(in_flight.wait_for(0ms)) << "shutdown returned before the running work finished";
+
+  stuck->unlock();  // the queued waiter's grant arrives after shutdown: it must decline
+  ASSERT_TRUE(blocking_executor->wait_idle(1000ms));
+  ASSERT_TRUE(lock_wait_executor->wait_idle(1000ms));
+  EXPECT_EQ(ran_after_shutdown.load(), 0);
+  EXPECT_FALSE(stuck->is_held());
+  EXPECT_THROW(provider->acquire_async("t-late", "alice").get(), std::runtime_error)
+      << "an acquisition started after shutdown";
+}
+
+// A.2, the destructor: a Provider with its own pools, destroyed while an async acquisition is
+// inside the backend. Before the fix the pools were members declared before the registry and
+// outlived it; under AddressSanitizer the running task then used freed memory.
+TEST_F(ProviderReliabilityTest, DestroyingTheProviderWaitsForItsOwnPools) {
+  Gate creating, resume;
+  backend->create_fn = [&](const CreateRequest& request) {
+    creating.open();
+    resume.wait();
+    return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+  };
+  ProviderDeps deps;
+  deps.backend = backend;
+  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
+  deps.logger = logger;
+  deps.clock = clock;
+  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
+  deps.options = options;
+  deps.hooks = hooks.make_hooks();
+  auto own = std::make_unique<Provider>(std::move(deps));  // private executors
+  AsyncAcquisition acquisition = own->acquire_async("t-1", "alice");
+  creating.wait();
+  auto destroying = std::async(std::launch::async, [&] { own.reset(); });
+  std::this_thread::sleep_for(50ms);
+  resume.open();
+  destroying.get();
+  // The creation finished after shutdown began: refused and destroyed, never handed out.
+  EXPECT_THROW(acquisition.get(), std::runtime_error);
+  std::size_t stops = 0;
+  for (const auto& info : backend->destroys()) stops += info.sandbox_id != "";
+  EXPECT_EQ(stops, 1u) << "the sandbox created during destruction leaked";
+  backend->clear_scripts();
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
