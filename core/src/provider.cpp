@@ -778,9 +778,29 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
     break;
   }
 
-  auto info = std::make_shared<const SandboxInfo>(backend_->create(request));
+  // A contract change found by the create itself means the backend made (or found) an instance
+  // under the id of the old contract. The acquisition restarts under a new id, so nothing would
+  // ever track or stop this one: destroy it now, unless a peer holds its lease.
+  InfoPtr info;
+  try {
+    info = std::make_shared<const SandboxInfo>(backend_->create(request));
+  } catch (const MountContractChangedError& changed) {
+    SandboxInfo stale;
+    stale.sandbox_id = sandbox_id;
+    stale.user_id = request.user_id;
+    stale.thread_id = request.thread_id;
+    destroy_untracked_creation(sandbox_id, stale,
+                               "sandbox " + sandbox_id + " created under mount contract " +
+                                   std::to_string(changed.current_version()) + " instead of " +
+                                   std::to_string(changed.previous_version()));
+    throw;
+  }
   if (snapshot && backend_->requires_create_validation() &&
       info->mount_contract_version != snapshot->version) {
+    destroy_untracked_creation(sandbox_id, *info,
+                               "sandbox " + sandbox_id + " created under mount contract " +
+                                   std::to_string(info->mount_contract_version) + " instead of " +
+                                   std::to_string(snapshot->version));
     throw MountContractChangedError(snapshot->version, info->mount_contract_version);
   }
   if (!hooks_.wait_until_ready(info->sandbox_url, options_.readiness_timeout_seconds)) {
@@ -804,13 +824,18 @@ std::size_t Provider::replica_slots_in_use_locked(const std::string& creating_id
 }
 
 void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info) {
+  destroy_untracked_creation(sandbox_id, info, "unready sandbox " + sandbox_id);
+}
+
+void Provider::destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
+                                          const std::string& what) {
   const bool reserved = reserve_local_teardown(sandbox_id, [&] {
     return !registry_.clients.count(sandbox_id) && !registry_.infos.count(sandbox_id) &&
            !registry_.warm_pool.count(sandbox_id);
   });
   if (!reserved) {
-    log(LogLevel::warning, "Not destroying unready sandbox " + sandbox_id +
-                               ": adopted or being torn down by this instance");
+    log(LogLevel::warning,
+        "Not destroying " + what + ": adopted or being torn down by this instance");
     return;
   }
   struct Finish {
@@ -819,15 +844,16 @@ void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const Sand
     ~Finish() { self->finish_local_teardown(id); }
   } finish{this, sandbox_id};
   if (!claim_ownership(sandbox_id, true)) {
-    log(LogLevel::warning, "Not destroying unready sandbox " + sandbox_id +
-                               ": owned by another instance or ownership unavailable");
+    log(LogLevel::warning,
+        "Not destroying " + what + ": owned by another instance or ownership unavailable");
     return;
   }
+  log(LogLevel::info, "Destroying " + what);
   with_held_teardown_lease(sandbox_id, [&] {
     try {
       backend_->destroy(info);
     } catch (const std::exception& e) {
-      log(LogLevel::warning, "Error destroying unready sandbox " + sandbox_id + ": " + e.what());
+      log(LogLevel::warning, "Error destroying " + what + ": " + e.what());
     }
   });
 }

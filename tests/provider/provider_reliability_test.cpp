@@ -14,6 +14,7 @@ namespace sandboxd::testing {
 namespace {
 
 using core::AsyncAcquisition;
+using core::deterministic_sandbox_id;
 using core::Provider;
 using core::ProviderDeps;
 using namespace std::chrono_literals;
@@ -215,6 +216,72 @@ TEST_F(ProviderReliabilityTest, DestroyingTheProviderWaitsForItsOwnPools) {
   for (const auto& info : backend->destroys()) stops += info.sandbox_id != "";
   EXPECT_EQ(stops, 1u) << "the sandbox created during destruction leaked";
   backend->clear_scripts();
+}
+
+// A.6: a create that reports a changed mount contract has already made an instance under the
+// old contract's id; the acquisition restarts under a new id, so before the fix the first one
+// ran on untracked. Now it is destroyed under a teardown lease, unless a peer holds its lease.
+class ContractChangeCleanupTest : public ProviderReliabilityTest {
+ protected:
+  // The remote backend's behaviour: it negotiated contract 2, the provisioner now runs 0; the
+  // create under the v2 id succeeds at the provisioner and then reports the change.
+  void provisioner_downgraded_to_v0(bool reported_by_the_backend) {
+    backend->requires_validation = true;
+    backend->mode = MountModeKind::contract_negotiated;
+    backend->cached_version = 2;
+    backend->cached_known = true;
+    stale_id = deterministic_sandbox_id("thread-1", "alice", 2);
+    backend->create_fn = [this, reported_by_the_backend](const CreateRequest& request) {
+      SandboxInfo info = make_info(request.sandbox_id, "http://" + request.sandbox_id);
+      info.user_id = request.user_id;
+      info.thread_id = request.thread_id;
+      info.mount_contract_version = 0;
+      if (request.sandbox_id == stale_id && reported_by_the_backend) {
+        backend->cached_version = 0;
+        throw MountContractChangedError(2, 0);
+      }
+      if (request.sandbox_id == stale_id) backend->cached_version = 0;
+      return info;
+    };
+  }
+  std::vector<std::string> destroyed_ids() {
+    std::vector<std::string> ids;
+    for (const auto& info : backend->destroys()) ids.push_back(info.sandbox_id);
+    return ids;
+  }
+  std::string stale_id;
+};
+
+TEST_F(ContractChangeCleanupTest, ABackendReportedChangeDestroysTheInstanceMadeUnderTheOldId) {
+  build();
+  provisioner_downgraded_to_v0(true);
+  const std::string id = provider->acquire("thread-1", "alice");
+  EXPECT_EQ(id, deterministic_sandbox_id("thread-1", "alice", 0));
+  EXPECT_EQ(destroyed_ids(), std::vector<std::string>{stale_id});
+  EXPECT_TRUE(logger->contains(LogLevel::info, "Destroying sandbox " + stale_id +
+                                                   " created under mount contract 0 instead of 2"));
+  EXPECT_EQ(provider->counts().active, 1u);
+}
+
+TEST_F(ContractChangeCleanupTest, AChangeSeenByTheProviderDestroysTheInstanceToo) {
+  build();
+  provisioner_downgraded_to_v0(false);
+  const std::string id = provider->acquire("thread-1", "alice");
+  EXPECT_EQ(id, deterministic_sandbox_id("thread-1", "alice", 0));
+  EXPECT_EQ(destroyed_ids(), std::vector<std::string>{stale_id});
+}
+
+TEST_F(ContractChangeCleanupTest, AnInstanceWhoseLeaseAPeerHoldsIsLeftToThePeer) {
+  build();
+  provisioner_downgraded_to_v0(true);
+  provider->claim_ownership_fn = [this](const std::string& id, bool for_destroy) {
+    return !(for_destroy && id == stale_id);
+  };
+  provider->acquire("thread-1", "alice");
+  EXPECT_TRUE(destroyed_ids().empty());
+  EXPECT_TRUE(logger->contains(LogLevel::warning, "Not destroying sandbox " + stale_id +
+                                                      " created under mount contract 0 instead "
+                                                      "of 2: owned by another instance"));
 }
 
 }  // namespace

@@ -366,6 +366,11 @@ class Provider {
                                                const std::string& sandbox_id, InfoPtr info,
                                                const std::string& user_id);
   virtual void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info);
+  // Stops an instance a creation made but nothing tracks (unready, or on a stale contract),
+  // under a teardown lease; skipped when tracked here meanwhile or a peer holds the lease.
+  // `what` names it in log lines ("unready sandbox X").
+  void destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
+                                  const std::string& what);
 
   // ── ids and mounts ──
   virtual std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
