@@ -22,6 +22,7 @@
 #include "operations.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
 
@@ -132,8 +133,7 @@ void parse_acquire_body(const std::string& body, std::optional<std::string>& use
                         std::optional<std::string>& thread) {
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) return;
   rapidjson::Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag>(body.c_str(), body.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
     throw CliError(kUsage, "the request body is not a JSON object");
   }
   for (auto& [key, target] : {std::pair{"user_id", &user}, std::pair{"thread_id", &thread}}) {

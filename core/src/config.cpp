@@ -42,8 +42,6 @@ constexpr const char* kKnownSandboxKeys[] = {
     "use",      "backend",      "ownership",          "base_dir",
     "replicas", "idle_timeout", "thread_data_mounts", "plugin_dirs"};
 
-constexpr std::size_t kMaxShownValueChars = 200;
-
 bool is_flat_backend_key(std::string_view key) {
   return std::find(std::begin(kFlatBackendKeys), std::end(kFlatBackendKeys), key) !=
          std::end(kFlatBackendKeys);
@@ -73,17 +71,9 @@ std::string json_quote(const std::string& text) {
   return json_to_string(v);
 }
 
-// The last component of a key path ("sandbox.backend.api_key" → "api_key").
-std::string last_key(const std::string& key_path) {
-  const auto dot = key_path.find_last_of('.');
-  std::string key = dot == std::string::npos ? key_path : key_path.substr(dot + 1);
-  const auto bracket = key.find('[');
-  return bracket == std::string::npos ? key : key.substr(0, bracket);
-}
-
 // A bad value as shown in an error: compact JSON, shortened; a secret shows only its type.
 std::string describe(const Value& value, const std::string& key_path) {
-  if (is_secret_key_name(last_key(key_path)) && !value.IsNull()) {
+  if (is_secret_key_path(key_path) && !value.IsNull()) {
     return std::string(json_type_name(value)) + " (value redacted)";
   }
   std::string text = json_to_string(value);
@@ -154,9 +144,18 @@ class Parser {
   void parse_json(const std::string& text, Document& doc) const {
     std::size_t skip = 0;
     if (text.size() >= 3 && text.compare(0, 3, "\xEF\xBB\xBF") == 0) skip = 3;  // UTF-8 BOM
-    doc.Parse<rapidjson::kParseValidateEncodingFlag>(text.data() + skip, text.size() - skip);
-    if (!doc.HasParseError()) return;
-    const std::size_t offset = std::min(text.size(), skip + doc.GetErrorOffset());
+    const std::string_view body = std::string_view(text).substr(skip);
+    std::size_t offset = 0;
+    std::string reason;
+    if (auto too_deep = json_nesting_exceeded_at(body)) {
+      offset = skip + *too_deep;
+      reason = "nested deeper than " + std::to_string(kMaxJsonNesting) + " levels";
+    } else if (sandboxd::parse_json<rapidjson::kParseValidateEncodingFlag>(doc, body)) {
+      return;
+    } else {
+      offset = std::min(text.size(), skip + doc.GetErrorOffset());
+      reason = rapidjson::GetParseError_En(doc.GetParseError());
+    }
     std::size_t line = 1;
     std::size_t line_start = 0;
     for (std::size_t i = 0; i < offset; ++i) {
@@ -167,7 +166,7 @@ class Parser {
     }
     const std::size_t column = offset - line_start + 1;
     error("malformed JSON at line " + std::to_string(line) + ", column " + std::to_string(column) +
-          ": " + rapidjson::GetParseError_En(doc.GetParseError()));
+          ": " + reason);
   }
 
   // RapidJSON keeps duplicate members and lookups see the first: refuse the silent pick.
@@ -516,15 +515,6 @@ std::filesystem::path absolute_or_cwd(const std::string& dir) {
 }
 
 }  // namespace
-
-bool is_secret_key_name(std::string_view key) {
-  std::string name = lower(key);
-  std::replace(name.begin(), name.end(), '-', '_');
-  for (const char* marker : {"api_key", "apikey", "secret", "password", "token", "credential"}) {
-    if (name.find(marker) != std::string::npos) return true;
-  }
-  return false;
-}
 
 SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
                            const std::string& relative_base_dir) {

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "sandboxd/core/config.hpp"
+#include "sandboxd/json.hpp"
+#include "sandboxd/redact.hpp"
 
 namespace sandboxd::core {
 
@@ -22,19 +24,6 @@ constexpr const char* kRedacted = "<redacted>";
 
 Value string_value(const std::string& text, Allocator& alloc) {
   return Value(text.data(), static_cast<rapidjson::SizeType>(text.size()), alloc);
-}
-
-// "scheme://user:password@host/…" → "scheme://<redacted>@host/…"; other strings unchanged.
-bool strip_url_userinfo(std::string& text) {
-  const auto scheme_end = text.find("://");
-  if (scheme_end == std::string::npos) return false;
-  const auto authority_begin = scheme_end + 3;
-  auto authority_end = text.find_first_of("/?#", authority_begin);
-  if (authority_end == std::string::npos) authority_end = text.size();
-  const auto at = text.rfind('@', authority_end == 0 ? 0 : authority_end - 1);
-  if (at == std::string::npos || at < authority_begin) return false;
-  text.replace(authority_begin, at - authority_begin, kRedacted);
-  return true;
 }
 
 void redact(Value& value, Allocator& alloc) {
@@ -69,8 +58,7 @@ Value plugin_section(const PluginSection& section, Allocator& alloc) {
   out.AddMember("key_path", string_value(section.key_path, alloc), alloc);
   Document options(&alloc);
   const std::string text = section.options_json.empty() ? "{}" : section.options_json;
-  options.Parse(text.data(), text.size());
-  if (options.HasParseError()) {
+  if (!parse_json(options, text)) {
     out.AddMember("options", Value("<redacted: options are not valid JSON>", alloc), alloc);
   } else {
     redact(options, alloc);

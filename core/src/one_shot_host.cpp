@@ -17,6 +17,7 @@
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
+#include "sandboxd/json.hpp"
 
 namespace sandboxd::core {
 namespace {
@@ -118,8 +119,9 @@ SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) 
   config.renewal_interval_seconds = interval;
   // The store reads its timing from its own section, so the section says it too.
   Document section;
-  section.Parse(config.ownership.options_json.c_str());
-  if (section.HasParseError() || !section.IsObject()) section.SetObject();
+  if (!parse_json(section, config.ownership.options_json) || !section.IsObject()) {
+    section.SetObject();
+  }
   auto& alloc = section.GetAllocator();
   section.RemoveMember("renewal_interval_seconds");
   section.AddMember("renewal_interval_seconds", Value(interval), alloc);
@@ -187,8 +189,7 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
       " (the file is rewritten by sandboxctl only; move it aside to start over: the sandboxes keep "
       "running and `sandboxctl reconcile` adopts them once their leases lapse)";
   Document doc;
-  doc.Parse<rapidjson::kParseIterativeFlag>(body.c_str(), body.size());
-  if (doc.HasParseError() || !doc.IsObject()) {
+  if (!parse_json(doc, body) || !doc.IsObject()) {
     throw RegistryFileError(path_.string() + " is not a sandboxctl registry (malformed JSON)" +
                             fix);
   }

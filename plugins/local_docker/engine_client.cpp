@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <sandboxd/http.hpp>
+#include <sandboxd/json.hpp>
 
 namespace sandboxd::local_docker {
 namespace {
@@ -25,8 +26,7 @@ std::string format_seconds(double seconds) {
 
 std::string HttpResponse::message() const {
   rapidjson::Document doc;
-  doc.Parse(body.c_str(), body.size());
-  if (!doc.HasParseError() && doc.IsObject()) {
+  if (parse_json(doc, body) && doc.IsObject()) {
     auto it = doc.FindMember("message");
     if (it != doc.MemberEnd() && it->value.IsString()) return it->value.GetString();
   }
@@ -107,8 +107,7 @@ std::string EngineClient::api_version() {
                                    std::to_string(response.status) + ": " + response.message());
     }
     rapidjson::Document doc;
-    doc.Parse(response.body.c_str(), response.body.size());
-    if (!doc.HasParseError() && doc.IsObject()) {
+    if (parse_json(doc, response.body) && doc.IsObject()) {
       if (doc.HasMember("ApiVersion") && doc["ApiVersion"].IsString()) {
         engine.max = parse_api_version(doc["ApiVersion"].GetString());
       }

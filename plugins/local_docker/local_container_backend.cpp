@@ -46,6 +46,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sandboxd/json.hpp>
 #include <sandboxd/readiness.hpp>
 #include <sandboxd/sdk.hpp>
 #include <set>
@@ -155,8 +156,7 @@ struct ContainerState {
 
 std::optional<ContainerState> parse_inspect(const std::string& body) {
   rapidjson::Document doc;
-  doc.Parse(body.c_str(), body.size());
-  if (doc.HasParseError() || !doc.IsObject()) return std::nullopt;
+  if (!parse_json(doc, body) || !doc.IsObject()) return std::nullopt;
   ContainerState state;
   state.id = string_member(doc, "Id");
   state.name = string_member(doc, "Name");
@@ -583,13 +583,23 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     }
 
     rapidjson::Document doc;
-    doc.Parse(created.body.c_str(), created.body.size());
-    const std::string id = doc.HasParseError() ? std::string() : string_member(doc, "Id");
+    const std::string id =
+        parse_json(doc, created.body) && doc.IsObject() ? string_member(doc, "Id") : std::string();
     if (id.empty()) {
       throw std::runtime_error(
           "Failed to start sandbox container: the engine's create answer "
           "carried no container id");
     }
+    // The container exists from here on: every way out of this attempt but success removes it
+    // (a /start or inspect that times out or fails must not leave it behind).
+    struct RemoveUnlessKept {
+      LocalContainerBackend* backend;
+      const std::string& id;
+      bool keep = false;
+      ~RemoveUnlessKept() {
+        if (!keep) backend->remove_quietly(id);
+      }
+    } created_container{this, id};
 
     const HttpResponse started =
         client_.call("POST", "/containers/" + id + "/start", settings_.request_timeout_seconds);
@@ -605,7 +615,6 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     }
     if (started.status != 204 && started.status != 304 && !running_anyway) {
       const std::string message = started.message();
-      remove_quietly(id);
       if (is_port_conflict_message(message)) {
         log(LogLevel::warning,
             "Port " + (host_port > 0 ? std::to_string(host_port) : std::string("(engine-chosen)")) +
@@ -628,7 +637,6 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     }
     if (state->host_port == 0) state->host_port = host_port;
     if (state->host_port == 0) {
-      remove_quietly(id);
       throw std::runtime_error("Sandbox container " + name +
                                " started but the engine reported no host port for 8080/tcp");
     }
@@ -640,6 +648,7 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     info.user_id = request.user_id;
     info.thread_id = request.thread_id;
     info.mount_contract_version = kSandboxMountContractVersion;
+    created_container.keep = true;
     return info;
   }
   throw std::runtime_error(
@@ -657,8 +666,7 @@ void LocalContainerBackend::pull_image() {
   const auto handle_line = [&](const std::string& line) {
     if (line.find_first_not_of(" \r\t") == std::string::npos) return;
     rapidjson::Document doc;
-    doc.Parse(line.c_str(), line.size());
-    if (doc.HasParseError() || !doc.IsObject()) return;
+    if (!parse_json(doc, line) || !doc.IsObject()) return;
     if (std::string e = string_member(doc, "error"); !e.empty()) {
       error = e;
       return;
@@ -672,17 +680,33 @@ void LocalContainerBackend::pull_image() {
     const std::string status = string_member(doc, "status");
     const std::string id = string_member(doc, "id");
     if (status.empty() || last_status[id] == status) return;
+    if (last_status.size() > 4096) last_status.clear();  // layer ids come from the engine
     last_status[id] = status;
     log(LogLevel::info,
         "Pulling image " + settings_.image + ": " + (id.empty() ? "" : id + ": ") + status);
   };
+  // The engine's progress lines are a few hundred bytes; one that grows past this without a
+  // newline is dropped up to its end, so a misbehaving engine cannot grow the buffer forever.
+  constexpr std::size_t kMaxProgressLine = 1u << 20;
+  bool dropping_line = false;
   const BodySink sink = [&](std::string_view chunk) {
     if (head.size() < 4096) head.append(chunk.substr(0, 4096 - head.size()));
-    pending.append(chunk);
-    std::size_t newline;
-    while ((newline = pending.find('\n')) != std::string::npos) {
-      handle_line(pending.substr(0, newline));
-      pending.erase(0, newline + 1);
+    while (!chunk.empty()) {
+      const std::size_t newline = chunk.find('\n');
+      const std::string_view piece = chunk.substr(0, newline);
+      if (!dropping_line) {
+        if (pending.size() + piece.size() > kMaxProgressLine) {
+          dropping_line = true;
+          pending.clear();
+        } else {
+          pending.append(piece);
+        }
+      }
+      if (newline == std::string_view::npos) break;
+      if (!dropping_line) handle_line(pending);
+      pending.clear();
+      dropping_line = false;
+      chunk.remove_prefix(newline + 1);
     }
   };
 
@@ -769,12 +793,14 @@ void LocalContainerBackend::remove_quietly(const std::string& id) {
     const HttpResponse r = client_.call("DELETE", "/containers/" + id + "?force=true&v=true",
                                         settings_.request_timeout_seconds);
     if (!r.ok() && r.status != 404) {
-      log(LogLevel::warning,
-          "Could not remove container " + short_id(id) + " after a failed start: " + r.message());
+      log(LogLevel::warning, "Could not remove container " + short_id(id) +
+                                 " after a failed start: " + r.message() +
+                                 " (remove it by hand: docker rm -f " + short_id(id) + ")");
     }
   } catch (const std::exception& e) {
-    log(LogLevel::warning,
-        "Could not remove container " + short_id(id) + " after a failed start: " + e.what());
+    log(LogLevel::warning, "Could not remove container " + short_id(id) +
+                               " after a failed start: " + e.what() +
+                               " (remove it by hand: docker rm -f " + short_id(id) + ")");
   }
 }
 
@@ -926,8 +952,7 @@ std::vector<SandboxInfo> LocalContainerBackend::list_running() {
          {list("label", std::string(kLabelManagedBy) + "=" + kManagedByValue),
           list("name", name_prefix)}) {
       rapidjson::Document doc;
-      doc.Parse(body.c_str(), body.size());
-      if (doc.HasParseError() || !doc.IsArray()) {
+      if (!parse_json(doc, body) || !doc.IsArray()) {
         throw std::runtime_error("the engine's container list could not be read");
       }
       for (const auto& entry : doc.GetArray()) {

@@ -44,7 +44,7 @@ HttpResponse http_request(const std::string& method, const std::string& url,
     response.body = std::move(answer.body);
     return response;
   } catch (const http::TransportError& e) {
-    throw TransportError(method + " " + url + ": " + e.what());
+    throw TransportError(method + " " + redacted_url(url) + ": " + e.what());
   }
 }
 

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "provisioner_support.hpp"
+#include "sandboxd/http.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace sandboxd::remote_provisioner {
@@ -52,9 +54,16 @@ std::optional<int> contract_version_member(const rapidjson::Value& object) {
   return std::nullopt;
 }
 
+// sandbox_url as the service returned it, if it is a URL we may request: a provisioner (or
+// whatever answers in its place) must not point the provider at file:///dev/zero or similar.
+std::optional<std::string> sandbox_url_member(const rapidjson::Value& object) {
+  auto url = non_empty_string_member(object, "sandbox_url");
+  if (!url || !http::is_http_url(*url)) return std::nullopt;
+  return url;
+}
+
 bool parse_object(const std::string& body, rapidjson::Document& doc) {
-  doc.Parse(body.c_str(), body.size());
-  return !doc.HasParseError() && doc.IsObject();
+  return parse_json(doc, body) && doc.IsObject();
 }
 
 }  // namespace
@@ -74,7 +83,20 @@ class RemoteSandboxBackend final : public SandboxBackend {
     base_url_ = *url;
     while (!base_url_.empty() && base_url_.back() == '/') base_url_.pop_back();
     if (base_url_.empty()) options.reject("provisioner_url", "must not be just '/'");
+    if (!http::is_http_url(base_url_)) {
+      options.reject("provisioner_url",
+                     "must be an http:// or https:// URL, got '" + redacted_url(base_url_) + "'");
+    }
     api_key_ = options.get_string("provisioner_api_key", "");
+    // The key goes into a request header line: a CR, LF or other control character would let
+    // it end the header and inject others (the value itself is never shown).
+    for (const char c : api_key_) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        options.reject("provisioner_api_key",
+                       "contains a control character (CR, LF, tab or similar); the value is not "
+                       "shown");
+      }
+    }
     for (const auto& key : options.unread_keys()) {
       logger_->warning("Unknown remote provisioner option " + key + " ignored");
     }
@@ -156,6 +178,10 @@ class RemoteSandboxBackend final : public SandboxBackend {
       }
       auto url = non_empty_string_member(doc, "sandbox_url");
       if (!url) throw std::runtime_error("response has no sandbox_url");
+      if (!http::is_http_url(*url)) {
+        throw std::runtime_error("response has a sandbox_url that is not http:// or https://: '" +
+                                 redacted_url(url->substr(0, 200)) + "'");
+      }
       auto version = contract_version_member(doc);
       if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
       returned = *version;
@@ -238,7 +264,7 @@ class RemoteSandboxBackend final : public SandboxBackend {
       logger_->debug("Provisioner discover for " + sandbox_id + ": malformed response");
       return std::nullopt;
     }
-    auto url = non_empty_string_member(doc, "sandbox_url");
+    auto url = sandbox_url_member(doc);
     auto user = non_empty_string_member(doc, "user_id");
     auto thread = non_empty_string_member(doc, "thread_id");
     auto version = contract_version_member(doc);
@@ -283,7 +309,7 @@ class RemoteSandboxBackend final : public SandboxBackend {
     auto version = contract_version_member(doc);
     if (!version) return SandboxDiscoveryResult::unknown();
     std::optional<SandboxInfo> info;
-    if (auto url = non_empty_string_member(doc, "sandbox_url")) {
+    if (auto url = sandbox_url_member(doc)) {
       SandboxInfo found;
       found.sandbox_id = sandbox_id;
       found.sandbox_url = *url;
@@ -318,11 +344,13 @@ class RemoteSandboxBackend final : public SandboxBackend {
       std::optional<std::string> url;
       if (entry.IsObject()) {
         id = non_empty_string_member(entry, "sandbox_id");
-        url = non_empty_string_member(entry, "sandbox_url");
+        url = sandbox_url_member(entry);
       }
       if (!id || !url) {
-        logger_->warning("Provisioner list_running: skipping malformed entry " +
-                         json_to_string(entry));
+        std::string shown = json_to_string(entry);
+        if (shown.size() > kMaxShownValueChars)
+          shown = shown.substr(0, kMaxShownValueChars) + "...";
+        logger_->warning("Provisioner list_running: skipping malformed entry " + shown);
         continue;
       }
       SandboxInfo info;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sandboxd/core/config.hpp"
+#include "sandboxd/plugin_config.hpp"
 
 namespace sandboxd::core {
 namespace {
@@ -709,6 +710,35 @@ TEST_F(ConfigTest, ParseConfigResolvesRelativePluginDirsAgainstTheGivenBase) {
   const SandboxConfig config =
       parse_config(R"({"sandbox": {"plugin_dirs": ["p"]}})", "inline", "/srv/conf");
   EXPECT_EQ(config.plugin_dirs, std::vector<std::string>{"/srv/conf/p"});
+}
+
+// ── hostile input (issue 13 A.4, A.7) ──
+
+TEST_F(ConfigTest, DeeplyNestedJsonIsRefusedWithItsPositionNotACrash) {
+  const std::string message = error_for("{\"sandbox\":" + std::string(1000000, '['));
+  EXPECT_THAT(message,
+              HasSubstr("malformed JSON at line 1, column 75: nested deeper than 64 levels"));
+}
+
+TEST(PluginConfigTest, AWrongTypeUnderEnvironmentIsDescribedByItsTypeOnly) {
+  try {
+    sandboxd::PluginConfig options(R"({"environment":{"X":{"nested":"s3cr3t-2"}}})",
+                                   "sandbox.backend");
+    options.get_string_map("environment");
+    FAIL() << "expected a PluginConfigError";
+  } catch (const sandboxd::PluginConfigError& error) {
+    EXPECT_STREQ(
+        error.what(),
+        "sandbox.backend.environment.X: expected a string, got an object (value redacted)");
+  }
+  try {
+    sandboxd::PluginConfig options(R"({"image":{"very":"long"}})", "sandbox.backend");
+    options.get_string("image", "");
+    FAIL() << "expected a PluginConfigError";
+  } catch (const sandboxd::PluginConfigError& error) {
+    EXPECT_STREQ(error.what(),
+                 R"(sandbox.backend.image: expected a string, got an object {"very":"long"})");
+  }
 }
 
 }  // namespace

@@ -616,4 +616,127 @@ TEST_F(RemoteBackendTest, ApiKeyNeverAppearsInALogLine) {
   }
 }
 
+// ── bad answers and bad settings (issue 13 A.4, A.7) ──
+
+const std::string kRejectedBy = " (rejected by plugin 'remote_provisioner:RemoteSandboxBackend')";
+
+std::string load_error(Host& host, const std::string& config_json) {
+  try {
+    load(host, config_json);
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST_F(RemoteBackendTest, CreateRefusesASandboxUrlThatIsNotHttp) {
+  auto remote = backend();
+  CreateRequest request;
+  request.sandbox_id = "s";
+  for (const std::string url : {"file:///dev/zero", "gopher://127.0.0.1/", "//host/x"}) {
+    server_.push("POST /api/sandboxes", 200, R"({"sandbox_id":"s","sandbox_url":")" + url + "\"}");
+    try {
+      remote->create(request);
+      FAIL() << url << " was accepted";
+    } catch (const std::runtime_error& error) {
+      EXPECT_EQ(std::string(error.what()),
+                "Provisioner create failed: response has a sandbox_url that is not http:// or "
+                "https://: '" +
+                    url + "'");
+    }
+  }
+}
+
+TEST_F(RemoteBackendTest, DiscoveryAndListingIgnoreASandboxUrlThatIsNotHttp) {
+  auto remote = backend();
+  server_.push("GET /api/sandboxes/s", 200,
+               R"({"sandbox_url":"file:///dev/zero","user_id":"alice","thread_id":"t"})");
+  EXPECT_FALSE(remote->discover("s").has_value());
+  server_.push("GET /api/sandboxes", 200,
+               R"({"sandboxes":[{"sandbox_id":"a","sandbox_url":"file:///etc/passwd"},)"
+               R"({"sandbox_id":"b","sandbox_url":"http://127.0.0.1:1"}],"count":2})");
+  const auto listed = remote->list_running();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].sandbox_id, "b");
+}
+
+TEST_F(RemoteBackendTest, DeepAndEndlessBodiesAreClearErrorsNotCrashes) {
+  auto remote = backend();
+  CreateRequest request;
+  request.sandbox_id = "s";
+  server_.push("POST /api/sandboxes", 200, std::string(1000000, '['));
+  try {
+    remote->create(request);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what())
+                  .rfind("Provisioner create failed: response is not a JSON "
+                         "object: HTTP 200 [[[[",
+                         0),
+              0u)
+        << std::string(error.what()).substr(0, 200);
+    EXPECT_LT(std::string(error.what()).size(), 700u);  // the body is shortened in the message
+  }
+  server_.push("GET /api/sandboxes", 200, "{\"sandboxes\":" + std::string(1000000, '[') + "}");
+  EXPECT_TRUE(remote->list_running().empty());
+  server_.push("GET /api/sandboxes/s", 200, std::string(40u << 20, ' '));
+  EXPECT_FALSE(remote->discover("s").has_value());
+  EXPECT_TRUE(host_.logger->contains(LogLevel::debug, "the answer's body exceeded 33554432 bytes"));
+}
+
+TEST_F(RemoteBackendTest, AProvisionerUrlThatIsNotHttpIsRefusedAtLoad) {
+  const std::string error = load_error(host_, R"({"provisioner_url":"file:///var/run/x"})");
+  EXPECT_EQ(error,
+            "sandbox.backend.provisioner_url: must be an http:// or https:// URL, got "
+            "'file:///var/run/x'" +
+                kRejectedBy);
+}
+
+TEST_F(RemoteBackendTest, CredentialsInTheProvisionerUrlNeverReachAMessage) {
+  const std::string url = "http://gateway:hunter2@127.0.0.1:" + std::to_string(closed_port());
+  auto remote = load(host_, url, "");
+  CreateRequest request;
+  request.sandbox_id = "s";
+  std::string error;
+  try {
+    remote->create(request);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("http://<redacted>@127.0.0.1:"), std::string::npos) << error;
+  remote->refresh_capabilities_if_stale();
+  remote->discover("s");
+  remote->list_running();
+  SandboxInfo info;
+  info.sandbox_id = "s";
+  remote->destroy(info);
+  EXPECT_EQ(error.find("hunter2"), std::string::npos) << error;
+  ASSERT_FALSE(host_.logger->lines().empty());
+  for (const auto& line : host_.logger->lines()) {
+    EXPECT_EQ(line.message.find("hunter2"), std::string::npos) << line.message;
+  }
+  EXPECT_EQ(load_error(host_, R"({"provisioner_url":"ftp://u:hunter2@h"})").find("hunter2"),
+            std::string::npos);
+}
+
+TEST_F(RemoteBackendTest, AnApiKeyWithALineBreakIsRefusedWithoutShowingIt) {
+  const std::string config = "{\"provisioner_url\":\"" + server_.url() +
+                             "\",\"provisioner_api_key\":\"k3y\\r\\nX-Injected: 1\"}";
+  const std::string error = load_error(host_, config);
+  EXPECT_EQ(error,
+            "sandbox.backend.provisioner_api_key: contains a control character (CR, LF, tab or "
+            "similar); the value is not shown" +
+                kRejectedBy);
+  EXPECT_TRUE(server_.requests().empty());
+}
+
+TEST_F(RemoteBackendTest, AMistypedApiKeyIsDescribedByItsTypeOnly) {
+  const std::string error = load_error(
+      host_, "{\"provisioner_url\":\"" + server_.url() + "\",\"provisioner_api_key\":987654321}");
+  EXPECT_EQ(error,
+            "sandbox.backend.provisioner_api_key: expected a string, got a number (value "
+            "redacted)" +
+                kRejectedBy);
+}
+
 }  // namespace

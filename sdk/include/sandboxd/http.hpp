@@ -3,6 +3,11 @@
 //
 // Thread safety: every call creates and cleans up its own CURL easy handle, so calls run in
 // parallel without shared libcurl state.
+//
+// What an answer can cost is bounded: only http:// and https:// URLs are requested (a
+// provisioner-supplied sandbox URL of file:///dev/zero is refused before libcurl sees it), a
+// buffered body stops at Request::max_body_bytes, the headers at kMaxHeaderBytes, and the whole
+// request at its timeout. A streamed body (body_sink) is the sink's to bound.
 #pragma once
 
 #include <curl/curl.h>
@@ -10,6 +15,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstddef>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,7 +26,12 @@
 #include <string_view>
 #include <vector>
 
+#include "sandboxd/redact.hpp"
+
 namespace sandboxd::http {
+
+inline constexpr std::size_t kDefaultMaxBodyBytes = 32u << 20;  // an engine listing 10,000 ≈ 15 MiB
+inline constexpr std::size_t kMaxHeaderBytes = 1u << 20;
 
 struct Request {
   std::string method = "GET";
@@ -30,8 +42,11 @@ struct Request {
   double connect_timeout_seconds = 0.0;  // 0: same as timeout_seconds
   std::string unix_socket;               // talk HTTP over this socket instead of TCP
   bool use_environment_proxy = false;    // decide with sandboxd::trust_env for sandbox URLs
-  // Receives the body piece by piece (streamed answers); Response::body then stays empty.
+  // Receives the body piece by piece (streamed answers); Response::body then stays empty. An
+  // exception it throws ends the transfer and is rethrown by perform().
   std::function<void(std::string_view chunk)> body_sink;
+  // A buffered body longer than this ends the request with TransportError (too_large()).
+  std::size_t max_body_bytes = kDefaultMaxBodyBytes;
 };
 
 struct Response {
@@ -42,17 +57,32 @@ struct Response {
   bool ok() const { return status >= 200 && status < 300; }
 };
 
-// No HTTP answer arrived: refused, reset, name not resolved, or the timeout passed (in which
-// case the request may still be in flight at the server).
+// No usable HTTP answer arrived: refused, reset, name not resolved, the timeout passed (in
+// which case the request may still be in flight at the server), the answer was larger than
+// allowed, or the URL was not http(s) and nothing was sent.
 class TransportError : public std::runtime_error {
  public:
-  TransportError(const std::string& what, bool timed_out)
-      : std::runtime_error(what), timed_out_(timed_out) {}
+  TransportError(const std::string& what, bool timed_out, bool too_large = false)
+      : std::runtime_error(what), timed_out_(timed_out), too_large_(too_large) {}
   bool timed_out() const { return timed_out_; }
+  bool too_large() const { return too_large_; }
 
  private:
   bool timed_out_;
+  bool too_large_;
 };
+
+// True for "http://…" and "https://…" (scheme case-insensitive), the only URLs perform() requests.
+inline bool is_http_url(std::string_view url) {
+  const auto has_scheme = [&](std::string_view scheme) {
+    if (url.size() <= scheme.size()) return false;
+    for (std::size_t i = 0; i < scheme.size(); ++i) {
+      if (std::tolower(static_cast<unsigned char>(url[i])) != scheme[i]) return false;
+    }
+    return true;
+  };
+  return has_scheme("http://") || has_scheme("https://");
+}
 
 namespace detail {
 
@@ -66,18 +96,34 @@ inline long to_millis(double seconds) {
   return static_cast<long>(std::ceil(seconds * 1000.0));
 }
 
+// What the libcurl callbacks write into. Returning fewer bytes than offered aborts the
+// transfer (CURLE_WRITE_ERROR); the reason is kept here, since nothing may throw through C.
 struct Sinks {
   std::string* body;
   const std::function<void(std::string_view)>* stream;
   std::map<std::string, std::string>* headers;
+  std::size_t max_body_bytes = kDefaultMaxBodyBytes;
+  std::size_t header_bytes = 0;
+  bool body_too_large = false;
+  bool headers_too_large = false;
+  std::exception_ptr stream_error;
 };
 
 inline size_t on_body(char* data, size_t size, size_t count, void* user) {
   auto* sinks = static_cast<Sinks*>(user);
   const size_t bytes = size * count;
   if (*sinks->stream) {
-    (*sinks->stream)(std::string_view(data, bytes));
+    try {
+      (*sinks->stream)(std::string_view(data, bytes));
+    } catch (...) {
+      sinks->stream_error = std::current_exception();
+      return 0;
+    }
   } else {
+    if (bytes > sinks->max_body_bytes - sinks->body->size()) {
+      sinks->body_too_large = true;
+      return 0;
+    }
     sinks->body->append(data, bytes);
   }
   return bytes;
@@ -86,6 +132,11 @@ inline size_t on_body(char* data, size_t size, size_t count, void* user) {
 inline size_t on_header(char* data, size_t size, size_t count, void* user) {
   auto* sinks = static_cast<Sinks*>(user);
   const size_t bytes = size * count;
+  sinks->header_bytes += bytes;
+  if (sinks->header_bytes > kMaxHeaderBytes) {
+    sinks->headers_too_large = true;
+    return 0;
+  }
   const std::string line(data, bytes);
   const std::size_t colon = line.find(':');
   if (colon != std::string::npos) {
@@ -105,6 +156,11 @@ inline size_t on_header(char* data, size_t size, size_t count, void* user) {
 
 // Performs `request`. HTTP error statuses are returned; a missing answer throws TransportError.
 inline Response perform(const Request& request) {
+  if (!is_http_url(request.url)) {
+    throw TransportError("refused to request " + redacted_url(request.url) +
+                             ": only http:// and https:// URLs are allowed",
+                         false);
+  }
   detail::global_init_once();
   std::unique_ptr<CURL, void (*)(CURL*)> handle(curl_easy_init(), curl_easy_cleanup);
   if (!handle) throw TransportError("libcurl could not create a request handle", false);
@@ -112,6 +168,7 @@ inline Response perform(const Request& request) {
 
   Response response;
   detail::Sinks sinks{&response.body, &request.body_sink, &response.headers};
+  sinks.max_body_bytes = request.max_body_bytes;
   char error_buffer[CURL_ERROR_SIZE] = {0};
   const double connect_timeout =
       request.connect_timeout_seconds > 0
@@ -121,6 +178,13 @@ inline Response perform(const Request& request) {
   if (!request.unix_socket.empty()) {
     curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, request.unix_socket.c_str());
   }
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: the string form; the bitmask is deprecated there
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(curl, CURLOPT_PROTOCOLS, CURLPROTO_HTTP | CURLPROTO_HTTPS);
+  curl_easy_setopt(curl, CURLOPT_REDIR_PROTOCOLS, CURLPROTO_HTTP | CURLPROTO_HTTPS);
+#endif
   if (!request.use_environment_proxy) curl_easy_setopt(curl, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);  // required for timeouts in threaded programs
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, detail::to_millis(request.timeout_seconds));
@@ -157,6 +221,17 @@ inline Response perform(const Request& request) {
   }
 
   const CURLcode code = curl_easy_perform(curl);
+  if (sinks.stream_error) std::rethrow_exception(sinks.stream_error);
+  if (sinks.body_too_large) {
+    throw TransportError("the answer's body exceeded " + std::to_string(request.max_body_bytes) +
+                             " bytes; the transfer was cut off",
+                         false, true);
+  }
+  if (sinks.headers_too_large) {
+    throw TransportError("the answer's headers exceeded " + std::to_string(kMaxHeaderBytes) +
+                             " bytes; the transfer was cut off",
+                         false, true);
+  }
   if (code != CURLE_OK) {
     const std::string detail = error_buffer[0] != 0 ? error_buffer : curl_easy_strerror(code);
     throw TransportError(detail, code == CURLE_OPERATION_TIMEDOUT);

@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "sandboxd/errors.hpp"
+#include "sandboxd/json.hpp"
+#include "sandboxd/redact.hpp"
 #include "sandboxd/types.hpp"
 
 namespace sandboxd {
@@ -37,14 +39,19 @@ inline const char* json_type_name(const rapidjson::Value& value) {
   return "an object";
 }
 
+inline constexpr std::size_t kMaxShownValueChars = 200;
+
 // Not thread-safe: build one while constructing a plugin, read what you need, drop it.
 class PluginConfig {
  public:
   // json_text is the plugin's section as a JSON object; key_path names where it sits.
   PluginConfig(const std::string& json_text, std::string key_path)
       : key_path_(std::move(key_path)) {
-    document_.Parse(json_text.c_str(), json_text.size());
-    if (document_.HasParseError()) {
+    if (json_nesting_exceeded_at(json_text)) {
+      throw PluginConfigError(key_path_, "malformed JSON: nested deeper than " +
+                                             std::to_string(kMaxJsonNesting) + " levels");
+    }
+    if (!parse_json(document_, json_text)) {
       throw PluginConfigError(
           key_path_,
           std::string("malformed JSON: ") + rapidjson::GetParseError_En(document_.GetParseError()));
@@ -176,10 +183,20 @@ class PluginConfig {
     return out;
   }
 
+  // The bad value is shown shortened, and not at all under a secret-named key or an
+  // `environment` object (a mistyped API key must not reach error output).
   [[noreturn]] void fail(const std::string& key, const std::string& expected,
                          const rapidjson::Value& got) const {
-    throw PluginConfigError(path_of(key), "expected " + expected + ", got " + json_type_name(got) +
-                                              " " + json_to_string(got));
+    const std::string path = path_of(key);
+    std::string shown;
+    if (is_secret_key_path(path)) {
+      shown = "(value redacted)";
+    } else {
+      shown = json_to_string(got);
+      if (shown.size() > kMaxShownValueChars) shown = shown.substr(0, kMaxShownValueChars) + "...";
+    }
+    throw PluginConfigError(path,
+                            "expected " + expected + ", got " + json_type_name(got) + " " + shown);
   }
   [[noreturn]] void reject(const std::string& key, const std::string& problem) const {
     throw PluginConfigError(path_of(key), problem);

@@ -89,6 +89,8 @@ inline bool trust_env(const std::string& url) {
   return host.find('.') != std::string::npos;
 }
 
+inline constexpr std::size_t kReadinessMaxBodyBytes = 64u << 10;
+
 struct ReadinessBackoff {
   double first_delay_seconds = 0.005;
   double max_delay_seconds = 0.5;
@@ -102,6 +104,9 @@ inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double time
   request.url = sandbox_url + "/v1/sandbox";
   request.timeout_seconds = timeout_seconds;
   request.use_environment_proxy = trust_env(sandbox_url);
+  // The sandbox serves agent-controlled code: its answer is read only this far, and a larger
+  // one counts as not ready (the sandbox API's status body is a few hundred bytes).
+  request.max_body_bytes = kReadinessMaxBodyBytes;
   try {
     return http::perform(request).status == 200;
   } catch (const http::TransportError&) {

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sandboxd/redact.hpp"
+
 namespace sandboxd::core {
 
 inline constexpr const char* kLocalDockerUse = "local_docker:LocalContainerBackend";
@@ -72,7 +74,7 @@ SandboxConfig parse_config(const std::string& json_text, const std::string& sour
 
 // true when a key of this name holds a secret: its lower-cased name (with '-' read as '_')
 // contains api_key, apikey, secret, password, token or credential.
-bool is_secret_key_name(std::string_view key);
+using sandboxd::is_secret_key_name;  // defined in sandboxd/redact.hpp
 
 // The resolved settings as pretty JSON with every secret replaced by "<redacted>" (environment
 // values, api keys, passwords, tokens): what `sandboxctl check-config` prints.
