@@ -12,7 +12,9 @@
 //     "environment": {"KEY": "value"},          // values are never logged
 //     "memory": "2g", "cpus": 2, "pids_limit": 1024,
 //     "stop_timeout_seconds": 10,
-//     "security_opt": ["seccomp=unconfined"],
+//     "security_opt": [],          // e.g. ["seccomp=unconfined"] for an image that needs it
+//     "no_new_privileges": true,   // adds "no-new-privileges" to security_opt
+//     "cap_drop": ["ALL"], "cap_add": ["CHOWN", "DAC_OVERRIDE", …]  // kDefaultCapabilities
 //     "init": true,
 //     "bind_host": "127.0.0.1",    // else DEER_FLOW_SANDBOX_BIND_HOST, else SPEC §9.4
 //     "sandbox_host": "localhost", // host in sandbox URLs; else DEER_FLOW_SANDBOX_HOST
@@ -74,6 +76,13 @@ constexpr const char* kLabelUserId = "sandboxd.user-id";
 constexpr const char* kLabelThreadId = "sandboxd.thread-id";
 constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
 
+// What is left after dropping ALL: an image's init and process supervisor switching users
+// (SETUID, SETGID), handing files to them (CHOWN, FOWNER, FSETID, DAC_OVERRIDE), signalling
+// them (KILL), and services on ports below 1024 (NET_BIND_SERVICE). Docker's default set also
+// has MKNOD, NET_RAW, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE, which sandboxed code has no
+// business with; `cap_add` restores any of them.
+constexpr const char* kDefaultCapabilities[] = {
+    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"};
 constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
 constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
 constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
@@ -246,7 +255,9 @@ struct Settings {
   double cpus = 0;
   long long pids_limit = 0;
   long long stop_timeout_seconds = 10;
-  std::vector<std::string> security_opt;
+  std::vector<std::string> security_opt;  // no-new-privileges included unless turned off
+  std::vector<std::string> cap_drop;
+  std::vector<std::string> cap_add;
   bool init = true;
   std::string bind_host;     // as SPEC §9.4 renders it ("[::1]" for IPv6 loopback)
   std::string sandbox_host;  // host part of sandbox URLs
@@ -393,8 +404,20 @@ Settings LocalContainerBackend::read_settings(const PluginContext& context) {
     options.reject("stop_timeout_seconds", "must be between 0 and 3600");
   }
 
-  s.security_opt = options.has("security_opt") ? options.get_string_list("security_opt")
-                                               : std::vector<std::string>{"seccomp=unconfined"};
+  // Secure by default (issue 13 D): no privilege gain through setuid binaries, every
+  // capability dropped but the few an image's init and services use, the engine's default
+  // seccomp profile. DeerFlow runs with seccomp=unconfined; set it here if the image needs it.
+  s.security_opt = options.get_string_list("security_opt");
+  if (options.get_bool("no_new_privileges", true) &&
+      std::find(s.security_opt.begin(), s.security_opt.end(), "no-new-privileges") ==
+          s.security_opt.end()) {
+    s.security_opt.push_back("no-new-privileges");
+  }
+  s.cap_drop = options.has("cap_drop") ? options.get_string_list("cap_drop")
+                                       : std::vector<std::string>{"ALL"};
+  s.cap_add = options.has("cap_add") ? options.get_string_list("cap_add")
+                                     : std::vector<std::string>(std::begin(kDefaultCapabilities),
+                                                                std::end(kDefaultCapabilities));
   s.init = options.get_bool("init", true);
 
   s.sandbox_host = trimmed(options.get_string("sandbox_host", ""));
@@ -488,6 +511,14 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
     w.Key("SecurityOpt");
     w.StartArray();
     for (const auto& opt : settings_.security_opt) str(opt);
+    w.EndArray();
+  }
+  for (const auto& [key, list] :
+       {std::pair{"CapDrop", &settings_.cap_drop}, std::pair{"CapAdd", &settings_.cap_add}}) {
+    if (list->empty()) continue;
+    w.Key(key);
+    w.StartArray();
+    for (const auto& capability : *list) str(capability);
     w.EndArray();
   }
   w.Key("Init");

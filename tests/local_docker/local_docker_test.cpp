@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -476,6 +477,48 @@ TEST_F(LocalDockerTest, MountsAreWritableOrReadOnlyAsConfigured) {
   EXPECT_NE(refused.output.find("Read-only file system"), std::string::npos) << refused.output;
   EXPECT_FALSE(fs::exists(fs::path(ro) / "out.txt"));
 
+  loaded.backend->destroy(info);
+}
+
+// Issue 13 D: secure defaults, checked on the engine's own record of the container and from
+// inside it: no-new-privileges, every capability dropped but eight, the pids limit, and the
+// engine's default seccomp profile (no seccomp=unconfined unless configured).
+TEST_F(LocalDockerTest, ContainersRunWithSecureDefaults) {
+  Loaded loaded = load();
+  const SandboxInfo info = loaded.backend->create(request("secure"));
+  ASSERT_TRUE(info.container_id.has_value());
+  const ld::HttpResponse inspected =
+      engine_->client().call("GET", "/containers/" + *info.container_id + "/json", 10.0);
+  ASSERT_EQ(inspected.status, 200) << inspected.body;
+  rapidjson::Document doc;
+  doc.Parse(inspected.body.c_str());
+  ASSERT_TRUE(doc.IsObject() && doc["HostConfig"].IsObject());
+  const auto& host = doc["HostConfig"];
+  const auto strings = [&](const char* key) {
+    std::vector<std::string> out;
+    if (host.HasMember(key) && host[key].IsArray()) {
+      for (const auto& v : host[key].GetArray()) out.push_back(v.GetString());
+    }
+    return out;
+  };
+  const auto security = strings("SecurityOpt");
+  EXPECT_NE(std::find(security.begin(), security.end(), "no-new-privileges"), security.end());
+  EXPECT_EQ(std::find(security.begin(), security.end(), "seccomp=unconfined"), security.end());
+  // Docker records CapDrop ["ALL"]; podman records what ALL removed from its default set.
+  // Either way the set inside (below) is the one that counts.
+  EXPECT_FALSE(strings("CapDrop").empty());
+  ASSERT_TRUE(host.HasMember("PidsLimit") && host["PidsLimit"].IsInt64());
+  EXPECT_EQ(host["PidsLimit"].GetInt64(), 1024);
+
+  // Inside: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, NET_BIND_SERVICE
+  // (bits 0 1 3 4 5 6 7 10 = 0x4fb) and nothing else, and no privilege gain.
+  auto status = engine_->exec(*info.container_id, {"cat", "/proc/self/status"});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  std::printf("inside the container: %s\n",
+              status.output.substr(status.output.find("CapInh"), 120).c_str());
+  EXPECT_NE(status.output.find("CapBnd:\t00000000000004fb"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("CapEff:\t00000000000004fb"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("NoNewPrivs:\t1"), std::string::npos) << status.output;
   loaded.backend->destroy(info);
 }
 
