@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sandboxd/lease_rules.hpp"
 #include "sandboxd/plugin_config.hpp"
 
 namespace sandboxd::core {
@@ -433,8 +434,9 @@ class Parser {
     }
 
     if (const Value* v = member(*section, "renewal_interval_seconds")) {
-      if (!v->IsNumber() || !(v->GetDouble() > 0.0)) {
-        fail("sandbox.ownership.renewal_interval_seconds", "a number > 0", *v);
+      if (!v->IsNumber() || !(v->GetDouble() > 0.0) ||
+          v->GetDouble() > lease_rules::kMaxRenewalIntervalSeconds) {
+        fail("sandbox.ownership.renewal_interval_seconds", "a number > 0 and <= 86400 (a day)", *v);
       }
       config_.renewal_interval_seconds = v->GetDouble();
     }

@@ -18,6 +18,7 @@
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/json.hpp"
+#include "sandboxd/lease_rules.hpp"
 
 namespace sandboxd::core {
 namespace {
@@ -115,7 +116,13 @@ std::string one_shot_owner_id(const std::filesystem::path& registry_file) {
 
 SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) {
   if (!(ttl_seconds > config.ttl_seconds())) return config;
-  const double interval = ttl_seconds / config.ttl_multiplier;
+  double interval = ttl_seconds / config.ttl_multiplier;
+  // A long idle timeout raises the multiplier, not the interval past its bound.
+  const bool raise_multiplier = interval > lease_rules::kMaxRenewalIntervalSeconds;
+  if (raise_multiplier) {
+    interval = lease_rules::kMaxRenewalIntervalSeconds;
+    config.ttl_multiplier = ttl_seconds / interval;
+  }
   config.renewal_interval_seconds = interval;
   // The store reads its timing from its own section, so the section says it too.
   Document section;
@@ -125,6 +132,10 @@ SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) 
   auto& alloc = section.GetAllocator();
   section.RemoveMember("renewal_interval_seconds");
   section.AddMember("renewal_interval_seconds", Value(interval), alloc);
+  if (raise_multiplier) {
+    section.RemoveMember("ttl_multiplier");
+    section.AddMember("ttl_multiplier", Value(config.ttl_multiplier), alloc);
+  }
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
   section.Accept(writer);

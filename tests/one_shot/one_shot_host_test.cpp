@@ -9,7 +9,9 @@
 
 #include <fstream>
 
+#include "sandboxd/core/config.hpp"
 #include "sandboxd/core/default_config.hpp"
+#include "sandboxd/lease_rules.hpp"
 #include "test_support.hpp"
 
 namespace sandboxd::testing {
@@ -113,6 +115,41 @@ TEST(OneShotHost, LeaseTtlIsRaisedToTheFloorThroughTheStoresOwnSection) {
   const auto unchanged = core::with_lease_ttl_at_least(config, 60);
   EXPECT_EQ(unchanged.ownership.options_json, config.ownership.options_json);
   EXPECT_DOUBLE_EQ(unchanged.ttl_seconds(), 120.0);
+}
+
+// Issue 13 A.7: the floor from a very long idle timeout raises the multiplier; the renewal
+// interval stays within its bound (beyond ~9.2e9 s the renewal wait overflowed and spun).
+TEST(OneShotHost, AHugeTtlFloorKeepsTheRenewalIntervalBounded) {
+  const auto config = core::parse_config(
+      R"({"sandbox": {"ownership": {"use": "ownership_memory:MemoryOwnershipStore"}}})",
+      "test.json");
+  const auto raised = core::with_lease_ttl_at_least(config, 4e10);
+  EXPECT_DOUBLE_EQ(raised.renewal_interval_seconds, lease_rules::kMaxRenewalIntervalSeconds);
+  EXPECT_DOUBLE_EQ(raised.ttl_seconds(), 4e10);
+  rapidjson::Document section;
+  section.Parse(raised.ownership.options_json.c_str());
+  EXPECT_DOUBLE_EQ(section["renewal_interval_seconds"].GetDouble(),
+                   lease_rules::kMaxRenewalIntervalSeconds);
+  EXPECT_DOUBLE_EQ(section["ttl_multiplier"].GetDouble(),
+                   4e10 / lease_rules::kMaxRenewalIntervalSeconds);
+}
+
+TEST(OneShotHost, ARenewalIntervalAboveADayIsRefused) {
+  for (const char* value : {"86401", "9.3e9", "1e308"}) {
+    try {
+      core::parse_config(std::string(R"({"sandbox": {"ownership": {"use": "ownership_memory:)"
+                                     R"(MemoryOwnershipStore", "renewal_interval_seconds": )") +
+                             value + "}}}",
+                         "test.json");
+      FAIL() << value << " was accepted";
+    } catch (const core::ConfigError& error) {
+      EXPECT_NE(std::string(error.what())
+                    .find("sandbox.ownership.renewal_interval_seconds: "
+                          "expected a number > 0 and <= 86400 (a day)"),
+                std::string::npos)
+          << error.what();
+    }
+  }
 }
 
 TEST(OneShotHost, OwnerIdIsStablePerRegistryFileAndDistinctBetweenThem) {

@@ -65,6 +65,10 @@ inline std::string format_one_decimal(double value) {
   return text.data();
 }
 
+// A day. Above about 9.2e9 s a wait of that length overflows the steady clock's nanoseconds and
+// returns at once, so the renewal loop would spin on store writes; nothing needs more than this.
+inline constexpr double kMaxRenewalIntervalSeconds = 86400.0;
+
 // The TTL inputs (SPEC §7.3, §11). ttl = renewal_interval_seconds × ttl_multiplier.
 struct LeaseTiming {
   double renewal_interval_seconds = 30.0;
@@ -81,6 +85,11 @@ inline LeaseTiming read_lease_timing(const PluginConfig& options) {
   if (!(timing.renewal_interval_seconds > 0.0)) {
     options.reject("renewal_interval_seconds",
                    "must be greater than 0 seconds, got " +
+                       json_to_string(*options.raw("renewal_interval_seconds")));
+  }
+  if (timing.renewal_interval_seconds > kMaxRenewalIntervalSeconds) {
+    options.reject("renewal_interval_seconds",
+                   "must be at most 86400 seconds (a day), got " +
                        json_to_string(*options.raw("renewal_interval_seconds")));
   }
   timing.ttl_multiplier = options.get_number("ttl_multiplier", timing.ttl_multiplier);
