@@ -222,8 +222,9 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
   const std::string id = provider_->acquire("thread-9", "bob");
   // Simulate a crash: forget the provider without shutdown, so the container keeps running.
   // (Detaching is the closest in-process analogue; the lease stays in the SQLite file.)
-  Provider* crashed = provider_.release();
-  (void)crashed;  // intentionally leaked: a crashed process runs no destructor
+  // A crashed process runs no destructor: the old provider is kept, untouched, until the end,
+  // then detached (which stops nothing) and freed, so the sanitizer run sees no leak.
+  std::unique_ptr<Provider> crashed = std::move(provider_);
 
   // A restarted instance with a new owner id: the lease is still live, so adoption waits
   // out the recovery grace, then adopts the container into its warm pool and reclaims it.
@@ -253,6 +254,7 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
   EXPECT_EQ(provider_->counts().warm, 1u) << "orphan was not adopted";
   EXPECT_EQ(provider_->acquire("thread-9", "bob"), id);
   provider_->shutdown();
+  crashed->detach();
 }
 
 }  // namespace
