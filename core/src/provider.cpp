@@ -535,10 +535,10 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
       registry_.thread_map.erase(mapping);
       return std::nullopt;
     }
-    log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id +
-                            "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
     registry_.last_activity[sandbox_id] = now();
   }
+  log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id +
+                          "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
 
   try {
     publish_ownership(sandbox_id);

@@ -447,33 +447,40 @@ std::optional<std::string> Provider::evict_oldest_warm() {
 // ── idle reaper (SPEC §6.1) ──────────────────────────────────────────────────
 
 void Provider::cleanup_idle_sandboxes(double idle_timeout) {
-  std::vector<std::string> idle;
+  std::vector<std::pair<std::string, double>> idle;  // id, idle for (s)
   {
     std::lock_guard lock(mutex_);
     const double current = now();
     for (const auto& [id, last] : registry_.last_activity) {
       if (registry_.clients.count(id) && current - last > idle_timeout) {
-        log(LogLevel::info,
-            "Sandbox " + id + " idle for " + fixed(current - last, 1) + "s, marking for destroy");
-        idle.push_back(id);
+        idle.emplace_back(id, current - last);
       }
     }
   }
-  for (const auto& id : idle) {
+  for (const auto& [id, idle_for] : idle) {
+    log(LogLevel::info,
+        "Sandbox " + id + " idle for " + fixed(idle_for, 1) + "s, marking for destroy");
     log(LogLevel::info, "Destroying idle sandbox " + id);
     // Re-checked inside the reservation's critical section: a turn may have re-acquired it.
-    const Predicate still_idle = [this, id, idle_timeout] {
+    // The predicate runs under the registry mutex, so it notes why it refused and the line is
+    // logged after.
+    // (Shared, and the id copied: a caller may keep the predicate past this iteration.)
+    auto skipped = std::make_shared<std::string>();
+    const Predicate still_idle = [this, id, idle_timeout, skipped] {
       auto it = registry_.last_activity.find(id);
       if (it == registry_.last_activity.end()) {
-        log(LogLevel::info, "Sandbox " + id + " already gone before idle destroy, skipping");
+        *skipped = "Sandbox " + id + " already gone before idle destroy, skipping";
         return false;
       }
       if (now() - it->second < idle_timeout) {
-        log(LogLevel::info, "Sandbox " + id + " was re-acquired before idle destroy, skipping");
+        *skipped = "Sandbox " + id + " was re-acquired before idle destroy, skipping";
         return false;
       }
       return true;
     };
+    ScopeExit log_skip([&] {
+      if (!skipped->empty()) log(LogLevel::info, *skipped);
+    });
     try {
       destroy_tracked(id, still_idle);
       if (!find(id)) events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);

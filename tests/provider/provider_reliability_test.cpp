@@ -284,5 +284,92 @@ TEST_F(ContractChangeCleanupTest, AnInstanceWhoseLeaseAPeerHoldsIsLeftToThePeer)
                                                       "of 2: owned by another instance"));
 }
 
+// A.7: the lock story says nothing blocking runs under the registry mutex, and a log line may
+// block (a pipe to a slow reader). This logger asks another thread whether the registry mutex
+// is free at every line; in a single-threaded scenario only the logging thread can hold it.
+class RegistryMutexProbingLogger final : public Logger {
+ public:
+  explicit RegistryMutexProbingLogger(std::shared_ptr<CapturingLogger> inner)
+      : inner_(std::move(inner)) {}
+  void watch(TestProvider* provider) { provider_.store(provider); }
+  void log(LogLevel level, std::string_view message) override {
+    if (TestProvider* provider = provider_.load()) {
+      const bool held = std::async(std::launch::async, [provider] {
+                          if (!provider->mutex_.try_lock()) return true;
+                          provider->mutex_.unlock();
+                          return false;
+                        }).get();
+      if (held) {
+        std::lock_guard lock(mutex_);
+        under_mutex_.emplace_back(message);
+      }
+    }
+    inner_->log(level, message);
+  }
+  std::vector<std::string> under_mutex() const {
+    std::lock_guard lock(mutex_);
+    return under_mutex_;
+  }
+
+ private:
+  std::shared_ptr<CapturingLogger> inner_;
+  std::atomic<TestProvider*> provider_{nullptr};
+  mutable std::mutex mutex_;
+  std::vector<std::string> under_mutex_;
+};
+
+TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
+  auto probe = std::make_shared<RegistryMutexProbingLogger>(logger);
+  options.replicas = 2;
+  ProviderDeps deps;
+  deps.backend = backend;
+  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
+  deps.logger = probe;
+  deps.clock = clock;
+  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
+  deps.options = options;
+  deps.hooks = hooks.make_hooks();
+  deps.blocking_executor = blocking_executor;
+  deps.lock_wait_executor = lock_wait_executor;
+  provider = std::make_unique<TestProvider>(std::move(deps));
+  probe->watch(provider.get());
+
+  // Every path that logs: create, release, reclaim, reuse, eviction, an unhealthy drop, idle
+  // reaping of active and warm sandboxes, adoption of an orphan, destroy, shutdown.
+  const std::string a = provider->acquire("t-a", "alice");
+  provider->release(a);
+  EXPECT_EQ(provider->acquire("t-a", "alice"), a);  // reclaimed
+  EXPECT_EQ(provider->acquire("t-a", "alice"), a);  // reused
+  const std::string b = provider->acquire("t-b", "alice");
+  provider->release(a);
+  provider->release(b);
+  clock->advance(1);
+  provider->acquire("t-c", "alice");  // evicts the oldest warm one
+  backend->is_alive_fn = [](const SandboxInfo&) { return false; };
+  provider->acquire("t-c", "alice");  // the tracked one is unhealthy: dropped, created anew
+  backend->is_alive_fn = nullptr;
+  const std::string d = provider->acquire("t-d", "alice");
+  provider->release(d);
+  clock->advance(10000);
+  provider->cleanup_idle_sandboxes(600);
+  backend->list_running_fn = [] {
+    return std::vector<SandboxInfo>{make_info("orphan", "http://o")};
+  };
+  provider->reconcile_orphans();
+  clock->advance(1000);
+  provider->reconcile_orphans();
+  const std::string e = provider->acquire("t-e", "alice");
+  provider->destroy(e);
+  provider->acquire("t-f", "alice");
+  provider->shutdown();
+  backend->list_running_fn = nullptr;
+
+  const auto lines = logger->lines();
+  std::printf("log lines written: %zu, under the registry mutex: %zu\n", lines.size(),
+              probe->under_mutex().size());
+  EXPECT_GT(lines.size(), 15u);
+  for (const auto& line : probe->under_mutex()) ADD_FAILURE() << "under the mutex: " << line;
+}
+
 }  // namespace
 }  // namespace sandboxd::testing
