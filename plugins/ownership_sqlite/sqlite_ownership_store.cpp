@@ -360,6 +360,13 @@ class SqliteOwnershipStore final : public OwnershipStore {
                            " VALUES (?1, ?2, ?3, ?4)",
                            kPersistent);
     delete_lease_ = prepare(db, "DELETE FROM leases WHERE sandbox_id = ?1", kPersistent);
+
+    struct stat opened {};
+    if (::stat(path_.c_str(), &opened) != 0) {
+      throw SqliteFailure("the database file vanished while it was being opened");
+    }
+    opened_device_ = opened.st_dev;
+    opened_inode_ = opened.st_ino;
   }
 
   // Runs inside the start-up write transaction, so concurrent first opens cannot both create.
@@ -451,10 +458,28 @@ class SqliteOwnershipStore final : public OwnershipStore {
     }
   }
 
-  // Caller holds mutex_.
+  // Caller holds mutex_. Also fails closed when the file at the path is no longer the one this
+  // connection opened: SQLite would go on using the unlinked inode, and leases written there are
+  // invisible to every other process. One stat per call (about a microsecond).
   void require_open(const char* action, const std::string& sandbox_id) const {
     if (!db_) {
       throw OwnershipBackendError(call_failure(action, sandbox_id, "the store is closed"));
+    }
+    struct stat now {};
+    if (::stat(path_.c_str(), &now) != 0) {
+      throw OwnershipBackendError(call_failure(
+          action, sandbox_id,
+          "the database file was deleted while in use (" + std::string(std::strerror(errno)) +
+              "); leases written now would be seen by no other process, so none are; restore "
+              "the file or restart this host to start a new one"));
+    }
+    if (now.st_dev != opened_device_ || now.st_ino != opened_inode_) {
+      throw OwnershipBackendError(call_failure(
+          action, sandbox_id,
+          "the database file was replaced while in use (device/inode " +
+              std::to_string(opened_device_) + "/" + std::to_string(opened_inode_) + " became " +
+              std::to_string(now.st_dev) + "/" + std::to_string(now.st_ino) +
+              "); restart this host to use the new file"));
     }
   }
 
@@ -475,7 +500,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
   // The live lease; an expired row is deleted on the way, as the memory store does. Caller
   // holds mutex_ and is inside a write transaction.
   std::optional<lease_rules::LiveLease> live_lease_for_write(const std::string& sandbox_id,
-                                                              double now) {
+                                                             double now) {
     std::optional<LeaseRecord> row = select_lease(sandbox_id);
     if (!row.has_value()) return std::nullopt;
     if (!lease_rules::is_live(row->expires_at, now)) {
@@ -502,7 +527,10 @@ class SqliteOwnershipStore final : public OwnershipStore {
 
   const std::string owner_id_;
   const std::shared_ptr<Clock> clock_;
-  std::string path_;          // set once in the constructor, read-only afterwards
+  std::string path_;  // set once in the constructor, read-only afterwards
+  // The file this connection opened (set once by open_database).
+  dev_t opened_device_ = 0;
+  ino_t opened_inode_ = 0;
   double ttl_seconds_ = 0.0;  // set once in the constructor, read-only afterwards
 
   // Lock story: mutex_ guards db_ and every statement below. One SQLite connection must not be

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <functional>
 
 #include "ownership_test_support.hpp"
@@ -282,6 +283,52 @@ TEST_F(SqliteStore, LeasesSurviveReopeningTheFile) {
   open()->take("sb-1");
   auto reopened = open();
   EXPECT_EQ(reopened->owner("sb-1"), "owner-a");
+}
+
+// Issue 13 A.7 and B: the file behind an open store deleted, replaced by another database or by
+// garbage. SQLite keeps using the unlinked inode, so before the check every lease written
+// afterwards went to a file no other process can see: two gateways would both "own" a sandbox.
+// Now every call fails closed with the reason, and a fresh store on the new file works.
+TEST_F(SqliteStore, AFileDeletedOrReplacedWhileOpenFailsClosedNamingWhatHappened) {
+  const std::string path = dir_.file("sandbox_ownership.db");
+  auto store = open();
+  ASSERT_TRUE(store->take("sb-1"));
+
+  ASSERT_EQ(::unlink(path.c_str()), 0);
+  try {
+    store->claim("sb-2");
+    ADD_FAILURE() << "claim succeeded on a deleted database";
+  } catch (const OwnershipBackendError& error) {
+    std::printf("deleted:  %s\n", error.what());
+    EXPECT_THAT(error.what(), HasSubstr("failed to claim sandbox ownership for sb-2: the "
+                                        "database file was deleted while in use"));
+  }
+  EXPECT_THROW(store->owner("sb-1"), OwnershipBackendError);
+
+  // Another store creates a fresh file at the same path: a different inode.
+  auto fresh = open();
+  EXPECT_FALSE(fresh->owner("sb-1").has_value());
+  try {
+    store->renew("sb-1");
+    ADD_FAILURE() << "renew succeeded on a replaced database";
+  } catch (const OwnershipBackendError& error) {
+    std::printf("replaced: %s\n", error.what());
+    EXPECT_THAT(error.what(), HasSubstr("the database file was replaced while in use"));
+  }
+  EXPECT_TRUE(fresh->take("sb-3")) << "a store opened on the new file serves";
+
+  // Garbage at the path: the open store refuses. (A new store on garbage is refused by name:
+  // RejectsAFileThatIsNotADatabase.)
+  const std::string garbage = dir_.file("garbage");
+  { std::ofstream(garbage) << std::string(8192, 'x'); }
+  ASSERT_EQ(::rename(garbage.c_str(), path.c_str()), 0);
+  try {
+    fresh->claim("sb-4");
+    ADD_FAILURE() << "claim succeeded on a file replaced by garbage";
+  } catch (const OwnershipBackendError& error) {
+    std::printf("garbage:  %s\n", error.what());
+    EXPECT_THAT(error.what(), HasSubstr("the database file was replaced while in use"));
+  }
 }
 
 }  // namespace
