@@ -868,7 +868,7 @@ TrackedSandbox Provider::tracked_active_locked(const std::string& sandbox_id,
     tracked.conversation = it->second;
   }
   if (auto it = registry_.last_activity.find(sandbox_id); it != registry_.last_activity.end()) {
-    tracked.since = it->second;
+    tracked.since = to_wall(it->second);
   }
   return tracked;
 }
@@ -878,7 +878,7 @@ TrackedSandbox Provider::tracked_warm_locked(const std::string& sandbox_id,
   TrackedSandbox tracked;
   tracked.info = *entry.info;
   tracked.warm = true;
-  tracked.since = entry.released_at;
+  tracked.since = to_wall(entry.released_at);
   if (auto it = registry_.warm_identity.find(sandbox_id); it != registry_.warm_identity.end()) {
     tracked.conversation = it->second;
   }
@@ -895,7 +895,9 @@ RegistrySnapshot Provider::export_registry() const {
     for (const auto& [id, entry] : registry_.warm_pool) {
       snapshot.sandboxes.push_back(tracked_warm_locked(id, entry));
     }
-    snapshot.unowned_since = registry_.unowned_since;
+    for (const auto& [id, first_seen] : registry_.unowned_since) {
+      snapshot.unowned_since.emplace(id, to_wall(first_seen));
+    }
   }
   std::sort(snapshot.sandboxes.begin(), snapshot.sandboxes.end(),
             [](const TrackedSandbox& a, const TrackedSandbox& b) {
@@ -928,7 +930,7 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
     const std::string& id = tracked.info.sandbox_id;
     if (registry_.infos.count(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
     registry_.warm_pool[id] =
-        WarmEntry{std::make_shared<const SandboxInfo>(tracked.info), tracked.since};
+        WarmEntry{std::make_shared<const SandboxInfo>(tracked.info), from_wall(tracked.since)};
     registry_.warm_identity[id] = tracked.conversation;
   }
   for (auto& [tracked, client] : active) {
@@ -936,10 +938,10 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
     if (registry_.infos.count(id) || registry_.warm_pool.count(id)) continue;
     install_active_locked(id, std::move(client), std::make_shared<const SandboxInfo>(tracked->info),
                           tracked->conversation);
-    registry_.last_activity[id] = tracked->since;
+    registry_.last_activity[id] = from_wall(tracked->since);
   }
   for (const auto& [id, first_seen] : snapshot.unowned_since) {
-    registry_.unowned_since.try_emplace(id, first_seen);
+    registry_.unowned_since.try_emplace(id, from_wall(first_seen));
   }
 }
 

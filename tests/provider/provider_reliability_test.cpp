@@ -371,5 +371,62 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   for (const auto& line : probe->under_mutex()) ADD_FAILURE() << "under the mutex: " << line;
 }
 
+// A.7: idle and warm timers used the wall clock, so a forward step of the system time (NTP
+// after a suspend, an operator's date) reaped every sandbox at the next idle pass. They run on
+// the monotonic clock now; only what leaves the process (export_registry, find) is wall time.
+class SteppingClock final : public Clock {
+ public:
+  double wall_now() const override { return wall_.load(); }
+  double monotonic_now() const override { return monotonic_.load(); }
+  void advance(double seconds) {
+    wall_.store(wall_.load() + seconds);
+    monotonic_.store(monotonic_.load() + seconds);
+  }
+  void step_wall(double seconds) { wall_.store(wall_.load() + seconds); }
+
+ private:
+  std::atomic<double> wall_{1'700'000'000.0};
+  std::atomic<double> monotonic_{5'000.0};
+};
+
+TEST_F(ProviderReliabilityTest, AWallClockStepReapsNothingAndTheRegistryStillSpeaksWallTime) {
+  auto stepping = std::make_shared<SteppingClock>();
+  ProviderDeps deps;
+  deps.backend = backend;
+  deps.ownership = load_memory_store(stepping, logger, tmp.path().string());
+  deps.logger = logger;
+  deps.clock = stepping;
+  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
+  deps.options = options;
+  deps.hooks = hooks.make_hooks();
+  deps.blocking_executor = blocking_executor;
+  deps.lock_wait_executor = lock_wait_executor;
+  provider = std::make_unique<TestProvider>(std::move(deps));
+
+  const std::string active = provider->acquire("t-active", "alice");
+  const std::string warm = provider->acquire("t-warm", "alice");
+  provider->release(warm);
+  stepping->advance(10);
+  const double wall_at_use = stepping->wall_now() - 10;
+
+  stepping->step_wall(86400);  // a day forward, in no time
+  provider->cleanup_idle_sandboxes(600);
+  std::printf("after a +86400 s wall step: %zu active, %zu warm\n", provider->counts().active,
+              provider->counts().warm);
+  EXPECT_EQ(provider->counts().active, 1u) << "a wall-clock step reaped the active sandbox";
+  EXPECT_EQ(provider->counts().warm, 1u) << "a wall-clock step expired the warm sandbox";
+
+  // What leaves the process is wall time on today's wall clock: 10 s ago, step included.
+  const auto tracked = provider->find(active);
+  ASSERT_TRUE(tracked.has_value());
+  EXPECT_DOUBLE_EQ(tracked->since, wall_at_use + 86400);
+
+  // Real idleness still reaps, on the monotonic clock.
+  stepping->advance(601);
+  provider->cleanup_idle_sandboxes(600);
+  EXPECT_EQ(provider->counts().active, 0u);
+  EXPECT_EQ(provider->counts().warm, 0u);
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

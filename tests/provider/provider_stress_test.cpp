@@ -54,8 +54,9 @@ int env_int(const char* name, int fallback) {
   return std::atoi(value);
 }
 
-// Wall-clock time at which the current thread entered Provider::create_sandbox (set by the
-// test's create_sandbox wrapper, read by the backend's create on the same thread).
+// Monotonic time (the clock of the registry's timers) at which the current thread entered
+// Provider::create_sandbox (set by the test's create_sandbox wrapper, read by the backend's create
+// on the same thread).
 thread_local double t_create_started = 0.0;
 
 // Collects invariant violations from any thread.
@@ -379,7 +380,7 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   provider->create_sandbox_fn = [&provider, clock](const std::optional<std::string>& thread,
                                                    const std::string& id, const std::string& user,
                                                    const TestProvider::Snapshot& snapshot) {
-    t_create_started = clock->wall_now();
+    t_create_started = clock->monotonic_now();
     return provider->base_create_sandbox(thread, id, user, snapshot);
   };
   backend->attach(provider.get());

@@ -441,7 +441,14 @@ class Provider {
   // This process has reserved `sandbox_id` for teardown, or a live `del` lease exists for it.
   bool teardown_in_progress(const std::string& sandbox_id);
   bool negotiates_contract() const;
-  double now() const { return clock_->wall_now(); }
+  // Idle, warm and adoption-grace timers run on the monotonic clock, so a wall-clock step
+  // (NTP, a suspended VM) neither reaps everything nor keeps anything forever. Only what leaves
+  // the process is wall time: TrackedSandbox::since and RegistrySnapshot::unowned_since
+  // (sandboxctl's successive processes share them) and, in the stores, the leases.
+  double now() const { return clock_->monotonic_now(); }
+  double to_wall(double monotonic) const { return monotonic + wall_minus_monotonic(); }
+  double from_wall(double wall) const { return wall - wall_minus_monotonic(); }
+  double wall_minus_monotonic() const { return clock_->wall_now() - clock_->monotonic_now(); }
   void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
 
   void start_background_threads();
