@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "sandboxd/core/config.hpp"
+#include "sandboxd/core/provider.hpp"
 #include "sandboxd/plugin_config.hpp"
+#include "test_support.hpp"
 
 namespace sandboxd::core {
 namespace {
@@ -120,6 +122,23 @@ TEST_P(ThreadDataMountsTest, LoadConfigPreservesThreadDataMountsOverride) {
       load(R"({"sandbox": {"use": "deerflow.community.aio_sandbox:AioSandboxProvider")" +
            param.sandbox_overrides + "}}");
   EXPECT_EQ(config.thread_data_mounts, param.expected);
+
+  // And the value reaches a Provider built from that file (issue 13 E). The local engine
+  // backend bind-mounts by default, so `false` is the override that changes the answer; its
+  // construction talks to no engine.
+  const SandboxConfig full = load(
+      R"({"sandbox": {"use": "deerflow.community.aio_sandbox:AioSandboxProvider",
+          "backend": {"use": "local_docker:LocalContainerBackend",
+                      "socket": "unix:///nonexistent/engine.sock"}, "base_dir": ")" +
+      dir_.string() + R"(", "plugin_dirs": [")" + SANDBOXD_TEST_PLUGIN_DIR + "\"]" +
+      param.sandbox_overrides + "}}");
+  auto logger = std::make_shared<testing::CapturingLogger>();
+  Provider::HostOptions host;
+  host.start = false;
+  const auto provider = Provider::from_config(full, logger, {}, host);
+  EXPECT_EQ(provider->uses_thread_data_mounts(), param.expected.value_or(true))
+      << "from_config dropped thread_data_mounts";
+  provider->shutdown();
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -227,7 +227,8 @@ TEST_F(ProviderSeedTest, NonmountedRemoteProviderOmitsReadOnlyConversionMount) {
 
 // Python: test_get_extra_mounts_provisioner_payload_has_unique_container_paths (the provider's
 // part: a local-backend provider composes every mount once, conversions read-only; the payload
-// and provisioner-validation parts are pending the remote_provisioner plugin).
+// part is ProvisionerPayloadTest.PayloadHasUniqueContainerPaths, the provisioner's validation
+// tests/provisioner/extra_mount_validation_test.cpp).
 TEST_F(ProviderSeedTest, GetExtraMountsProvisionerPayloadHasUniqueContainerPaths) {
   std::filesystem::create_directories(tmp.path() / "integrations" / "lark-cli" / "sandbox-cli");
   backend->mode = MountModeKind::local_bind_mounts;

@@ -70,7 +70,8 @@ std::vector<Mount> composed_mounts() {
 }
 
 // Python: test_get_extra_mounts_provisioner_payload_has_unique_container_paths (payload part;
-// the composition part is MountsTest/ProviderSeedTest, the provisioner validation is pending)
+// the composition part is MountsTest/ProviderSeedTest, the provisioner's validation is
+// tests/provisioner/extra_mount_validation_test.cpp)
 TEST(ProvisionerPayloadTest, PayloadHasUniqueContainerPaths) {
   std::vector<Mount> mounts = composed_mounts();
   // A repeated container path later in the list loses (first wins).
