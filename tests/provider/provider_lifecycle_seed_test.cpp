@@ -502,10 +502,28 @@ TEST_F(UnreadyTeardownTest, CreateSandboxClaimsOwnershipBeforeReadinessTimeoutDe
 
 // Python: test_create_sandbox_skips_destroy_when_unready_sandbox_owned_by_peer
 TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPeer) {
-  build_unready("peer-owned", "http://peer-owned");
+  // A real peer holds the lease in a shared SQLite file, so the refusal comes from the store's
+  // own claim, not from a replaced provider helper.
+  unready_info = make_info("peer-owned", "http://peer-owned");
+  const auto sqlite = [&](const std::string& owner) {
+    PluginContext context;
+    context.config_json = R"({"path": ")" + (tmp.path() / "leases.db").string() + R"("})";
+    context.config_key_path = "sandbox.ownership";
+    context.owner_id = owner;
+    context.base_dir = tmp.path().string();
+    context.clock = clock;
+    context.logger = logger;
+    const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
+    return loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", context, "test");
+  };
+  auto peer = sqlite("peer-worker");
+  ASSERT_TRUE(peer->take("peer-owned"));
+  store = sqlite(kTestOwnerId);
+  provider = make_provider_over(backend, store);
+  const SandboxInfo info = unready_info;
+  backend->create_fn = [info](const CreateRequest&) { return info; };
+  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
   hooks.ready_fn = [](const std::string&, double) { return false; };
-  // Every claim refuses: a peer holds the lease (or the store cannot answer).
-  provider->claim_ownership_fn = [](const std::string&, bool) { return false; };
 
   try {
     provider->create_sandbox("thread-peer", "peer-owned", "user-peer", std::nullopt);
@@ -515,6 +533,8 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   }
 
   EXPECT_TRUE(backend->destroys().empty());
+  EXPECT_EQ(peer->owner("peer-owned"), std::optional<std::string>("peer-worker"))
+      << "the peer's lease was disturbed";
   EXPECT_TRUE(logger->contains(LogLevel::warning,
                                "Not destroying unready sandbox peer-owned: owned by another "
                                "instance or ownership unavailable"));
@@ -618,9 +638,19 @@ TEST_F(ReconciliationSeedTest, ReconciliationReconnectsExactDiscoveredSandboxWit
   };
   // An active entry with the same raw id must not be borrowed.
   auto cached = add_active("old-id", "http://cached");
+  clock->advance(50);  // so that a get() or acquire would move last_activity off 0.0
 
   const core::ReconnectResult result = provider->reconnect_sandbox_for_reconciliation(
       "old-id", "thread-1", "alice", identity("namespace-1", "pod-1"));
+
+  // Nothing acquired or touched: the cached entry's activity is what add_active set (a get()
+  // would have stamped it with the current time), and the registry holds what it held.
+  {
+    std::lock_guard lock(provider->mutex_);
+    EXPECT_EQ(provider->registry_.last_activity.at("old-id"), 0.0) << "get() was called";
+    EXPECT_TRUE(provider->registry_.thread_map.empty());
+    EXPECT_EQ(provider->registry_.clients.size(), 1u);
+  }
 
   EXPECT_EQ(result.status, Status::found);
   EXPECT_TRUE(result.close_after);
