@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -16,7 +18,9 @@
 #include <thread>
 #include <vector>
 
+#include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/provider.hpp"
 #include "sandboxd/sdk.hpp"
 #include "test_support.hpp"
 
@@ -51,14 +55,20 @@ struct Scripted {
 // on httplib's worker threads.
 class FakeProvisioner {
  public:
-  FakeProvisioner() {
+  // port 0: any free port; otherwise that one (a provisioner coming back where it was).
+  explicit FakeProvisioner(int port = 0) {
     auto handler = [this](const httplib::Request& req, httplib::Response& res) {
       handle(req, res);
     };
     server_.Get(".*", handler);
     server_.Post(".*", handler);
     server_.Delete(".*", handler);
-    port_ = server_.bind_to_any_port("127.0.0.1");
+    if (port == 0) {
+      port_ = server_.bind_to_any_port("127.0.0.1");
+    } else {
+      server_.bind_to_port("127.0.0.1", port);
+      port_ = port;
+    }
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -68,6 +78,9 @@ class FakeProvisioner {
   }
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // Every later answer waits this long first (the server stays responsive to stop()).
+  void set_delay(std::chrono::milliseconds delay) { delay_ms_.store(delay.count()); }
 
   // Queue a response for "METHOD /path"; each is used once, in order.
   void push(const std::string& route, int status, std::string body = "") {
@@ -82,10 +95,18 @@ class FakeProvisioner {
 
  private:
   void handle(const httplib::Request& req, httplib::Response& res) {
+    for (long waited = 0; waited < delay_ms_.load() && server_.is_running(); waited += 10) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
     std::lock_guard lock(mutex_);
     Recorded recorded{req.method, req.path, {}, req.body};
-    for (const char* name : {"X-API-Key", "Content-Type"}) {
-      if (req.has_header(name)) recorded.headers[name] = req.get_header_value(name);
+    for (const auto& [name, value] : req.headers) {
+      // httplib adds these on the receiving side; they are not what the client sent.
+      if (name == "REMOTE_ADDR" || name == "REMOTE_PORT" || name == "LOCAL_ADDR" ||
+          name == "LOCAL_PORT") {
+        continue;
+      }
+      recorded.headers[name] = value;
     }
     requests_.push_back(recorded);
     auto& queue = script_[req.method + " " + req.path];
@@ -103,6 +124,7 @@ class FakeProvisioner {
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
+  std::atomic<long> delay_ms_{0};
   mutable std::mutex mutex_;
   std::vector<Recorded> requests_;
   std::map<std::string, std::deque<Scripted>> script_;
@@ -213,7 +235,30 @@ TEST_F(RemoteBackendTest, NegotiatesMountContractCapability) {
   ASSERT_EQ(requests.size(), 1u);
   EXPECT_EQ(requests[0].method, "GET");
   EXPECT_EQ(requests[0].path, "/api/capabilities");
-  EXPECT_EQ(requests[0].headers.at("X-API-Key"), "secret");
+  // Exactly the headers the reference sends (requests.get(url, headers={"X-API-Key": key})),
+  // plus what any HTTP/1.1 client must: no body, so no Content-Type.
+  std::map<std::string, std::string> sent = requests[0].headers;
+  sent.erase("Host");
+  sent.erase("Accept");
+  EXPECT_EQ(sent, (std::map<std::string, std::string>{{"X-API-Key", "secret"}}));
+}
+
+// The probe is bounded at 5 s (the reference's timeout=5): a provisioner that answers after
+// 8 s leaves the capability unknown after 5 s, not after 8.
+TEST_F(RemoteBackendTest, TheCapabilityProbeGivesUpAfterFiveSeconds) {
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  server_.set_delay(std::chrono::milliseconds(8000));
+  auto remote = backend();
+  const auto start = std::chrono::steady_clock::now();
+  remote->refresh_capabilities_if_stale();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("capability probe against a provisioner answering after 8 s gave up after %.2f s\n",
+              waited);
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+  EXPECT_GE(waited, 4.9);
+  EXPECT_LT(waited, 7.5);
+  server_.set_delay(std::chrono::milliseconds(0));
 }
 
 // Python: test_remote_backend_treats_missing_mount_capability_as_legacy
@@ -288,6 +333,28 @@ TEST_F(RemoteBackendTest, RetriesUnavailableCapabilityProbe) {
   EXPECT_EQ(server_.requests().size(), 2u);
 }
 
+// The same with what the reference's test injects: a connection error (nothing listening),
+// then the provisioner coming up on its port.
+TEST_F(RemoteBackendTest, RetriesACapabilityProbeThatCouldNotConnect) {
+  const int port = closed_port();
+  auto remote = load(host_, "http://127.0.0.1:" + std::to_string(port), "");
+  remote->refresh_capabilities_if_stale();
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+  EXPECT_TRUE(host_.logger->contains("Connection refused") ||
+              host_.logger->contains("Couldn't connect"));
+
+  FakeProvisioner provisioner(port);
+  provisioner.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  host_.clock->advance(0.5);
+  remote->refresh_capabilities_if_stale();  // not yet stale
+  EXPECT_TRUE(provisioner.requests().empty());
+  host_.clock->advance(0.5);
+  remote->refresh_capabilities_if_stale();
+  EXPECT_TRUE(remote->cached_mount_contract_capability_known());
+  EXPECT_EQ(remote->cached_mount_contract_version(), 2);
+  EXPECT_EQ(provisioner.requests().size(), 1u);
+}
+
 // Python: test_remote_backend_retries_known_legacy_capability_probe
 TEST_F(RemoteBackendTest, RetriesKnownLegacyCapabilityProbe) {
   host_.clock->set(200.0);
@@ -305,6 +372,42 @@ TEST_F(RemoteBackendTest, RetriesKnownLegacyCapabilityProbe) {
   remote->refresh_capabilities_if_stale();
   EXPECT_EQ(remote->cached_mount_contract_version(), 2);
   EXPECT_EQ(server_.requests().size(), 2u);
+}
+
+// Python: test_remote_mount_mode_refreshes_stale_current_contract, through a real Provider
+// over the real remote backend: a known v2 contract goes stale after 30 s, the provisioner now
+// answers the capability probe with 404 (a legacy one), so the provider stops bind-mounting
+// thread data.
+TEST_F(RemoteBackendTest, AProviderRefreshesAStaleV2ContractToALegacyV0) {
+  sandboxd::testing::TempDir tmp;
+  server_.push("GET /api/capabilities", 200, R"({"mount_contract_version": 2})");
+  sandboxd::core::ProviderDeps deps;
+  deps.backend = backend();
+  sandboxd::PluginContext store_context;
+  store_context.config_key_path = "sandbox.ownership";
+  store_context.owner_id = "remote-test";
+  store_context.base_dir = tmp.path().string();
+  store_context.clock = host_.clock;
+  store_context.logger = host_.logger;
+  deps.ownership =
+      sandboxd::core::PluginLoader({SANDBOXD_TEST_PLUGIN_DIR})
+          .load_ownership_store("ownership_memory:MemoryOwnershipStore", store_context, "test");
+  deps.logger = host_.logger;
+  deps.clock = host_.clock;
+  deps.paths = std::make_shared<const sandboxd::core::Paths>(tmp.path(), tmp.path().string());
+  deps.options.thread_data_mounts = true;
+  deps.options.run_background_threads = false;
+  sandboxd::core::Provider provider(std::move(deps));
+
+  EXPECT_TRUE(provider.provider_uses_thread_data_mounts());  // probes: v2, known
+  EXPECT_EQ(provider.backend()->cached_mount_contract_version(), 2);
+  host_.clock->advance(30.0);
+  server_.push("GET /api/capabilities", 404, R"({"detail":"Not Found"})");
+  EXPECT_FALSE(provider.provider_uses_thread_data_mounts());
+  EXPECT_EQ(provider.backend()->cached_mount_contract_version(), 0);
+  EXPECT_TRUE(provider.backend()->cached_mount_contract_capability_known());
+  EXPECT_EQ(server_.requests().size(), 2u);
+  provider.shutdown();
 }
 
 // ── create (§10.3) ──
