@@ -200,6 +200,10 @@ TEST_F(ProviderOverDockerTest, AnUnreachableEngineNeverCostsATrackedSandbox) {
   std::filesystem::create_symlink(socket_path(), link);  // the engine is back
   EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "the sandbox was destroyed";
   EXPECT_TRUE(probe_sandbox_ready_once(client->base_url(), 5.0));
+  // Normal service again, without a restart: the failed conversation gets its sandbox.
+  const std::string second = provider_->acquire("thread-2", "alice");
+  EXPECT_NE(second, id);
+  EXPECT_EQ(engine_containers(prefix_).size(), 2u);
   provider_->shutdown();
 }
 
