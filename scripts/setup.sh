@@ -12,6 +12,9 @@ packages=(
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev libhiredis-dev redis-server redis-tools
   libgtest-dev libgmock-dev libcpp-httplib-dev python3-pytest
+  # The libFuzzer targets (scripts/fuzz.sh): clang, and its runtime libraries (libFuzzer, ASan,
+  # UBSan), which are only a Recommends of clang.
+  clang libclang-rt-14-dev
   # The engine path: podman with its OCI runtime, monitor and init binary (catatonit is only a
   # Recommends of podman, and the backend runs every sandbox with an init process), CNI
   # networking with iptables for 127.0.0.1 port publishing, busybox for the offline test image.

@@ -457,7 +457,10 @@ void Provider::cleanup_idle_sandboxes(double idle_timeout) {
       }
     }
   }
-  for (const auto& [id, idle_for] : idle) {
+  for (const auto& candidate : idle) {
+    // Named, not a structured binding: the predicate below captures it (clang 14 cannot).
+    const std::string& id = candidate.first;
+    const double idle_for = candidate.second;
     log(LogLevel::info,
         "Sandbox " + id + " idle for " + fixed(idle_for, 1) + "s, marking for destroy");
     log(LogLevel::info, "Destroying idle sandbox " + id);
