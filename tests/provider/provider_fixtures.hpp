@@ -705,17 +705,26 @@ class ProviderFixture : public ::testing::Test {
   // executors.
   std::unique_ptr<TestProvider> make_provider_over(std::shared_ptr<SandboxBackend> with_backend,
                                                    std::shared_ptr<OwnershipStore> with_store) {
+    return std::make_unique<TestProvider>(
+        deps_over(std::move(with_backend), std::move(with_store), logger, clock));
+  }
+
+  // The dependencies make_provider_over uses, for tests that swap the logger or the clock
+  // (pass them to the store too when it should see the same ones).
+  ProviderDeps deps_over(std::shared_ptr<SandboxBackend> with_backend,
+                         std::shared_ptr<OwnershipStore> with_store,
+                         std::shared_ptr<Logger> with_logger, std::shared_ptr<Clock> with_clock) {
     ProviderDeps deps;
     deps.backend = std::move(with_backend);
     deps.ownership = std::move(with_store);
-    deps.logger = logger;
-    deps.clock = clock;
+    deps.logger = std::move(with_logger);
+    deps.clock = std::move(with_clock);
     deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
     deps.options = options;
     deps.hooks = hooks.make_hooks();
     deps.blocking_executor = blocking_executor;
     deps.lock_wait_executor = lock_wait_executor;
-    return std::make_unique<TestProvider>(std::move(deps));
+    return deps;
   }
 
   TestProvider& build() {

@@ -321,17 +321,8 @@ class RegistryMutexProbingLogger final : public Logger {
 TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   auto probe = std::make_shared<RegistryMutexProbingLogger>(logger);
   options.replicas = 2;
-  ProviderDeps deps;
-  deps.backend = backend;
-  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
-  deps.logger = probe;
-  deps.clock = clock;
-  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
-  deps.options = options;
-  deps.hooks = hooks.make_hooks();
-  deps.blocking_executor = blocking_executor;
-  deps.lock_wait_executor = lock_wait_executor;
-  provider = std::make_unique<TestProvider>(std::move(deps));
+  provider = std::make_unique<TestProvider>(
+      deps_over(backend, load_memory_store(clock, logger, tmp.path().string()), probe, clock));
   probe->watch(provider.get());
 
   // Every path that logs: create, release, reclaim, reuse, eviction, an unhealthy drop, idle
@@ -391,17 +382,8 @@ class SteppingClock final : public Clock {
 
 TEST_F(ProviderReliabilityTest, AWallClockStepReapsNothingAndTheRegistryStillSpeaksWallTime) {
   auto stepping = std::make_shared<SteppingClock>();
-  ProviderDeps deps;
-  deps.backend = backend;
-  deps.ownership = load_memory_store(stepping, logger, tmp.path().string());
-  deps.logger = logger;
-  deps.clock = stepping;
-  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
-  deps.options = options;
-  deps.hooks = hooks.make_hooks();
-  deps.blocking_executor = blocking_executor;
-  deps.lock_wait_executor = lock_wait_executor;
-  provider = std::make_unique<TestProvider>(std::move(deps));
+  provider = std::make_unique<TestProvider>(deps_over(
+      backend, load_memory_store(stepping, logger, tmp.path().string()), logger, stepping));
 
   const std::string active = provider->acquire("t-active", "alice");
   const std::string warm = provider->acquire("t-warm", "alice");
