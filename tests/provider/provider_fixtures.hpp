@@ -658,6 +658,23 @@ inline std::shared_ptr<OwnershipStore> load_memory_store(std::shared_ptr<Clock> 
   return loader.load_ownership_store("ownership_memory:MemoryOwnershipStore", context, "test");
 }
 
+// The SQLite store on `path` as `owner`: several of these on one file are peers.
+inline std::shared_ptr<OwnershipStore> load_sqlite_store(const std::string& path,
+                                                         const std::string& owner,
+                                                         std::shared_ptr<Clock> clock,
+                                                         std::shared_ptr<Logger> logger,
+                                                         const std::string& extra_options = "") {
+  PluginContext context;
+  context.config_json = R"({"path": ")" + path + "\"" + extra_options + "}";
+  context.config_key_path = "sandbox.ownership";
+  context.owner_id = owner;
+  context.base_dir = std::filesystem::path(path).parent_path().string();
+  context.clock = std::move(clock);
+  context.logger = std::move(logger);
+  const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
+  return loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", context, "test");
+}
+
 // The seed's _make_provider: replicas 3, idle_timeout 600, owner "test-worker", no background
 // threads, no start-up reconciliation. Tests adjust `options`, `backend` or the hooks, then
 // call build().

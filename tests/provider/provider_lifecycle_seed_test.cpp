@@ -506,15 +506,7 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   // own claim, not from a replaced provider helper.
   unready_info = make_info("peer-owned", "http://peer-owned");
   const auto sqlite = [&](const std::string& owner) {
-    PluginContext context;
-    context.config_json = R"({"path": ")" + (tmp.path() / "leases.db").string() + R"("})";
-    context.config_key_path = "sandbox.ownership";
-    context.owner_id = owner;
-    context.base_dir = tmp.path().string();
-    context.clock = clock;
-    context.logger = logger;
-    const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
-    return loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", context, "test");
+    return load_sqlite_store((tmp.path() / "leases.db").string(), owner, clock, logger);
   };
   auto peer = sqlite("peer-worker");
   ASSERT_TRUE(peer->take("peer-owned"));

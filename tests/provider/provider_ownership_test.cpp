@@ -66,16 +66,8 @@ class ProviderOwnershipTest : public ::testing::Test {
   }
 
   std::shared_ptr<OwnershipStore> sqlite_store(const std::string& owner) {
-    PluginContext context;
-    context.config_json = R"({"path": ")" + (tmp.path() / "leases.db").string() +
-                          R"(", "renewal_interval_seconds": 10, "ttl_multiplier": 4})";
-    context.config_key_path = "sandbox.ownership";
-    context.owner_id = owner;
-    context.base_dir = tmp.path().string();
-    context.clock = clock;
-    context.logger = logger;
-    const core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
-    return loader.load_ownership_store("ownership_sqlite:SqliteOwnershipStore", context, "test");
+    return load_sqlite_store((tmp.path() / "leases.db").string(), owner, clock, logger,
+                             R"(, "renewal_interval_seconds": 10, "ttl_multiplier": 4)");
   }
 
   TestProvider& build() {
