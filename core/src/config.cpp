@@ -74,12 +74,10 @@ std::string json_quote(const std::string& text) {
 
 // A bad value as shown in an error: compact JSON, shortened; a secret shows only its type.
 std::string describe(const Value& value, const std::string& key_path) {
-  if (is_secret_key_path(key_path) && !value.IsNull()) {
-    return std::string(json_type_name(value)) + " (value redacted)";
-  }
-  std::string text = json_to_string(value);
-  if (text.size() > kMaxShownValueChars) text = text.substr(0, kMaxShownValueChars) + "...";
-  return text;
+  const std::string shown = shown_value(value, key_path);
+  // A redacted value still says what it was, so the operator knows what to fix.
+  if (shown == "(value redacted)") return std::string(json_type_name(value)) + " " + shown;
+  return shown;
 }
 
 // Integers may be written as 3 or 3.0; anything fractional or out of range is not one.

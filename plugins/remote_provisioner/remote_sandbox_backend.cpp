@@ -347,10 +347,8 @@ class RemoteSandboxBackend final : public SandboxBackend {
         url = sandbox_url_member(entry);
       }
       if (!id || !url) {
-        std::string shown = json_to_string(entry);
-        if (shown.size() > kMaxShownValueChars)
-          shown = shown.substr(0, kMaxShownValueChars) + "...";
-        logger_->warning("Provisioner list_running: skipping malformed entry " + shown);
+        logger_->warning("Provisioner list_running: skipping malformed entry " +
+                         shown_value(entry));
         continue;
       }
       SandboxInfo info;

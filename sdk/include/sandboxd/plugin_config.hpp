@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sandboxd/errors.hpp"
@@ -40,6 +41,18 @@ inline const char* json_type_name(const rapidjson::Value& value) {
 }
 
 inline constexpr std::size_t kMaxShownValueChars = 200;
+
+// A value as an error message or log line may show it: compact JSON cut at
+// kMaxShownValueChars, or "(value redacted)" when `key_path` names a secret or sits under an
+// `environment` object (is_secret_key_path). An empty key path is never secret.
+inline std::string shown_value(const rapidjson::Value& value, std::string_view key_path = {}) {
+  if (!key_path.empty() && is_secret_key_path(key_path) && !value.IsNull()) {
+    return "(value redacted)";
+  }
+  std::string text = json_to_string(value);
+  if (text.size() > kMaxShownValueChars) text = text.substr(0, kMaxShownValueChars) + "...";
+  return text;
+}
 
 // Not thread-safe: build one while constructing a plugin, read what you need, drop it.
 class PluginConfig {
@@ -188,15 +201,8 @@ class PluginConfig {
   [[noreturn]] void fail(const std::string& key, const std::string& expected,
                          const rapidjson::Value& got) const {
     const std::string path = path_of(key);
-    std::string shown;
-    if (is_secret_key_path(path)) {
-      shown = "(value redacted)";
-    } else {
-      shown = json_to_string(got);
-      if (shown.size() > kMaxShownValueChars) shown = shown.substr(0, kMaxShownValueChars) + "...";
-    }
-    throw PluginConfigError(path,
-                            "expected " + expected + ", got " + json_type_name(got) + " " + shown);
+    throw PluginConfigError(path, "expected " + expected + ", got " + json_type_name(got) + " " +
+                                      shown_value(got, path));
   }
   [[noreturn]] void reject(const std::string& key, const std::string& problem) const {
     throw PluginConfigError(path_of(key), problem);
