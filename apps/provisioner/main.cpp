@@ -1,0 +1,193 @@
+// sandboxd-provisioner: DeerFlow's provisioner HTTP API (SPEC §10.8) in front of any sandbox
+// backend plugin, so gateways on several hosts can share one container host. Gateways reach it
+// with the remote_provisioner plugin (`provisioner_url`, `provisioner_api_key`).
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "http_binding.hpp"
+#include "provisioner_service.hpp"
+#include "sandboxd/clock.hpp"
+#include "sandboxd/core/logging.hpp"
+#include "sandboxd/core/owner_id.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "service_config.hpp"
+
+namespace po = boost::program_options;
+using namespace sandboxd;
+using namespace sandboxd::provisioner;
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: sandboxd-provisioner [--config FILE] [--listen HOST:PORT]\n"
+    "                            [--mount-contract-version N] [--log-level LEVEL]\n"
+    "\n"
+    "Serves DeerFlow's provisioner API (/health, /api/capabilities, /api/sandboxes...) over\n"
+    "a sandbox backend plugin (default local_docker:LocalContainerBackend on DOCKER_HOST,\n"
+    "else /var/run/docker.sock). Every /api/* request needs the X-API-Key header.\n"
+    "\n";
+
+constexpr const char* kDetails =
+    "\nSettings come from a flag, else the config file's \"provisioner\" section, else these\n"
+    "environment variables, else the default:\n"
+    "  PROVISIONER_API_KEY      api_key            (empty: every /api/* request gets 401)\n"
+    "  DEER_FLOW_HOST_BASE_DIR  host_base_dir      (/.deer-flow) root of skills views and\n"
+    "                                              extra mounts\n"
+    "  THREADS_HOST_PATH        threads_host_path  ({host_base_dir}/threads) user data\n"
+    "  SANDBOX_IMAGE            image              (the backend's own default)\n"
+    "  SANDBOX_CONTAINER_PORT   container_port     (8080, the only port backends serve)\n"
+    "File-only settings: listen (127.0.0.1:8002), mount_contract_version (2; 0 answers as a\n"
+    "legacy provisioner), backend_timeout_seconds (120), max_request_bytes (1048576),\n"
+    "worker_threads (16), plugin_dirs, backend {\"use\": \"module:Class\", ...options}.\n"
+    "\n"
+    "Once listening it prints one line on stdout: \"listening on http://HOST:PORT\".\n"
+    "SIGINT or SIGTERM stops it after the requests in flight.\n"
+    "\n"
+    "Exit codes: 0 stopped by a signal, 2 bad usage, 3 bad config or plugin, 4 cannot listen.\n"
+    "\n"
+    "Example:\n"
+    "  PROVISIONER_API_KEY=k DEER_FLOW_HOST_BASE_DIR=/srv/deer-flow \\\n"
+    "    sandboxd-provisioner --listen 127.0.0.1:8002\n";
+
+int fail(int code, const std::string& message) {
+  std::cerr << "sandboxd-provisioner: " << message << "\n";
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ServiceFlags flags;
+  std::string log_level_text = "info";
+  po::options_description options("Options");
+  options.add_options()("help,h", "show this help")("config", po::value<std::string>(),
+                                                    "JSON file with a \"provisioner\" section")(
+      "listen", po::value<std::string>(),
+      "address to listen on (default 127.0.0.1:8002; port 0: "
+      "a free one)")(
+      "mount-contract-version", po::value<int>(),
+      "2 (current) or 0 (answer as a legacy provisioner: no /api/capabilities, no identity "
+      "fields)")("log-level", po::value<std::string>(&log_level_text),
+                 "debug, info, warning or error (default info)");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, options), vm);
+    po::notify(vm);
+  } catch (const std::exception& error) {
+    return fail(2, std::string(error.what()) + " (see --help)");
+  }
+  if (vm.count("help")) {
+    std::cout << kUsage << options << kDetails;
+    return 0;
+  }
+  if (vm.count("config")) flags.config_file = vm["config"].as<std::string>();
+  if (vm.count("listen")) flags.listen = vm["listen"].as<std::string>();
+  if (vm.count("mount-contract-version")) {
+    flags.mount_contract_version = vm["mount-contract-version"].as<int>();
+  }
+  const std::optional<LogLevel> level = core::parse_log_level(log_level_text);
+  if (!level)
+    return fail(2, "--log-level '" + log_level_text +
+                       "': expected debug, info, "
+                       "warning or error");
+  auto logger = std::make_shared<core::StderrLogger>(*level);
+
+  ServiceConfig config;
+  try {
+    config = load_service_config(flags, process_environment());
+  } catch (const ServiceConfigError& error) {
+    return fail(3, error.what());
+  }
+  for (const std::string& note : config.notes) logger->warning(note);
+
+  // Signals are taken by one thread with sigwait, so block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::shared_ptr<SandboxBackend> backend;
+  try {
+    PluginContext context;
+    context.config_json = config.backend_json;
+    context.config_key_path = "provisioner.backend";
+    context.config_file = config.source_file;
+    context.owner_id = core::generate_owner_id();
+    context.base_dir = config.roots.host_base_dir;
+    context.logger = logger;
+    context.clock = std::make_shared<SystemClock>();
+    const core::PluginLoader loader(config.plugin_dirs);
+    backend = loader.load_backend(
+        config.backend_use, context,
+        (config.source_file.empty() ? std::string("<default>") : config.source_file) +
+            ": provisioner.backend.use");
+  } catch (const std::exception& error) {
+    return fail(3, error.what());
+  }
+
+  ServiceSettings settings;
+  settings.api_key = config.api_key;
+  settings.roots = config.roots;
+  settings.mount_contract_version = config.mount_contract_version;
+  settings.backend_timeout_seconds = config.backend_timeout_seconds;
+  ProvisionerService service(settings, backend, logger);
+  try {
+    service.prepare_state_roots();
+  } catch (const std::exception& error) {
+    return fail(3, error.what());
+  }
+  if (config.api_key.empty()) {
+    logger->warning(
+        "No API key (PROVISIONER_API_KEY or provisioner.api_key): every /api/* "
+        "request will be refused with 401");
+  }
+
+  ProvisionerHttpServer server(service, logger, config.max_request_bytes, config.worker_threads);
+  int port = 0;
+  try {
+    port = server.bind(config.listen_host, config.listen_port);
+  } catch (const std::exception& error) {
+    return fail(4, error.what());
+  }
+  if (config.listen_host != "127.0.0.1" && config.listen_host != "::1") {
+    logger->warning("Listening on " + config.listen_host +
+                    ", beyond this host: requests and the API key travel as plain HTTP");
+  }
+  logger->info("sandboxd-provisioner: backend " + config.backend_use + ", mount contract " +
+               std::to_string(config.mount_contract_version) + ", state " +
+               config.roots.host_base_dir + ", user data " + config.roots.threads_host_path +
+               ", API key from " + config.api_key_source);
+
+  std::atomic<bool> stopped{false};
+  std::thread signal_watcher([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    if (stopped.load()) return;
+    logger->info(std::string("Stopping on ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") +
+                 " after the requests in flight");
+    // stop() before the accept loop has started would be lost, so repeat until run() is over.
+    while (!stopped.load()) {
+      server.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  });
+  std::cout << "listening on http://" << config.listen_host << ":" << port << std::endl;
+  server.run();
+  stopped.store(true);
+  service.drain();
+  if (signal_watcher.joinable()) {
+    pthread_kill(signal_watcher.native_handle(), SIGTERM);  // wakes sigwait if still waiting
+    signal_watcher.join();
+  }
+  logger->info("sandboxd-provisioner stopped");
+  return 0;
+}

@@ -1,0 +1,379 @@
+#include "provisioner_service.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <filesystem>
+#include <map>
+
+#include "create_request.hpp"
+#include "sandboxd/errors.hpp"
+#include "state_directories.hpp"
+
+namespace sandboxd::provisioner {
+namespace {
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+template <class Fill>
+std::string json_object(Fill fill) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  fill(w);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+void put(Writer& w, const char* key, const std::string& value) {
+  w.Key(key);
+  w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+}
+
+void put(Writer& w, const char* key, const std::optional<std::string>& value) {
+  w.Key(key);
+  if (value) {
+    w.String(value->c_str(), static_cast<rapidjson::SizeType>(value->size()));
+  } else {
+    w.Null();
+  }
+}
+
+Reply detail(int status, const std::string& message) {
+  return {status, json_object([&](Writer& w) { put(w, "detail", message); })};
+}
+
+Reply not_found(const std::string& sandbox_id) {
+  return detail(404, "Sandbox '" + sandbox_id + "' not found");
+}
+
+std::array<unsigned char, SHA256_DIGEST_LENGTH> digest(std::string_view text) {
+  std::array<unsigned char, SHA256_DIGEST_LENGTH> out{};
+  SHA256(reinterpret_cast<const unsigned char*>(text.data()), text.size(), out.data());
+  return out;
+}
+
+std::string join(const std::string& base, std::initializer_list<std::string> parts) {
+  std::filesystem::path path(base);
+  for (const std::string& part : parts) path /= part;
+  return path.lexically_normal().string();
+}
+
+}  // namespace
+
+ProvisionerService::ProvisionerService(ServiceSettings settings,
+                                       std::shared_ptr<SandboxBackend> backend,
+                                       std::shared_ptr<Logger> logger)
+    : settings_(std::move(settings)), backend_(std::move(backend)), logger_(std::move(logger)) {}
+
+ProvisionerService::~ProvisionerService() {
+  calls_.drain();
+}
+
+bool ProvisionerService::authorized(std::string_view presented_key) const {
+  if (settings_.api_key.empty()) return false;
+  // Digests have one length whatever the key, so the comparison time tells nothing about it.
+  const auto expected = digest(settings_.api_key);
+  const auto presented = digest(presented_key);
+  return CRYPTO_memcmp(expected.data(), presented.data(), expected.size()) == 0;
+}
+
+void ProvisionerService::prepare_state_roots() const {
+  for (const std::string& root :
+       {settings_.roots.host_base_dir, settings_.roots.threads_host_path}) {
+    std::error_code error;
+    std::filesystem::create_directories(root, error);
+    if (error || !std::filesystem::is_directory(root)) {
+      throw std::runtime_error("cannot use state directory " + root + ": " +
+                               (error ? error.message() : std::string("not a directory")));
+    }
+  }
+}
+
+Reply ProvisionerService::health() const {
+  return {200, json_object([](Writer& w) { put(w, "status", std::string("ok")); })};
+}
+
+Reply ProvisionerService::capabilities() const {
+  if (legacy()) return detail(404, "Not Found");
+  return {200, json_object([&](Writer& w) {
+            // No lark-cli images: a backend plugin has no init containers or sidecars.
+            w.Key("lark_cli_init_image");
+            w.Bool(false);
+            w.Key("lark_cli_broker_image");
+            w.Bool(false);
+            w.Key("mount_contract_version");
+            w.Int(settings_.mount_contract_version);
+          })};
+}
+
+std::string ProvisionerService::sandbox_json(const SandboxInfo& info) const {
+  return json_object([&](Writer& w) {
+    put(w, "sandbox_id", info.sandbox_id);
+    put(w, "sandbox_url", info.sandbox_url);
+    put(w, "status", std::string("Running"));
+    if (!legacy()) {
+      put(w, "user_id", info.user_id);
+      put(w, "thread_id", info.thread_id);
+      w.Key("mount_contract_version");
+      w.Int(info.mount_contract_version);
+    }
+  });
+}
+
+std::vector<Mount> ProvisionerService::composed_mounts(const std::string& user_id,
+                                                       const std::string& thread_id,
+                                                       const std::vector<Mount>& extra) const {
+  const std::string& base = settings_.roots.host_base_dir;
+  std::vector<Mount> mounts = {
+      {join(base, {"skills_view", "public"}), "/mnt/skills/public", true},
+      {join(base, {"users", user_id, "skills_view", "custom"}), "/mnt/skills/custom", true},
+      {join(base, {"users", user_id, "skills_view", "legacy"}), "/mnt/skills/legacy", true},
+      {join(settings_.roots.threads_host_path, {thread_id, "user-data"}), "/mnt/user-data", false},
+  };
+  for (const Mount& mount : mounts) {
+    const std::string& root =
+        mount.container_path == "/mnt/user-data" ? settings_.roots.threads_host_path : base;
+    ensure_directory_inside(mount.host_path, root,
+                            "Sandbox mount source is outside DeerFlow state: " + mount.host_path);
+  }
+  // An extra mount at a path the service composes replaces the composed one.
+  for (const Mount& mount : extra) {
+    std::erase_if(mounts, [&](const Mount& m) { return m.container_path == mount.container_path; });
+  }
+  mounts.insert(mounts.end(), extra.begin(), extra.end());
+  return mounts;
+}
+
+Reply ProvisionerService::create(std::string_view body) {
+  CreateBody request;
+  try {
+    request = parse_create_body(body);
+  } catch (const SchemaViolation& violation) {
+    return {422, schema_violation_json(violation)};
+  }
+  const std::string& id = request.sandbox_id;
+
+  // Validated before the fast path, so the answer never depends on whether the sandbox exists.
+  std::vector<Mount> extra;
+  try {
+    extra = validated_extra_mounts(request.extra_mounts, request.thread_id, request.user_id,
+                                   settings_.roots);
+    for (const Mount& mount : extra) {
+      const std::string message =
+          "Extra mount host path is outside DeerFlow state: " + mount.host_path;
+      if (mount.read_only) {
+        resolved_inside(mount.host_path, settings_.roots.host_base_dir, message);
+        if (!std::filesystem::is_directory(mount.host_path)) {
+          return detail(400, "Extra mount host path does not exist: " + mount.host_path);
+        }
+      } else {
+        ensure_directory_inside(mount.host_path, settings_.roots.host_base_dir, message);
+      }
+    }
+  } catch (const ExtraMountRejected& rejected) {
+    return detail(400, rejected.what());
+  } catch (const PathEscapesRoot& escape) {
+    return detail(400, escape.what());
+  } catch (const DirectoryUnavailable& unavailable) {
+    return detail(500, std::string("Sandbox creation failed: ") + unavailable.what());
+  }
+
+  const int version = settings_.mount_contract_version;
+  if (!legacy() && request.required_mount_contract_version &&
+      *request.required_mount_contract_version != version) {
+    return {409, json_object([&](Writer& w) {
+              put(w, "detail",
+                  "This provisioner serves mount contract " + std::to_string(version) + ", not " +
+                      std::to_string(*request.required_mount_contract_version));
+              w.Key("mount_contract_version");
+              w.Int(version);
+            })};
+  }
+
+  std::optional<SandboxInfo> existing;
+  try {
+    existing = calls_.run([backend = backend_, id] { return backend->discover(id); },
+                          settings_.backend_timeout_seconds, "Looking up sandbox '" + id + "'");
+  } catch (const BackendTimeout& timeout) {
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    // A lookup that fails is "not there yet"; the create below is idempotent.
+    logger_->warning("Could not look up sandbox " + id + " before creating it: " + error.what());
+  }
+  if (existing) {
+    if (!legacy()) {
+      if (existing->user_id != request.user_id || existing->thread_id != request.thread_id) {
+        logger_->warning("Refused create of sandbox " + id +
+                         ": it exists for another user or thread");
+        return detail(409, "Sandbox '" + id + "' exists for a different user or thread");
+      }
+      if (existing->mount_contract_version != version) {
+        return {409, json_object([&](Writer& w) {
+                  put(w, "detail",
+                      "Sandbox '" + id + "' was created under mount contract " +
+                          std::to_string(existing->mount_contract_version) +
+                          "; delete it to recreate it under " + std::to_string(version));
+                  w.Key("mount_contract_version");
+                  w.Int(version);
+                })};
+      }
+    }
+    return {200, sandbox_json(*existing)};
+  }
+
+  CreateRequest create;
+  create.sandbox_id = id;
+  create.thread_id = request.thread_id;
+  create.user_id = request.user_id;
+  create.provision_lark_cli_runtime = request.provision_lark_cli_runtime;
+  create.provision_lark_cli_broker = request.provision_lark_cli_broker;
+  try {
+    create.extra_mounts = composed_mounts(request.user_id, request.thread_id, extra);
+  } catch (const PathEscapesRoot& escape) {
+    return detail(400, escape.what());
+  } catch (const DirectoryUnavailable& unavailable) {
+    return detail(500, std::string("Sandbox creation failed: ") + unavailable.what());
+  }
+  try {
+    SandboxInfo info =
+        calls_.run([backend = backend_, create] { return backend->create(create); },
+                   settings_.backend_timeout_seconds, "Creating sandbox '" + id + "'");
+    if (!info.user_id) info.user_id = request.user_id;
+    if (!info.thread_id) info.thread_id = request.thread_id;
+    logger_->info("Created sandbox " + id + " for user " + request.user_id + ", thread " +
+                  request.thread_id + ": " + info.sandbox_url);
+    return {200, sandbox_json(info)};
+  } catch (const BackendTimeout& timeout) {
+    logger_->error(timeout.what());
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    logger_->error("Sandbox creation failed for " + id + ": " + error.what());
+    return detail(500, std::string("Sandbox creation failed: ") + error.what());
+  }
+}
+
+Reply ProvisionerService::get(const std::string& sandbox_id) {
+  if (!is_valid_sandbox_id(sandbox_id)) return not_found(sandbox_id);
+  try {
+    std::optional<SandboxInfo> info =
+        calls_.run([backend = backend_, sandbox_id] { return backend->discover(sandbox_id); },
+                   settings_.backend_timeout_seconds, "Looking up sandbox '" + sandbox_id + "'");
+    if (!info || info->sandbox_url.empty()) return not_found(sandbox_id);
+    return {200, sandbox_json(*info)};
+  } catch (const BackendTimeout& timeout) {
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    return detail(500, "Failed to read sandbox '" + sandbox_id + "': " + error.what());
+  }
+}
+
+Reply ProvisionerService::instance(const std::string& sandbox_id) {
+  SandboxDiscoveryResult result;
+  if (is_valid_sandbox_id(sandbox_id)) {
+    try {
+      result =
+          calls_.run([backend = backend_,
+                      sandbox_id] { return backend->discover_for_reconciliation(sandbox_id); },
+                     settings_.backend_timeout_seconds, "Looking up sandbox '" + sandbox_id + "'");
+    } catch (const BackendTimeout& timeout) {
+      return detail(504, timeout.what());
+    } catch (const std::exception& error) {
+      return detail(503,
+                    "Could not tell whether sandbox '" + sandbox_id + "' exists: " + error.what());
+    }
+  } else {
+    result = SandboxDiscoveryResult::absent();
+  }
+  if (result.status == SandboxDiscoveryResult::Status::unknown) {
+    return detail(503, "Could not tell whether sandbox '" + sandbox_id + "' exists");
+  }
+  const bool found = result.status == SandboxDiscoveryResult::Status::found;
+  const std::optional<SandboxInfo>& info = result.info;
+  return {200, json_object([&](Writer& w) {
+            put(w, "backend_namespace", result.backend_namespace);
+            put(w, "incarnation_id", found ? result.incarnation_id : std::nullopt);
+            const bool reachable = found && info && !info->sandbox_url.empty();
+            put(w, "sandbox_url",
+                reachable ? std::optional<std::string>(info->sandbox_url) : std::nullopt);
+            put(w, "user_id", found && info ? info->user_id : std::nullopt);
+            put(w, "thread_id", found && info ? info->thread_id : std::nullopt);
+            w.Key("mount_contract_version");
+            if (found && info) {
+              w.Int(info->mount_contract_version);
+            } else {
+              w.Null();
+            }
+          })};
+}
+
+Reply ProvisionerService::remove(const std::string& sandbox_id) {
+  auto ok = [&] {
+    return Reply{200, json_object([&](Writer& w) {
+                   w.Key("ok");
+                   w.Bool(true);
+                   put(w, "sandbox_id", sandbox_id);
+                 })};
+  };
+  if (!is_valid_sandbox_id(sandbox_id)) return ok();  // nothing of that name can exist
+  try {
+    calls_.run(
+        [backend = backend_, sandbox_id] {
+          // The exact-instance lookup also finds one that runs but is not ready (no URL).
+          SandboxDiscoveryResult found = backend->discover_for_reconciliation(sandbox_id);
+          if (found.status == SandboxDiscoveryResult::Status::absent) return;
+          if (found.status == SandboxDiscoveryResult::Status::unknown) {
+            throw std::runtime_error("could not look it up");
+          }
+          SandboxInfo info;
+          if (found.info) {
+            info = *found.info;
+          } else {
+            info.sandbox_id = sandbox_id;
+            info.container_id = found.incarnation_id;
+          }
+          backend->destroy(info);
+        },
+        settings_.backend_timeout_seconds, "Deleting sandbox '" + sandbox_id + "'");
+  } catch (const BackendTimeout& timeout) {
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    logger_->error("Deleting sandbox " + sandbox_id + " failed: " + error.what());
+    return detail(500, std::string("Partial cleanup: sandbox: ") + error.what());
+  }
+  logger_->info("Deleted sandbox " + sandbox_id);
+  return ok();
+}
+
+Reply ProvisionerService::list() {
+  std::vector<SandboxInfo> running;
+  try {
+    running = calls_.run([backend = backend_] { return backend->list_running(); },
+                         settings_.backend_timeout_seconds, "Listing sandboxes");
+  } catch (const BackendTimeout& timeout) {
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    return detail(500, std::string("Failed to list sandboxes: ") + error.what());
+  }
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("sandboxes");
+  w.StartArray();
+  int count = 0;
+  for (const SandboxInfo& info : running) {
+    if (info.sandbox_id.empty() || info.sandbox_url.empty()) continue;
+    const std::string one = sandbox_json(info);
+    w.RawValue(one.c_str(), one.size(), rapidjson::kObjectType);
+    ++count;
+  }
+  w.EndArray();
+  w.Key("count");
+  w.Int(count);
+  w.EndObject();
+  return {200, std::string(buffer.GetString(), buffer.GetSize())};
+}
+
+}  // namespace sandboxd::provisioner

@@ -1,0 +1,67 @@
+// DeerFlow's provisioner API (SPEC §10.8) over any SandboxBackend: what each route answers,
+// independent of the HTTP server that carries it (http_binding.hpp). Sandboxes are the
+// backend's; the service keeps no state of its own, so a restart loses nothing.
+//
+// Thread model: every method may run on several HTTP worker threads at once. The settings are
+// immutable after construction, the backend is thread-safe (backend.hpp), and backend calls go
+// through `calls_` (bounded_calls.hpp), which owns the only mutable state.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "bounded_calls.hpp"
+#include "extra_mount_validation.hpp"
+#include "sandboxd/backend.hpp"
+#include "sandboxd/logger.hpp"
+
+namespace sandboxd::provisioner {
+
+struct ServiceSettings {
+  std::string api_key;  // empty: every /api/* request is refused
+  StateRoots roots;
+  int mount_contract_version = kSandboxMountContractVersion;  // 0: answer as a legacy one
+  double backend_timeout_seconds = 120.0;
+};
+
+struct Reply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+class ProvisionerService {
+ public:
+  ProvisionerService(ServiceSettings settings, std::shared_ptr<SandboxBackend> backend,
+                     std::shared_ptr<Logger> logger);
+  ~ProvisionerService();  // waits for backend calls still running
+
+  // Constant-time comparison with the configured key; an empty configured key matches nothing.
+  bool authorized(std::string_view presented_key) const;
+  bool legacy() const { return settings_.mount_contract_version == 0; }
+
+  Reply health() const;
+  Reply capabilities() const;                     // 404 in legacy mode, as an old provisioner
+  Reply create(std::string_view body);            // POST /api/sandboxes
+  Reply get(const std::string& sandbox_id);       // GET /api/sandboxes/{id}
+  Reply instance(const std::string& sandbox_id);  // GET /api/sandboxes/{id}/instance
+  Reply remove(const std::string& sandbox_id);    // DELETE /api/sandboxes/{id}
+  Reply list();                                   // GET /api/sandboxes
+
+  // Makes sure the state roots exist (start-up); throws std::runtime_error naming the path.
+  void prepare_state_roots() const;
+  void drain() { calls_.drain(); }
+
+ private:
+  std::string sandbox_json(const SandboxInfo& info) const;
+  std::vector<Mount> composed_mounts(const std::string& user_id, const std::string& thread_id,
+                                     const std::vector<Mount>& extra) const;
+
+  const ServiceSettings settings_;
+  const std::shared_ptr<SandboxBackend> backend_;
+  const std::shared_ptr<Logger> logger_;
+  BoundedCalls calls_;  // last: drained (in the destructor) before anything above goes
+};
+
+}  // namespace sandboxd::provisioner
