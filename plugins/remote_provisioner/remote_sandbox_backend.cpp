@@ -66,6 +66,18 @@ bool parse_object(const std::string& body, rapidjson::Document& doc) {
   return parse_json(doc, body) && doc.IsObject();
 }
 
+// The version in a create refused with 409 {"mount_contract_version": N} (SPEC §10.3's proposed
+// refusal of a contract the provisioner does not serve); nothing for any other answer.
+std::optional<int> served_contract_of_refusal(const HttpResponse& response) {
+  if (response.status != 409) return std::nullopt;
+  rapidjson::Document doc;
+  if (!parse_object(response.body, doc) || !doc.HasMember("mount_contract_version") ||
+      !doc["mount_contract_version"].IsInt()) {
+    return std::nullopt;
+  }
+  return doc["mount_contract_version"].GetInt();
+}
+
 }  // namespace
 
 class RemoteSandboxBackend final : public SandboxBackend {
@@ -168,29 +180,39 @@ class RemoteSandboxBackend final : public SandboxBackend {
 
     SandboxInfo info;
     int returned = 0;
+    bool refused = false;  // a 409 naming the contract the provisioner serves
     try {
       const HttpResponse response =
           http_request("POST", base_url_ + "/api/sandboxes", api_key_, kCreateTimeout, body);
-      if (!response.ok()) throw std::runtime_error(response.describe());
+      if (std::optional<int> served = served_contract_of_refusal(response)) {
+        // Nothing was created; the acquisition restarts under the contract the provisioner
+        // serves. A refusal naming the very version we asked for makes no sense: a failure.
+        if (*served == required) throw std::runtime_error(response.describe());
+        returned = *served;
+        refused = true;
+      }
+      if (!refused && !response.ok()) throw std::runtime_error(response.describe());
       rapidjson::Document doc;
-      if (!parse_object(response.body, doc)) {
-        throw std::runtime_error("response is not a JSON object: " + response.describe());
+      if (!refused) {
+        if (!parse_object(response.body, doc)) {
+          throw std::runtime_error("response is not a JSON object: " + response.describe());
+        }
+        auto url = non_empty_string_member(doc, "sandbox_url");
+        if (!url) throw std::runtime_error("response has no sandbox_url");
+        if (!http::is_http_url(*url)) {
+          throw std::runtime_error("response has a sandbox_url that is not http:// or https://: '" +
+                                   redacted_url(url->substr(0, 200)) + "'");
+        }
+        auto version = contract_version_member(doc);
+        if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
+        returned = *version;
+        info.sandbox_id = id;
+        info.sandbox_url = *url;
+        info.created_at = clock_->wall_now();
+        info.user_id = string_member(doc, "user_id");
+        info.thread_id = string_member(doc, "thread_id");
+        info.mount_contract_version = returned;
       }
-      auto url = non_empty_string_member(doc, "sandbox_url");
-      if (!url) throw std::runtime_error("response has no sandbox_url");
-      if (!http::is_http_url(*url)) {
-        throw std::runtime_error("response has a sandbox_url that is not http:// or https://: '" +
-                                 redacted_url(url->substr(0, 200)) + "'");
-      }
-      auto version = contract_version_member(doc);
-      if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
-      returned = *version;
-      info.sandbox_id = id;
-      info.sandbox_url = *url;
-      info.created_at = clock_->wall_now();
-      info.user_id = string_member(doc, "user_id");
-      info.thread_id = string_member(doc, "thread_id");
-      info.mount_contract_version = returned;
     } catch (const std::exception& error) {
       logger_->error("Provisioner create failed for " + id + ": " + error.what());
       throw std::runtime_error(std::string("Provisioner create failed: ") + error.what());

@@ -530,6 +530,38 @@ TEST_F(RemoteBackendTest, CreateReportsAContractChange) {
   EXPECT_EQ(remote->cached_mount_contract_version(), 0);
 }
 
+// A provisioner that refuses the requested contract answers 409 with the one it serves
+// (SPEC §10.3's proposed wire behaviour, what sandboxd-provisioner does): nothing was created,
+// and the acquisition restarts under that version. A 409 without a version is a plain failure.
+TEST_F(RemoteBackendTest, CreateRefusedFor409WithAVersionIsAContractChange) {
+  auto remote = negotiated_v2(server_, host_);
+  server_.push("POST /api/sandboxes", 409,
+               R"({"detail":"This provisioner serves mount contract 0, not 2",)"
+               R"("mount_contract_version":0})");
+  CreateRequest request;
+  request.sandbox_id = "s";
+  try {
+    remote->create(request);
+    FAIL() << "expected MountContractChangedError";
+  } catch (const MountContractChangedError& error) {
+    EXPECT_EQ(error.previous_version(), 2);
+    EXPECT_EQ(error.current_version(), 0);
+  }
+  EXPECT_EQ(remote->mount_contract_snapshot(), (sandboxd::MountContractSnapshot{0, true}));
+
+  server_.push("POST /api/sandboxes", 409, R"({"detail":"exists for a different user or thread"})");
+  try {
+    remote->create(request);
+    FAIL() << "expected an error";
+  } catch (const MountContractChangedError&) {
+    FAIL() << "a 409 without a version is not a contract change";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("HTTP 409"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("different user or thread"), std::string::npos)
+        << error.what();
+  }
+}
+
 TEST_F(RemoteBackendTest, CreateFailureIsLoggedAndRaised) {
   auto remote = backend(kApiKey);
   server_.push("POST /api/sandboxes", 500, R"({"detail":"boom"})");
