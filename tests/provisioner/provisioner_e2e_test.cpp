@@ -1,0 +1,299 @@
+// The whole remote path with real parts only: a Provider over the remote_provisioner plugin →
+// HTTP on 127.0.0.1 → the real sandboxd-provisioner binary (a child process) → local_docker →
+// the test engine (podman or Docker, from scripts/test_engine.sh). No in-process HTTP stand-in.
+// Every test ends by asking the engine itself that no container of its prefix is left.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sandboxd/readiness.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_listing.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/provider.hpp"
+#include "sandboxd/errors.hpp"
+#include "test_support.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+using sandboxd::testing::CapturingLogger;
+using sandboxd::testing::containers_left_after_removal;
+using sandboxd::testing::engine_containers;
+using sandboxd::testing::socket_path;
+using sandboxd::testing::TempDir;
+
+constexpr const char* kKey = "e2e-key-5d1c";
+
+// A free TCP port on 127.0.0.1 (closed again; the service binds it a moment later).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+// sandboxd-provisioner as a child process. Its stderr goes to a file the test shows on failure.
+class ServiceProcess {
+ public:
+  ServiceProcess(const std::string& config_file, int port, const std::string& log_file,
+                 std::vector<std::string> extra_args = {}) {
+    int out[2];
+    if (::pipe(out) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      const int err = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
+      ::dup2(err, STDERR_FILENO);
+      ::close(out[0]);
+      std::vector<std::string> args = {SANDBOXD_PROVISIONER_BINARY, "--config", config_file,
+                                       "--listen", "127.0.0.1:" + std::to_string(port)};
+      args.insert(args.end(), extra_args.begin(), extra_args.end());
+      std::vector<char*> argv;
+      for (std::string& arg : args) argv.push_back(arg.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    // The one stdout line says it is listening; wait for it (bounded).
+    std::string line;
+    pollfd waiting{out[0], POLLIN, 0};
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (line.find('\n') == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      if (::poll(&waiting, 1, 100) > 0) {
+        char buffer[256];
+        const ssize_t n = ::read(out[0], buffer, sizeof buffer);
+        if (n <= 0) break;
+        line.append(buffer, static_cast<std::size_t>(n));
+      }
+    }
+    ::close(out[0]);
+    listening_line_ = line;
+  }
+  ~ServiceProcess() { stop(); }
+
+  const std::string& listening_line() const { return listening_line_; }
+
+  // SIGTERM, then the exit status (0 is a clean stop after the requests in flight).
+  int stop() {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGTERM);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    status_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return status_;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string listening_line_;
+};
+
+class ProvisionerEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (socket_path().empty()) {
+      GTEST_SKIP() << "SANDBOXD_TEST_DOCKER_SOCKET is not set; run through scripts/test.sh, "
+                      "which starts the test engine";
+    }
+    prefix_ = "sbxe2e" + std::to_string(::getpid());
+    port_ = free_port();
+    std::ofstream(config_file()) << R"({"provisioner": {
+        "api_key": ")" << kKey << R"(",
+        "host_base_dir": ")" << dir_.str()
+                                 << R"(/state",
+        "backend_timeout_seconds": 60,
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": "unix://)"
+                                 << socket_path() << R"(",
+                    "image": ")" << sandboxd::testing::engine_test_image()
+                                 << R"(",
+                    "container_prefix": ")"
+                                 << prefix_ << R"(",
+                    "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2}}})";
+  }
+  void TearDown() override {
+    provider_.reset();
+    if (service_) {
+      EXPECT_EQ(service_->stop(), 0) << service_log();
+    }
+    if (!prefix_.empty()) {
+      EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "containers left behind";
+    }
+  }
+
+  std::string config_file() const { return dir_.file("provisioner.json"); }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string service_log() const {
+    std::ifstream in(dir_.file("service.log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  void start_service(std::vector<std::string> extra_args = {}) {
+    service_ = std::make_unique<ServiceProcess>(config_file(), port_, dir_.file("service.log"),
+                                                std::move(extra_args));
+    ASSERT_EQ(service_->listening_line(), "listening on " + url() + "\n") << service_log();
+  }
+
+  std::shared_ptr<SandboxBackend> remote(const std::string& key = kKey,
+                                         std::shared_ptr<Clock> clock = nullptr) {
+    PluginContext context;
+    context.config_json =
+        R"({"provisioner_url": ")" + url() + R"(", "provisioner_api_key": ")" + key + R"("})";
+    context.config_key_path = "sandbox.backend";
+    context.logger = logger_;
+    context.clock = clock ? clock : std::make_shared<SystemClock>();
+    return PluginLoader({SANDBOXD_TEST_PLUGIN_DIR})
+        .load_backend("remote_provisioner:RemoteSandboxBackend", context, "e2e test");
+  }
+
+  void make_provider() {
+    ProviderDeps deps;
+    deps.backend = remote();
+    PluginContext store;
+    store.config_key_path = "sandbox.ownership";
+    store.owner_id = "e2e-test:1";
+    store.base_dir = dir_.str();
+    store.logger = logger_;
+    store.clock = std::make_shared<SystemClock>();
+    deps.ownership =
+        PluginLoader({SANDBOXD_TEST_PLUGIN_DIR})
+            .load_ownership_store("ownership_memory:MemoryOwnershipStore", store, "e2e");
+    deps.logger = logger_;
+    deps.clock = std::make_shared<SystemClock>();
+    // Gateway and provisioner share the DeerFlow state directory, as DEER_FLOW_HOST_BASE_DIR
+    // is shared in a real deployment: the gateway composes mounts the service then checks.
+    deps.paths = std::make_shared<const Paths>(dir_.path() / "state", dir_.str() + "/state");
+    deps.options.thread_data_mounts = true;  // as DeerFlow's remote deployments set it
+    deps.options.run_background_threads = false;
+    provider_ = std::make_unique<Provider>(std::move(deps));
+    provider_->start();
+  }
+
+  TempDir dir_;
+  std::string prefix_;
+  int port_ = 0;
+  std::shared_ptr<CapturingLogger> logger_ = std::make_shared<CapturingLogger>();
+  std::unique_ptr<ServiceProcess> service_;
+  std::unique_ptr<Provider> provider_;
+};
+
+TEST_F(ProvisionerEndToEndTest, AcquireReleaseReclaimAndDestroyThroughTheService) {
+  start_service();
+  make_provider();
+  // Probes: contract 2, so thread data is mounted and the conversion mount is forwarded.
+  EXPECT_TRUE(provider_->provider_uses_thread_data_mounts());
+
+  const std::string id = provider_->acquire("thread-1", "alice");
+  ClientPtr client = provider_->get(id);
+  ASSERT_TRUE(client);
+  EXPECT_TRUE(sandboxd::wait_for_sandbox_ready(client->base_url(), 5.0)) << client->base_url();
+  ASSERT_EQ(engine_containers(prefix_), std::vector<std::string>{prefix_ + "-" + id});
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.str() + "/state/threads/thread-1/user-data"));
+
+  provider_->release(id);
+  EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "release keeps the sandbox warm";
+  EXPECT_EQ(provider_->acquire("thread-1", "alice"), id) << "reclaim returns the warm sandbox";
+  EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "reclaim must not create a container";
+
+  const std::string other = provider_->acquire("thread-2", "bob");
+  EXPECT_NE(other, id);
+  EXPECT_EQ(engine_containers(prefix_).size(), 2u);
+
+  provider_->destroy(id);
+  EXPECT_EQ(engine_containers(prefix_), std::vector<std::string>{prefix_ + "-" + other});
+  provider_->shutdown();
+  EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
+  std::printf("acquire/release/reclaim/destroy through sandboxd-provisioner: 2 created, 0 left\n");
+}
+
+TEST_F(ProvisionerEndToEndTest, AWrongKeyIsAClearErrorAndCreatesNothing) {
+  start_service();
+  auto backend = remote("not-the-key");
+  backend->refresh_capabilities_if_stale();
+  EXPECT_FALSE(backend->cached_mount_contract_capability_known()) << "a 401 is not an answer";
+  CreateRequest request;
+  request.sandbox_id = "wrongkey1";
+  request.thread_id = "t";
+  try {
+    backend->create(request);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& error) {
+    EXPECT_EQ(std::string(error.what()), "Provisioner create failed: HTTP 401 Unauthorized")
+        << error.what();
+  }
+  EXPECT_TRUE(engine_containers(prefix_).empty());
+  EXPECT_NE(service_log().find("provisioner auth rejected: POST /api/sandboxes"), std::string::npos)
+      << service_log();
+  EXPECT_EQ(service_log().find("not-the-key"), std::string::npos) << "the key reached the log";
+}
+
+// A gateway that negotiated contract 2 meets a provisioner restarted as a legacy one on the
+// same address: the create answers without a version, the acquisition restarts under the
+// legacy id, and the sandbox made under the stale id is destroyed, not left running.
+TEST_F(ProvisionerEndToEndTest, ALegacyServiceDowngradesTheContractAndLeavesNoStalePod) {
+  start_service();
+  make_provider();
+  ASSERT_TRUE(provider_->provider_uses_thread_data_mounts());
+  ASSERT_EQ(provider_->backend()->mount_contract_snapshot(), (MountContractSnapshot{2, true}));
+  EXPECT_EQ(service_->stop(), 0);
+  start_service({"--mount-contract-version", "0"});
+
+  const std::string id = provider_->acquire("thread-9", "alice");
+  EXPECT_EQ(provider_->backend()->cached_mount_contract_version(), 0);
+  EXPECT_TRUE(provider_->backend()->cached_mount_contract_capability_known());
+  EXPECT_EQ(engine_containers(prefix_), std::vector<std::string>{prefix_ + "-" + id})
+      << "the sandbox of the stale contract must be gone";
+  EXPECT_TRUE(logger_->contains("under mount contract 0 instead of 2")) << "no downgrade seen";
+  provider_->shutdown();
+}
+
+// The service is down when the gateway first asks; the probe says "unavailable" and retries a
+// second later, and picks the service up once it listens.
+TEST_F(ProvisionerEndToEndTest, AServiceThatComesUpIsPickedUpByTheProbeRetry) {
+  auto clock = std::make_shared<sandboxd::testing::ManualClock>(1000.0);
+  auto backend = remote(kKey, clock);
+  backend->refresh_capabilities_if_stale();
+  EXPECT_FALSE(backend->cached_mount_contract_capability_known());
+  EXPECT_TRUE(logger_->contains(LogLevel::warning, "Provisioner capability probe failed"));
+
+  start_service();
+  backend->refresh_capabilities_if_stale();
+  EXPECT_FALSE(backend->cached_mount_contract_capability_known()) << "retried before 1 s";
+  clock->advance(1.0);
+  backend->refresh_capabilities_if_stale();
+  EXPECT_TRUE(backend->cached_mount_contract_capability_known());
+  EXPECT_EQ(backend->cached_mount_contract_version(), 2);
+}
+
+TEST_F(ProvisionerEndToEndTest, TheBinaryRefusesABadConfigNamingTheValue) {
+  std::ofstream(config_file()) << R"({"provisioner": {"container_port": 9000}})";
+  ServiceProcess bad(config_file(), port_, dir_.file("service.log"));
+  EXPECT_EQ(bad.listening_line(), "");
+  EXPECT_EQ(bad.stop(), 3);
+  EXPECT_NE(
+      service_log().find(config_file() + ": provisioner.container_port: 9000 is not supported"),
+      std::string::npos)
+      << service_log();
+}
+
+}  // namespace
+}  // namespace sandboxd::core
