@@ -874,4 +874,113 @@ TEST_F(RemoteBackendTest, AMistypedApiKeyIsDescribedByItsTypeOnly) {
                 kRejectedBy);
 }
 
+// ── a deliberately broken server (raw TCP on 127.0.0.1, not an HTTP library) ──
+
+namespace broken {
+
+// Answers every connection with `reply` bytes, then closes it (or, with hold_open, keeps it
+// open without another byte until the test ends). Lock story: only the accept thread touches
+// the sockets; `stop_` is atomic.
+class RawServer {
+ public:
+  RawServer(std::string reply, bool hold_open) : reply_(std::move(reply)), hold_open_(hold_open) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    ::listen(listener_, 8);
+    socklen_t length = sizeof address;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~RawServer() {
+    stop_ = true;
+    ::shutdown(listener_, SHUT_RDWR);
+    thread_.join();
+    ::close(listener_);
+    for (int fd : held_) ::close(fd);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) return;
+      char request[4096];
+      (void)::recv(fd, request, sizeof request, 0);  // one read: the request line and headers
+      (void)::send(fd, reply_.data(), reply_.size(), MSG_NOSIGNAL);
+      if (hold_open_) {
+        held_.push_back(fd);
+      } else {
+        ::close(fd);
+      }
+    }
+  }
+
+  std::string reply_;
+  bool hold_open_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> held_;
+  std::thread thread_;
+};
+
+std::string create_error(SandboxBackend& remote) {
+  CreateRequest request;
+  request.sandbox_id = "s";
+  try {
+    remote.create(request);
+  } catch (const MountContractChangedError&) {
+    return "<contract change>";
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  return "<no error>";
+}
+
+}  // namespace broken
+
+TEST_F(RemoteBackendTest, AServerThatSpeaksGarbageIsAClearFailure) {
+  broken::RawServer server("SSH-2.0-OpenSSH_9.2p1\r\n", false);
+  auto remote = load(host_, server.url(), kApiKey);
+  remote->refresh_capabilities_if_stale();
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+  const std::string error = broken::create_error(*remote);
+  std::printf("garbage answer to create: %s\n", error.c_str());
+  EXPECT_EQ(error.rfind("Provisioner create failed: ", 0), 0u) << error;
+  EXPECT_EQ(remote->discover("s"), std::nullopt);
+  EXPECT_TRUE(remote->list_running().empty());
+  EXPECT_THROW(remote->is_alive(SandboxInfo{"s", "http://x"}), std::runtime_error);
+}
+
+TEST_F(RemoteBackendTest, ATruncatedAnswerIsAClearFailureNotAPartialSandbox) {
+  broken::RawServer server(
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 300\r\n\r\n"
+      R"({"sandbox_id":"s","sandbox_url":"http://127.0.0.1:1","mount_contract_version":)",
+      false);
+  auto remote = load(host_, server.url(), kApiKey);
+  const std::string error = broken::create_error(*remote);
+  std::printf("truncated answer to create: %s\n", error.c_str());
+  EXPECT_EQ(error.rfind("Provisioner create failed: ", 0), 0u) << error;
+  EXPECT_EQ(remote->discover("s"), std::nullopt);
+}
+
+// Headers arrive, the body never finishes: the 5 s bound of the probe still holds.
+TEST_F(RemoteBackendTest, ABodyThatStallsAfterTheHeadersStillTimesOut) {
+  broken::RawServer server("HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\n{\"mount_", true);
+  auto remote = load(host_, server.url(), kApiKey);
+  const auto start = std::chrono::steady_clock::now();
+  remote->refresh_capabilities_if_stale();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("probe against a stalled body gave up after %.2f s\n", waited);
+  EXPECT_FALSE(remote->cached_mount_contract_capability_known());
+  EXPECT_GE(waited, 4.9);
+  EXPECT_LT(waited, 7.5);
+}
+
 }  // namespace
