@@ -187,8 +187,9 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
 
     config.backend_timeout_seconds = file.get_number("backend_timeout_seconds", 120.0);
     if (!(config.backend_timeout_seconds >= 1.0 && config.backend_timeout_seconds <= 3600.0)) {
-      file.reject("backend_timeout_seconds", "expected seconds from 1 to 3600, got " +
-                                                 std::to_string(config.backend_timeout_seconds));
+      std::ostringstream shown;
+      shown << config.backend_timeout_seconds;
+      file.reject("backend_timeout_seconds", "expected seconds from 1 to 3600, got " + shown.str());
     }
     const long long max_bytes = file.get_integer("max_request_bytes", 1024 * 1024);
     if (max_bytes < 1024 || max_bytes > 64LL * 1024 * 1024) {
