@@ -2,6 +2,9 @@
 // backend plugin, so gateways on several hosts can share one container host. Gateways reach it
 // with the remote_provisioner plugin (`provisioner_url`, `provisioner_api_key`).
 #include <pthread.h>
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <signal.h>
 
 #include <atomic>
@@ -15,9 +18,11 @@
 #include "http_binding.hpp"
 #include "provisioner_service.hpp"
 #include "sandboxd/clock.hpp"
+#include "sandboxd/core/default_config.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/redact.hpp"
 #include "service_config.hpp"
 
 namespace po = boost::program_options;
@@ -29,10 +34,12 @@ namespace {
 constexpr const char* kUsage =
     "Usage: sandboxd-provisioner [--config FILE] [--listen HOST:PORT]\n"
     "                            [--mount-contract-version N] [--log-level LEVEL]\n"
+    "                            [--check-config]\n"
     "\n"
     "Serves DeerFlow's provisioner API (/health, /api/capabilities, /api/sandboxes...) over\n"
     "a sandbox backend plugin (default local_docker:LocalContainerBackend on DOCKER_HOST,\n"
-    "else /var/run/docker.sock). Every /api/* request needs the X-API-Key header.\n"
+    "else /var/run/docker.sock, else the podman service scripts/setup.sh starts). Every\n"
+    "/api/* request needs the X-API-Key header.\n"
     "\n";
 
 constexpr const char* kDetails =
@@ -75,7 +82,8 @@ int main(int argc, char** argv) {
       "a free one)")(
       "mount-contract-version", po::value<int>(),
       "2 (current) or 0 (answer as a legacy provisioner: no /api/capabilities, no identity "
-      "fields)")("log-level", po::value<std::string>(&log_level_text),
+      "fields)")("check-config", "load the config and the backend plugin, print what was "
+                                   "resolved, and exit (0: usable)")("log-level", po::value<std::string>(&log_level_text),
                  "debug, info, warning or error (default info)");
   po::variables_map vm;
   try {
@@ -115,6 +123,23 @@ int main(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  // The default backend finds the engine as sandboxctl does (DOCKER_HOST, the system socket,
+  // else the podman service scripts/setup.sh starts) unless the section names a socket.
+  if (config.backend_use == kDefaultBackendUse) {
+    rapidjson::Document section;
+    section.Parse(config.backend_json.c_str());  // written by load_service_config: an object
+    if (section.IsObject() && !section.HasMember("socket")) {
+      const core::EngineChoice engine = core::default_engine();
+      section.AddMember("socket", rapidjson::Value(engine.socket.c_str(), section.GetAllocator()),
+                        section.GetAllocator());
+      rapidjson::StringBuffer buffer;
+      rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+      section.Accept(writer);
+      config.backend_json.assign(buffer.GetString(), buffer.GetSize());
+      logger->info("Engine " + redacted_url(engine.socket) + ": " + engine.reason);
+    }
+  }
+
   std::shared_ptr<SandboxBackend> backend;
   try {
     PluginContext context;
@@ -132,6 +157,22 @@ int main(int argc, char** argv) {
             ": provisioner.backend.use");
   } catch (const std::exception& error) {
     return fail(3, error.what());
+  }
+
+  if (vm.count("check-config")) {
+    std::cout << "config:          "
+              << (config.source_file.empty() ? "<none: flags, environment, defaults>"
+                                             : config.source_file)
+              << "\nlisten:          " << config.listen_host << ":" << config.listen_port
+              << "\nbackend:         " << config.backend_use
+              << "\nmount contract:  " << config.mount_contract_version
+              << (config.mount_contract_version == 0 ? " (legacy)" : "")
+              << "\nstate:           " << config.roots.host_base_dir
+              << "\nuser data:       " << config.roots.threads_host_path << "\napi key:         "
+              << (config.api_key.empty() ? "none: every /api/* request gets 401"
+                                         : "set, from " + config.api_key_source)
+              << "\n";
+    return 0;
   }
 
   ServiceSettings settings;

@@ -87,7 +87,8 @@ out=$("$ctl" --help 2>&1); rc=$?
 
 # Every example config in examples/configs parses and its plugins construct.
 for example in "$examples"/*.json; do
-  sed "s#/var/lib/sandboxd#$work/example-state#g" "$example" >"$work/example.json"
+  sed -e "s#/var/lib/sandboxd#$work/example-state#g" -e "s#/tmp/deer-flow#$work/example-state#g" \
+    "$example" >"$work/example.json"
   mkdir -p "$work/example-state"
   out=$(MY_API_KEY=k PROVISIONER_API_KEY=k "$ctl" --config "$work/example.json" check-config 2>&1)
   check "check-config $(basename "$example")" $? "$out"
