@@ -1,0 +1,467 @@
+// sandboxd_bench: the provider's own cost, measured. DeerFlow's provider-benchmark scenarios
+// run against an in-process backend that answers at once (so every microsecond is the core's:
+// registry, locks, leases, directories), with the memory or SQLite lease store, at concurrency
+// 1 and 8; then how the warm path holds up with 1,000 and 10,000 other active conversations,
+// shutdown with 1,000 and 10,000 tracked sandboxes, and RSS per tracked sandbox.
+//
+//   sandboxd_bench [--iterations N] [--jsonl FILE] [--only SCENARIO] [--quick]
+//
+// One JSON object per measured operation goes to --jsonl (scenario, backend, store,
+// concurrency, iteration, acquire_us, release_us, path, success, error); a summary table
+// (min, median, p90, p99, max) goes to stdout. Not run by ctest: speed goals live here and in
+// BENCHMARKS.md, never in timed unit tests.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sandboxd/clock.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/provider.hpp"
+#include "sandboxd/sdk.hpp"
+
+namespace {
+
+using namespace sandboxd;
+using namespace sandboxd::core;
+using Clock = std::chrono::steady_clock;
+
+// Answers every call at once; a create makes a SandboxInfo and nothing else. Lock story:
+// `mutex_` guards `live_`.
+class InstantBackend final : public SandboxBackend {
+ public:
+  SandboxInfo create(const CreateRequest& request) override {
+    SandboxInfo info;
+    info.sandbox_id = request.sandbox_id;
+    info.sandbox_url = "http://127.0.0.1:1";
+    info.user_id = request.user_id;
+    info.thread_id = request.thread_id;
+    info.mount_contract_version = kSandboxMountContractVersion;
+    std::lock_guard lock(mutex_);
+    live_[request.sandbox_id] = info;
+    return info;
+  }
+  void destroy(const SandboxInfo& info) override {
+    std::lock_guard lock(mutex_);
+    live_.erase(info.sandbox_id);
+  }
+  bool is_alive(const SandboxInfo& info) override {
+    std::lock_guard lock(mutex_);
+    return live_.count(info.sandbox_id) > 0;
+  }
+  std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
+  MountModeKind mount_mode_kind() const override { return MountModeKind::local_bind_mounts; }
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, SandboxInfo> live_;
+};
+
+class QuietLogger final : public Logger {
+ public:
+  void log(LogLevel level, std::string_view message) override {
+    if (level >= LogLevel::error)
+      std::fprintf(stderr, "%.*s\n", int(message.size()), message.data());
+  }
+};
+
+struct Row {
+  std::string scenario;
+  std::string store;
+  int concurrency = 1;
+  int iteration = 0;
+  double acquire_us = 0;
+  double release_us = 0;
+  std::string path;
+  bool success = true;
+  std::string error;
+  double started = 0;  // seconds since the bench began, for pairs/s over the scenario's span
+  double ended = 0;
+};
+
+struct Settings {
+  int iterations = 2000;
+  std::string jsonl;
+  std::string only;
+  bool quick = false;
+};
+
+double micros(Clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
+
+std::string json_escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    out += c;
+  }
+  return out;
+}
+
+class Bench {
+ public:
+  explicit Bench(Settings settings) : settings_(std::move(settings)) {
+    if (!settings_.jsonl.empty()) jsonl_.open(settings_.jsonl);
+    base_ =
+        std::filesystem::temp_directory_path() / ("sandboxd-bench-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(base_);
+  }
+  ~Bench() {
+    std::error_code ignored;
+    std::filesystem::remove_all(base_, ignored);
+  }
+
+  bool wanted(const std::string& scenario) const {
+    return settings_.only.empty() || settings_.only == scenario;
+  }
+
+  std::unique_ptr<Provider> provider(const std::string& store, int replicas, int idle_timeout,
+                                     std::shared_ptr<sandboxd::Clock> clock = nullptr) {
+    const std::filesystem::path dir = base_ / ("p" + std::to_string(next_dir_++));
+    std::filesystem::create_directories(dir);
+    auto logger = std::make_shared<QuietLogger>();
+    if (!clock) clock = std::make_shared<SystemClock>();
+    PluginContext context;
+    context.config_key_path = "sandbox.ownership";
+    context.owner_id = "bench:" + std::to_string(next_dir_);
+    context.base_dir = dir.string();
+    context.logger = logger;
+    context.clock = clock;
+    std::string use = "ownership_memory:MemoryOwnershipStore";
+    if (store == "sqlite") {
+      use = "ownership_sqlite:SqliteOwnershipStore";
+      context.config_json = R"({"path": ")" + (dir / "leases.db").string() + R"("})";
+    }
+    ProviderDeps deps;
+    deps.backend = std::make_shared<InstantBackend>();
+    deps.ownership =
+        PluginLoader({SANDBOXD_BENCH_PLUGIN_DIR}).load_ownership_store(use, context, "bench");
+    deps.logger = logger;
+    deps.clock = clock;
+    deps.paths = std::make_shared<const Paths>(dir, dir.string());
+    deps.options.replicas = replicas;
+    deps.options.idle_timeout = idle_timeout;
+    deps.options.run_background_threads = false;
+    deps.options.reconcile_on_start = false;
+    deps.hooks.wait_until_ready = [](const std::string&, double) { return true; };
+    auto out = std::make_unique<Provider>(std::move(deps));
+    out->start();
+    return out;
+  }
+
+  void record(const Row& row) {
+    if (row.scenario.empty()) return;  // warm-up
+    std::lock_guard lock(rows_mutex_);
+    rows_.push_back(row);
+    if (jsonl_) {
+      char numbers[128];
+      std::snprintf(numbers, sizeof numbers, "\"acquire_us\":%.3f,\"release_us\":%.3f",
+                    row.acquire_us, row.release_us);
+      jsonl_ << "{\"scenario\":\"" << row.scenario << "\",\"backend\":\"in_process\",\"store\":\""
+             << row.store << "\",\"concurrency\":" << row.concurrency
+             << ",\"iteration\":" << row.iteration << "," << numbers << ",\"path\":\"" << row.path
+             << "\",\"success\":" << (row.success ? "true" : "false")
+             << ",\"error\":" << (row.error.empty() ? "null" : "\"" + json_escape(row.error) + "\"")
+             << "}\n";
+    }
+  }
+
+  // One acquire (+ release unless keep) on `thread`, recorded.
+  void pair(Provider& p, const std::string& scenario, const std::string& store, int concurrency,
+            int iteration, const std::string& thread, bool release = true) {
+    Row row{scenario, store, concurrency, iteration};
+    const auto t0 = Clock::now();
+    try {
+      const AcquireResult result = p.acquire_traced(thread, "bench-user");
+      const auto t1 = Clock::now();
+      if (release) p.release(result.sandbox_id);
+      const auto t2 = Clock::now();
+      row.acquire_us = micros(t1 - t0);
+      row.release_us = release ? micros(t2 - t1) : 0.0;
+      row.path = to_string(result.path);
+    } catch (const std::exception& error) {
+      row.success = false;
+      row.error = error.what();
+    }
+    row.started = std::chrono::duration<double>(t0 - epoch_).count();
+    row.ended = std::chrono::duration<double>(Clock::now() - epoch_).count();
+    record(row);
+  }
+
+  // ── DeerFlow's scenarios ──
+
+  void warm_same_thread(const std::string& store, int concurrency) {
+    auto p = provider(store, 16 * concurrency, 0);
+    run_threads(concurrency, [&](int worker) {
+      const std::string thread = "warm-" + std::to_string(worker);
+      pair(*p, "", store, concurrency, -1, thread);  // the cold one: warm-up, not recorded
+      for (int i = 0; i < iterations(); ++i) {
+        pair(*p, "warm_same_thread", store, concurrency, i, thread);
+      }
+    });
+    p->shutdown();
+  }
+
+  void cold_unique_thread(const std::string& store, int concurrency) {
+    // Enough replicas that nothing is evicted: the cost of a new conversation alone.
+    const int n = std::max(1, iterations() / 4);
+    auto p = provider(store, n * concurrency + 8, 0);
+    run_threads(concurrency, [&](int worker) {
+      for (int i = 0; i < n; ++i) {
+        pair(*p, "cold_unique_thread", store, concurrency, i,
+             "cold-" + std::to_string(worker) + "-" + std::to_string(i));
+      }
+    });
+    p->shutdown();
+  }
+
+  // Many conversations, each released to the warm pool; every acquire reclaims a different one.
+  void warm_miss_many_threads(const std::string& store, int concurrency) {
+    constexpr int kConversations = 64;
+    auto p = provider(store, kConversations * concurrency + 8, 0);
+    run_threads(concurrency, [&](int worker) {
+      for (int c = 0; c < kConversations; ++c) {
+        pair(*p, "", store, concurrency, -1,
+             "many-" + std::to_string(worker) + "-" + std::to_string(c));
+      }
+      for (int i = 0; i < iterations(); ++i) {
+        pair(*p, "warm_miss_many_threads", store, concurrency, i,
+             "many-" + std::to_string(worker) + "-" + std::to_string(i % kConversations));
+      }
+    });
+    p->shutdown();
+  }
+
+  // replicas = 3 and every acquire a new conversation: each create evicts the oldest warm one.
+  void replica_pressure(const std::string& store) {
+    auto p = provider(store, 3, 0);
+    const int n = std::max(1, iterations() / 4);
+    for (int i = 0; i < n; ++i) {
+      pair(*p, "replica_pressure", store, 1, i, "pressure-" + std::to_string(i));
+    }
+    p->shutdown();
+  }
+
+  // N warm sandboxes past the idle timeout: one idle pass reaps them all; the row is per reap.
+  void idle_timeout(const std::string& store) {
+    auto clock = std::make_shared<ManualSteadyClock>();
+    const int n = settings_.quick ? 200 : 1000;
+    auto p = provider(store, n + 8, 60, clock);
+    for (int i = 0; i < n; ++i) p->release(p->acquire("idle-" + std::to_string(i), "bench-user"));
+    clock->advance(3600);
+    const auto t0 = Clock::now();
+    p->reap_expired_warm(60);
+    const double per = micros(Clock::now() - t0) / n;
+    const std::size_t left = p->export_registry().sandboxes.size();
+    Row row{"idle_timeout",
+            store,
+            1,
+            0,
+            per,
+            0,
+            "reaped",
+            left == 0,
+            left == 0 ? "" : std::to_string(left) + " left"};
+    record(row);
+    p->shutdown();
+  }
+
+  // ── growth ──
+
+  // The warm pair on one conversation while `others` other conversations are active.
+  void warm_pair_with_others(int others) {
+    auto p = provider("memory", others + 16, 0);
+    for (int i = 0; i < others; ++i) p->acquire("other-" + std::to_string(i), "bench-user");
+    const std::string scenario = "warm_pair_with_" + std::to_string(others) + "_active";
+    pair(*p, "", "memory", 1, -1, "the-one");
+    for (int i = 0; i < iterations(); ++i) pair(*p, scenario, "memory", 1, i, "the-one");
+    p->shutdown();
+  }
+
+  void shutdown_with(int tracked) {
+    auto p = provider("memory", tracked + 16, 0);
+    for (int i = 0; i < tracked; ++i) {
+      const std::string id = p->acquire("shut-" + std::to_string(i), "bench-user");
+      if (i % 2) p->release(id);  // half active, half warm
+    }
+    const auto t0 = Clock::now();
+    p->shutdown();
+    Row row{"shutdown_" + std::to_string(tracked) + "_tracked",
+            "memory",
+            1,
+            0,
+            micros(Clock::now() - t0),
+            0,
+            "shutdown",
+            true,
+            ""};
+    record(row);
+  }
+
+  void rss_per_sandbox() {
+    const long before = rss_kib();
+    auto p = provider("memory", 20000, 0);
+    constexpr int kTracked = 10000;
+    for (int i = 0; i < kTracked; ++i) p->acquire("rss-" + std::to_string(i), "bench-user");
+    const long after = rss_kib();
+    rss_per_sandbox_bytes_ = (after - before) * 1024.0 / kTracked;
+    p->shutdown();
+  }
+
+  // ── reporting ──
+
+  void summary() const {
+    std::map<std::tuple<std::string, std::string, int>, std::vector<const Row*>> groups;
+    for (const Row& row : rows_) {
+      if (!row.scenario.empty()) groups[{row.scenario, row.store, row.concurrency}].push_back(&row);
+    }
+    std::printf("%-30s %-7s %4s %6s %9s %9s %9s %9s %9s %9s %6s\n", "scenario", "store", "conc",
+                "n", "min_us", "median_us", "p90_us", "p99_us", "max_us", "pairs/s", "fails");
+    for (const auto& [key, rows] : groups) {
+      std::vector<double> totals;
+      int fails = 0;
+      double first = rows.front()->started, last = rows.front()->ended;
+      for (const Row* row : rows) {
+        if (!row->success) ++fails;
+        totals.push_back(row->acquire_us + row->release_us);
+        first = std::min(first, row->started);
+        last = std::max(last, row->ended);
+      }
+      std::sort(totals.begin(), totals.end());
+      auto at = [&](double q) {
+        return totals[std::min(totals.size() - 1, std::size_t(q * totals.size()))];
+      };
+      const auto& [scenario, store, concurrency] = key;
+      const double pairs_per_s = last > first ? double(rows.size()) / (last - first) : 0.0;
+      std::printf("%-30s %-7s %4d %6zu %9.1f %9.1f %9.1f %9.1f %9.1f %9.0f %6d\n", scenario.c_str(),
+                  store.c_str(), concurrency, totals.size(), totals.front(), at(0.5), at(0.9),
+                  at(0.99), totals.back(), pairs_per_s, fails);
+    }
+    if (rss_per_sandbox_bytes_ > 0) {
+      std::printf("rss per tracked sandbox (10,000 active): %.0f bytes\n", rss_per_sandbox_bytes_);
+    }
+  }
+
+  int iterations() const { return settings_.iterations; }
+  bool quick() const { return settings_.quick; }
+
+ private:
+  class ManualSteadyClock final : public sandboxd::Clock {
+   public:
+    double wall_now() const override { return 1.7e9 + offset_.load(); }
+    double monotonic_now() const override {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+                 .count() +
+             offset_.load();
+    }
+    void advance(double seconds) { offset_.fetch_add(seconds); }
+
+   private:
+    std::atomic<double> offset_{0.0};
+  };
+
+  void run_threads(int n, const std::function<void(int)>& body) {
+    std::vector<std::thread> threads;
+    for (int worker = 0; worker < n; ++worker) threads.emplace_back(body, worker);
+    for (auto& thread : threads) thread.join();
+  }
+
+  static long rss_kib() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+    }
+    return 0;
+  }
+
+  Settings settings_;
+  std::ofstream jsonl_;
+  std::filesystem::path base_;
+  int next_dir_ = 0;
+  std::mutex rows_mutex_;
+  std::vector<Row> rows_;
+  const Clock::time_point epoch_ = Clock::now();
+  double rss_per_sandbox_bytes_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Settings settings;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "sandboxd_bench: %s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--iterations") {
+      settings.iterations = std::atoi(value().c_str());
+    } else if (arg == "--jsonl") {
+      settings.jsonl = value();
+    } else if (arg == "--only") {
+      settings.only = value();
+    } else if (arg == "--quick") {
+      settings.quick = true;
+      settings.iterations = 200;
+    } else if (arg == "--help" || arg == "-h") {
+      std::printf(
+          "Usage: sandboxd_bench [--iterations N] [--jsonl FILE] [--only SCENARIO] [--quick]\n"
+          "Scenarios: warm_same_thread cold_unique_thread warm_miss_many_threads\n"
+          "replica_pressure idle_timeout warm_pair_with_others shutdown rss\n"
+          "(in-process backend; memory and SQLite lease stores; concurrency 1 and 8)\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "sandboxd_bench: unknown argument '%s' (see --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (settings.iterations < 1) {
+    std::fprintf(stderr, "sandboxd_bench: --iterations must be at least 1\n");
+    return 2;
+  }
+  Bench bench(settings);
+  for (const std::string store : {"memory", "sqlite"}) {
+    for (int concurrency : {1, 8}) {
+      if (bench.wanted("warm_same_thread")) bench.warm_same_thread(store, concurrency);
+      if (bench.wanted("cold_unique_thread")) bench.cold_unique_thread(store, concurrency);
+      if (bench.wanted("warm_miss_many_threads")) {
+        bench.warm_miss_many_threads(store, concurrency);
+      }
+    }
+    if (bench.wanted("replica_pressure")) bench.replica_pressure(store);
+    if (bench.wanted("idle_timeout")) bench.idle_timeout(store);
+  }
+  if (bench.wanted("warm_pair_with_others")) {
+    for (int others : {0, 1000, 10000}) {
+      if (bench.quick() && others > 1000) continue;
+      bench.warm_pair_with_others(others);
+    }
+  }
+  if (bench.wanted("shutdown")) {
+    bench.shutdown_with(1000);
+    if (!bench.quick()) bench.shutdown_with(10000);
+  }
+  if (bench.wanted("rss") && !bench.quick()) bench.rss_per_sandbox();
+  bench.summary();
+  return 0;
+}
