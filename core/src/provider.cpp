@@ -379,10 +379,7 @@ void Provider::check_active_identity_locked(const std::string& sandbox_id,
       it != registry_.active_identity.end() && it->second) {
     stored = it->second;
   } else {
-    std::vector<ThreadKey> mapped;
-    for (const auto& [k, id] : registry_.thread_map) {
-      if (id == sandbox_id) mapped.push_back(k);
-    }
+    const std::vector<ThreadKey> mapped = registry_.thread_map.keys_of(sandbox_id);
     if (mapped.size() == 1) stored = mapped.front();
   }
   if (stored && *stored != key) {

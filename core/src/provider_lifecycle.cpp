@@ -132,13 +132,9 @@ void Provider::release(const std::string& sandbox_id) {
       registry_.infos.erase(it);
     }
     std::optional<ThreadKey> first_key;
-    for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
-      if (it->second == sandbox_id) {
-        if (!first_key) first_key = it->first;
-        it = registry_.thread_map.erase(it);
-      } else {
-        ++it;
-      }
+    if (std::vector<ThreadKey> keys = registry_.thread_map.erase_sandbox(sandbox_id);
+        !keys.empty()) {
+      first_key = keys.front();
     }
     std::optional<ThreadKey> identity;
     if (auto it = registry_.active_identity.find(sandbox_id);
@@ -298,9 +294,7 @@ Provider::Removed Provider::remove_tracked(const std::string& sandbox_id,
     registry_.infos.erase(it);
   }
   registry_.active_identity.erase(sandbox_id);
-  for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
-    it = it->second == sandbox_id ? registry_.thread_map.erase(it) : std::next(it);
-  }
+  registry_.thread_map.erase_sandbox(sandbox_id);
   registry_.last_activity.erase(sandbox_id);
   registry_.acquire_epoch.erase(sandbox_id);
   if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
@@ -747,9 +741,7 @@ void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t
     registry_.warm_pool.erase(sandbox_id);
     registry_.warm_identity.erase(sandbox_id);
     registry_.acquire_epoch.erase(sandbox_id);
-    for (auto it = registry_.thread_map.begin(); it != registry_.thread_map.end();) {
-      it = it->second == sandbox_id ? registry_.thread_map.erase(it) : std::next(it);
-    }
+    registry_.thread_map.erase_sandbox(sandbox_id);
   }
   // Never touch the container: it belongs to the peer now.
   close_client(client, "Error closing sandbox " + sandbox_id + " after losing its lease");

@@ -45,6 +45,7 @@
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/core/thread_map.hpp"
 #include "sandboxd/core/thread_lock.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
@@ -53,13 +54,6 @@
 namespace sandboxd::core {
 
 struct SandboxConfig;
-
-// (user, thread): user first, as in the reference.
-struct ThreadKey {
-  std::string user_id;
-  std::string thread_id;
-  auto operator<=>(const ThreadKey&) const = default;
-};
 
 // "('alice', 'thread-1')", the reference's rendering in messages.
 std::string to_repr(const ThreadKey& key);
@@ -318,7 +312,7 @@ class Provider {
   struct Registry {
     std::map<std::string, ClientPtr> clients;  // active clients
     std::map<std::string, InfoPtr> infos;      // active infos
-    std::map<ThreadKey, std::string> thread_map;
+    ThreadMap thread_map;  // conversation → sandbox, and back
     std::map<std::string, std::optional<ThreadKey>> active_identity;
     std::map<std::string, double> last_activity;
     std::map<std::string, WarmEntry> warm_pool;

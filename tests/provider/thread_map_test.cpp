@@ -1,0 +1,45 @@
+// ThreadMap keeps "conversation → sandbox" and its way back in step through every change, so
+// release and removal find a sandbox's conversations without a scan.
+#include "sandboxd/core/thread_map.hpp"
+
+#include <gtest/gtest.h>
+
+namespace sandboxd::core {
+namespace {
+
+TEST(ThreadMapTest, BothDirectionsFollowEveryChange) {
+  ThreadMap map;
+  map[{"alice", "t1"}] = "sb-a";
+  map[{"alice", "t2"}] = "sb-a";
+  map[{"bob", "t1"}] = "sb-b";
+  EXPECT_EQ(map.keys_of("sb-a"), (std::vector<ThreadKey>{{"alice", "t1"}, {"alice", "t2"}}));
+  EXPECT_EQ(map.size(), 3u);
+
+  map[{"alice", "t2"}] = "sb-b";  // remapped: leaves sb-a's set
+  EXPECT_EQ(map.keys_of("sb-a"), (std::vector<ThreadKey>{{"alice", "t1"}}));
+  EXPECT_EQ(map.keys_of("sb-b"), (std::vector<ThreadKey>{{"alice", "t2"}, {"bob", "t1"}}));
+
+  map.erase(map.find({"alice", "t1"}));
+  EXPECT_TRUE(map.keys_of("sb-a").empty());
+  EXPECT_EQ(map.erase(ThreadKey{"nobody", "x"}), 0u);
+
+  EXPECT_EQ(map.erase_sandbox("sb-b"), (std::vector<ThreadKey>{{"alice", "t2"}, {"bob", "t1"}}));
+  EXPECT_TRUE(map.empty());
+  EXPECT_TRUE(map.keys_of("sb-b").empty());
+  EXPECT_TRUE(map.erase_sandbox("sb-b").empty());
+}
+
+TEST(ThreadMapTest, ComparesAndIteratesLikeTheMapItReplaces) {
+  ThreadMap map;
+  map[{"u", "b"}] = "2";
+  map[{"u", "a"}] = "1";
+  EXPECT_EQ(map, (std::map<ThreadKey, std::string>{{{"u", "a"}, "1"}, {{"u", "b"}, "2"}}));
+  std::string order;
+  for (const auto& [key, id] : map) order += key.thread_id + "=" + id + ";";
+  EXPECT_EQ(order, "a=1;b=2;");
+  map[{"u", "a"}] = "1";  // same value again: nothing changes
+  EXPECT_EQ(map.keys_of("1").size(), 1u);
+}
+
+}  // namespace
+}  // namespace sandboxd::core
