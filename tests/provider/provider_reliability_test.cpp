@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <future>
+#include <mutex>
 #include <thread>
 
 #include "provider_fixtures.hpp"
@@ -141,6 +143,28 @@ TEST_F(ProviderReliabilityTest, ASecondShutdownWaitsForTheFirst) {
   first.get();
   second.get();
   EXPECT_EQ(backend->destroys().size(), 1u);
+  backend->clear_scripts();
+}
+
+// Issue 10: shutdown stops sandboxes side by side (bounded), not one after another. Each fake
+// stop waits, at most 2 s, until four run at once; in sequence none ever sees a second.
+TEST_F(ProviderReliabilityTest, ShutdownStopsSandboxesSideBySide) {
+  build();
+  for (int i = 0; i < 8; ++i) provider->acquire("t-" + std::to_string(i), "alice");
+  std::mutex mutex;
+  std::condition_variable changed;
+  int running = 0, most = 0;
+  backend->destroy_fn = [&](const SandboxInfo&) {
+    std::unique_lock lock(mutex);
+    most = std::max(most, ++running);
+    changed.notify_all();
+    changed.wait_for(lock, 2s, [&] { return running >= 4 || most >= 4; });
+    --running;
+  };
+  provider->shutdown();
+  EXPECT_EQ(backend->destroys().size(), 8u);
+  EXPECT_GE(most, 4) << "stops ran one at a time";
+  EXPECT_LE(most, static_cast<int>(sandboxd::core::kShutdownParallelism));
   backend->clear_scripts();
 }
 

@@ -68,6 +68,9 @@ inline constexpr double kCreateReadinessTimeoutSeconds = 60.0;
 inline constexpr double kTeardownJoinTimeoutSeconds = 12.0;
 inline constexpr int kMaxContractAttempts = 3;
 
+// How many sandboxes shutdown() stops at once.
+inline constexpr std::size_t kShutdownParallelism = 16;
+
 struct ProviderOptions {
   int replicas = 3;        // soft cap on active + warm; only warm entries are evicted
   int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
