@@ -123,6 +123,7 @@ class Bench {
     std::filesystem::create_directories(base_);
   }
   ~Bench() {
+    if (keep_dirs_) return;
     std::error_code ignored;
     std::filesystem::remove_all(base_, ignored);
   }
@@ -282,6 +283,21 @@ class Bench {
     p->shutdown();
   }
 
+  // For `strace -c` and `valgrind --tool=callgrind` (scripts in BENCHMARKS.md): exactly N new
+  // conversations (or N warm pairs) on the memory store, one thread, nothing else measured.
+  void probe(const std::string& what) {
+    auto p = provider("memory", iterations() + 8, 0);
+    if (what == "probe_cold") {
+      for (int i = 0; i < iterations(); ++i) p->acquire("probe-" + std::to_string(i), "bench-user");
+    } else {
+      p->release(p->acquire("probe", "bench-user"));
+      for (int i = 0; i < iterations(); ++i) p->release(p->acquire("probe", "bench-user"));
+    }
+    p->detach();
+    keep_dirs_ = true;  // removing them would count too; the caller removes what this prints
+    std::printf("%s\n", base_.string().c_str());
+  }
+
   // ── growth ──
 
   // The warm pair on one conversation while `others` other conversations are active.
@@ -395,6 +411,7 @@ class Bench {
   std::ofstream jsonl_;
   std::filesystem::path base_;
   int next_dir_ = 0;
+  bool keep_dirs_ = false;
   std::mutex rows_mutex_;
   std::vector<Row> rows_;
   const Clock::time_point epoch_ = Clock::now();
@@ -428,6 +445,9 @@ int main(int argc, char** argv) {
           "Usage: sandboxd_bench [--iterations N] [--jsonl FILE] [--only SCENARIO] [--quick]\n"
           "Scenarios: warm_same_thread cold_unique_thread warm_miss_many_threads\n"
           "replica_pressure idle_timeout warm_pair_with_others shutdown rss\n"
+          "Probes for strace/callgrind (N = --iterations; prints the state directory it leaves\n"
+          "for the caller to remove): probe_cold\n"
+          "(N new conversations), probe_warm (N warm pairs on one conversation)\n"
           "(in-process backend; memory and SQLite lease stores; concurrency 1 and 8)\n");
       return 0;
     } else {
@@ -440,6 +460,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   Bench bench(settings);
+  if (settings.only == "probe_cold" || settings.only == "probe_warm") {
+    bench.probe(settings.only);
+    return 0;
+  }
   for (const std::string store : {"memory", "sqlite"}) {
     for (int concurrency : {1, 8}) {
       if (bench.wanted("warm_same_thread")) bench.warm_same_thread(store, concurrency);

@@ -339,8 +339,33 @@ std::string Paths::host_integration_sandbox_cli_dir(const std::string& integrati
                         {"integrations", validate_integration_id(integration_id), "sandbox-cli"});
 }
 
+namespace {
+thread_local const Paths::ThreadDirsEnsured* innermost_ensured_scope = nullptr;
+}  // namespace
+
+Paths::ThreadDirsEnsured::ThreadDirsEnsured(std::string thread_id,
+                                            std::optional<std::string> user_id)
+    : thread_id_(std::move(thread_id)),
+      user_id_(std::move(user_id)),
+      outer_(innermost_ensured_scope) {
+  innermost_ensured_scope = this;
+}
+
+Paths::ThreadDirsEnsured::~ThreadDirsEnsured() {
+  innermost_ensured_scope = outer_;
+}
+
+bool Paths::ThreadDirsEnsured::covers(const std::string& thread_id,
+                                      const std::optional<std::string>& user_id) {
+  for (const ThreadDirsEnsured* scope = innermost_ensured_scope; scope; scope = scope->outer_) {
+    if (scope->thread_id_ == thread_id && scope->user_id_ == user_id) return true;
+  }
+  return false;
+}
+
 void Paths::ensure_thread_dirs(const std::string& thread_id,
                                const std::optional<std::string>& user_id) const {
+  if (ThreadDirsEnsured::covers(thread_id, user_id)) return;
   const fs::path dirs[] = {
       sandbox_work_dir(thread_id, user_id),    sandbox_uploads_dir(thread_id, user_id),
       sandbox_outputs_dir(thread_id, user_id), upload_conversions_dir(thread_id, user_id),

@@ -630,6 +630,7 @@ std::string Provider::discover_or_create_with_lock(const std::string& thread_id,
                                                    const std::string& user_id,
                                                    const Snapshot& snapshot) {
   paths_->ensure_thread_dirs(thread_id, user_id);
+  const Paths::ThreadDirsEnsured ensured(thread_id, user_id);  // the mount composition skips
   const std::string lock_path = paths_->lock_file(thread_id, user_id, sandbox_id).string();
   const int handle = hooks_.file_lock.open(lock_path);
   bool locked = false;

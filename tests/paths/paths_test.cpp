@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fs_fixtures.hpp"
@@ -267,6 +268,28 @@ TEST_F(EnsureThreadDirsTest, IsIdempotentAndRestoresModes) {
   fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace);
   paths.ensure_thread_dirs("t", "alice");
   EXPECT_EQ(mode_of(work), 0777u);
+}
+
+// Issue 10: inside one acquisition the directories are ensured once; the scope covers only its
+// own conversation, only on its own thread, and ends with the scope.
+TEST_F(EnsureThreadDirsTest, AnEnsuredScopeSkipsTheRepeatForItsConversationOnly) {
+  const Paths paths(tmp_.path(), tmp_.str());
+  const fs::path work =
+      tmp_.path() / "users" / "alice" / "threads" / "t" / "user-data" / "workspace";
+  paths.ensure_thread_dirs("t", "alice");
+  {
+    const Paths::ThreadDirsEnsured ensured("t", "alice");
+    fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace);
+    paths.ensure_thread_dirs("t", "alice");
+    EXPECT_EQ(mode_of(work), 0700u) << "the repeat inside the scope must not touch the disk";
+    paths.ensure_thread_dirs("t", "bob");
+    EXPECT_TRUE(fs::is_directory(tmp_.path() / "users" / "bob" / "threads" / "t" / "user-data"));
+    std::thread([&] { paths.ensure_thread_dirs("t", "alice"); }).join();
+    EXPECT_EQ(mode_of(work), 0777u) << "another thread is not covered";
+    fs::permissions(work, fs::perms::owner_all, fs::perm_options::replace);
+  }
+  paths.ensure_thread_dirs("t", "alice");
+  EXPECT_EQ(mode_of(work), 0777u) << "after the scope the call works again";
 }
 
 // ── lark-cli credential tree (§2.7) ──

@@ -124,8 +124,28 @@ class Paths {
   // SPEC §2.5: creates user-data/{workspace,uploads,outputs,.upload-conversions} and
   // acp-workspace, then chmods each to 0777 (mkdir is subject to umask) so a sandbox running
   // under another UID can write.
+  // Inside a ThreadDirsEnsured scope for the same conversation on the calling thread it does
+  // nothing: the scope's owner has just ensured them.
   void ensure_thread_dirs(const std::string& thread_id,
                           const std::optional<std::string>& user_id) const;
+
+  // One acquisition ensures a conversation's directories before it takes the conversation's
+  // file lock (SPEC §5.8 step 1), and composing the new sandbox's mounts would ensure them again
+  // (§3.1): 10 more stat/chmod calls for nothing. The provider opens this scope right after the
+  // first call; until it closes, ensure_thread_dirs for that conversation on this thread skips.
+  class ThreadDirsEnsured {
+   public:
+    ThreadDirsEnsured(std::string thread_id, std::optional<std::string> user_id);
+    ~ThreadDirsEnsured();
+    ThreadDirsEnsured(const ThreadDirsEnsured&) = delete;
+    ThreadDirsEnsured& operator=(const ThreadDirsEnsured&) = delete;
+    static bool covers(const std::string& thread_id, const std::optional<std::string>& user_id);
+
+   private:
+    std::string thread_id_;
+    std::optional<std::string> user_id_;
+    const ThreadDirsEnsured* outer_;
+  };
 
   // SPEC §2.7: makes users/{u}/integrations/lark-cli owner-only (dirs 0700, files 0600). Throws
   // std::runtime_error on a symlink anywhere in the tree or a non-dir/non-file entry.
