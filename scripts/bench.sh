@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The benchmark run behind BENCHMARKS.md, against ./build (scripts/setup.sh builds it):
+#   1. sandboxd_bench: DeerFlow's provider scenarios on the in-process backend, the warm pair
+#      beside 0/1,000/10,000 active conversations, shutdown with 1,000/10,000 tracked, memory
+#      per tracked sandbox; rows in build/bench/rows.jsonl, the summary table on stdout;
+#   2. syscalls per new conversation: strace -c of N and of 1 new conversations, the difference
+#      divided by N - 1 (set-up and exit cancel out);
+#   3. instructions per warm acquire+release: callgrind of N and of 1 warm pairs, likewise
+#      (deterministic on a noisy machine).
+#   scripts/bench.sh           the full run (a few minutes on 2 cores)
+#   scripts/bench.sh --quick   fewer iterations, no 10,000-sandbox rows (CI: it builds and runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${BUILD_DIR:-build}"
+bench="$build_dir/bench/sandboxd_bench"
+[ -x "$bench" ] || { echo "bench: $bench does not exist; run scripts/setup.sh first" >&2; exit 2; }
+quick=()
+probes=1001
+if [ "${1:-}" = "--quick" ]; then quick=(--quick); probes=101; fi
+
+echo "== sandboxd_bench ${quick[*]} (rows: $build_dir/bench/rows.jsonl)"
+"$bench" "${quick[@]}" --jsonl "$build_dir/bench/rows.jsonl"
+
+total_calls() {  # the "total" line of strace -c: calls are its 4th field
+  awk '$NF == "total" { print $4 }' "$1"
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for n in 1 "$probes"; do
+  left=$(strace -f -c -o "$tmp/strace.$n" "$bench" --only probe_cold --iterations "$n")
+  rm -rf "$left"
+done
+echo "syscalls per new conversation (in-process backend, memory store): $(
+  awk -v a="$(total_calls "$tmp/strace.1")" -v b="$(total_calls "$tmp/strace.$probes")" \
+    -v n="$probes" 'BEGIN { printf "%.1f", (b - a) / (n - 1) }')"
+
+collected() {  # "==PID== Collected : N" from callgrind's summary
+  sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$1"
+}
+for n in 1 "$probes"; do
+  left=$(valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.out.$n" \
+    "$bench" --only probe_warm --iterations "$n" 2>"$tmp/cg.$n")
+  rm -rf "$left"
+done
+echo "instructions per warm acquire+release (callgrind, memory store): $(
+  awk -v a="$(collected "$tmp/cg.1")" -v b="$(collected "$tmp/cg.$probes")" -v n="$probes" \
+    'BEGIN { printf "%.0f", (b - a) / (n - 1) }')"
