@@ -7,8 +7,13 @@
 #      divided by N - 1 (set-up and exit cancel out);
 #   3. instructions per warm acquire+release: callgrind of N and of 1 warm pairs, likewise
 #      (deterministic on a noisy machine).
-#   scripts/bench.sh           the full run (a few minutes on 2 cores)
-#   scripts/bench.sh --quick   fewer iterations, no 10,000-sandbox rows (CI: it builds and runs)
+#   4. with --engine ENGINE (podman or docker): sandboxd_engine_bench on that test engine
+#      (scripts/test_engine.sh starts it; one it started is stopped again): the provider's cold
+#      acquire, warm reclaim and replica pressure beside the engine's own create-to-ready,
+#      inspect and stop, alternating round by round.
+#   scripts/bench.sh                   the full run (a few minutes on 2 cores)
+#   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
+#   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
@@ -16,7 +21,16 @@ bench="$build_dir/bench/sandboxd_bench"
 [ -x "$bench" ] || { echo "bench: $bench does not exist; run scripts/setup.sh first" >&2; exit 2; }
 quick=()
 probes=1001
-if [ "${1:-}" = "--quick" ]; then quick=(--quick); probes=101; fi
+rounds=10
+engine=""
+while (($#)); do
+  case "$1" in
+    --quick) quick=(--quick); probes=101; rounds=3 ;;
+    --engine) engine="${2:?--engine needs podman or docker}"; shift ;;
+    *) echo "bench: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 echo "== sandboxd_bench ${quick[*]} (rows: $build_dir/bench/rows.jsonl)"
 "$bench" "${quick[@]}" --jsonl "$build_dir/bench/rows.jsonl"
@@ -45,3 +59,16 @@ done
 echo "instructions per warm acquire+release (callgrind, memory store): $(
   awk -v a="$(collected "$tmp/cg.1")" -v b="$(collected "$tmp/cg.$probes")" -v n="$probes" \
     'BEGIN { printf "%.0f", (b - a) / (n - 1) }')"
+
+if [ -n "$engine" ]; then
+  started=0
+  scripts/test_engine.sh status "$engine" >/dev/null 2>&1 || started=1
+  scripts/test_engine.sh start "$engine"
+  # shellcheck disable=SC2064
+  trap "rm -rf '$tmp'; ((started)) && scripts/test_engine.sh stop $engine >/dev/null 2>&1 || true" EXIT
+  eval "$(scripts/test_engine.sh env "$engine")"
+  echo "== sandboxd_engine_bench on $engine, $rounds rounds"
+  "$build_dir/bench/sandboxd_engine_bench" --socket "unix://$SANDBOXD_TEST_DOCKER_SOCKET" \
+    --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds" \
+    --jsonl "$build_dir/bench/engine_rows.jsonl"
+fi

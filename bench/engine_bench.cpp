@@ -1,0 +1,285 @@
+// sandboxd_engine_bench: the provider on a real engine beside the engine's own work. Each round
+// alternates (so drift in the machine hits both alike):
+//   provider_cold     Provider::acquire of a new conversation through local_docker, to ready
+//   engine_cold       the same container made directly with the Engine API: create, start,
+//                     inspect, then GET /v1/sandbox until the first 200
+//   provider_reclaim  release, then acquire of the same conversation (the warm reclaim)
+//   engine_inspect    one GET /containers/{id}/json
+//   replica_pressure  with replicas = 1 and one warm sandbox, acquire of a new conversation
+//                     (the eviction's stop and the create)
+//   engine_stop       one POST /containers/{id}/stop?t=2
+// and prints median and p90 of each with the ratios BENCHMARKS.md tracks.
+//
+//   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
+#include <curl/curl.h>
+#include <rapidjson/document.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sandboxd/clock.hpp"
+#include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/provider.hpp"
+#include "sandboxd/sdk.hpp"
+
+namespace {
+
+using namespace sandboxd;
+using namespace sandboxd::core;
+using Steady = std::chrono::steady_clock;
+
+double micros_since(Steady::time_point start) {
+  return std::chrono::duration<double, std::micro>(Steady::now() - start).count();
+}
+
+size_t append(char* data, size_t size, size_t count, void* target) {
+  static_cast<std::string*>(target)->append(data, size * count);
+  return size * count;
+}
+
+struct Answer {
+  long status = 0;
+  std::string body;
+};
+
+// One HTTP call; `socket` empty: plain TCP (the sandbox's own API).
+Answer call(const std::string& socket, const std::string& method, const std::string& url,
+            const std::string& body = "", double timeout = 30.0) {
+  CURL* curl = curl_easy_init();
+  Answer answer;
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  if (!socket.empty()) curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket.c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  if (method == "POST") curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout * 1000));
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer.body);
+  if (curl_easy_perform(curl) == CURLE_OK) {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &answer.status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return answer;
+}
+
+class QuietLogger final : public Logger {
+ public:
+  void log(LogLevel level, std::string_view message) override {
+    if (level >= LogLevel::error) {
+      std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
+    }
+  }
+};
+
+struct Options {
+  std::string socket;  // a unix socket path
+  std::string image = "localhost/sandboxd-test-sandbox:latest";
+  int rounds = 10;
+  std::string jsonl;
+};
+
+class EngineBench {
+ public:
+  explicit EngineBench(Options options) : options_(std::move(options)) {
+    if (!options_.jsonl.empty()) jsonl_.open(options_.jsonl);
+    prefix_ = "sbxbench" + std::to_string(::getpid());
+    base_ = std::filesystem::temp_directory_path() / prefix_;
+    std::filesystem::create_directories(base_);
+  }
+  ~EngineBench() {
+    std::error_code ignored;
+    std::filesystem::remove_all(base_, ignored);
+  }
+
+  std::unique_ptr<Provider> provider(int replicas, const std::string& name) {
+    const std::filesystem::path dir = base_ / name;
+    std::filesystem::create_directories(dir);
+    auto logger = std::make_shared<QuietLogger>();
+    auto clock = std::make_shared<SystemClock>();
+    const PluginLoader loader({SANDBOXD_BENCH_PLUGIN_DIR});
+    PluginContext backend;
+    backend.config_key_path = "sandbox.backend";
+    backend.config_json = R"({"socket": "unix://)" + options_.socket + R"(", "image": ")" +
+                          options_.image + R"(", "container_prefix": ")" + prefix_ + name +
+                          R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2})";
+    backend.logger = logger;
+    backend.clock = clock;
+    PluginContext store = backend;
+    store.config_key_path = "sandbox.ownership";
+    store.config_json = "{}";
+    store.owner_id = "engine-bench:" + name;
+    store.base_dir = dir.string();
+    ProviderDeps deps;
+    deps.backend = loader.load_backend("local_docker:LocalContainerBackend", backend, "bench");
+    deps.ownership =
+        loader.load_ownership_store("ownership_memory:MemoryOwnershipStore", store, "bench");
+    deps.logger = logger;
+    deps.clock = clock;
+    deps.paths = std::make_shared<const Paths>(dir, dir.string());
+    deps.options.replicas = replicas;
+    deps.options.idle_timeout = 0;
+    deps.options.run_background_threads = false;
+    deps.options.reconcile_on_start = false;
+    auto out = std::make_unique<Provider>(std::move(deps));
+    out->start();
+    return out;
+  }
+
+  // create → start → inspect (port) → first 200 on /v1/sandbox; returns the container id.
+  std::string engine_cold(int round, double& ready_us) {
+    const auto t0 = Steady::now();
+    const std::string name = prefix_ + "raw-" + std::to_string(round);
+    const std::string spec =
+        R"({"Image": ")" + options_.image +
+        R"(", "ExposedPorts": {"8080/tcp": {}}, "HostConfig": {"Init": true, "AutoRemove": true,)"
+        R"( "PortBindings": {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}]}}})";
+    Answer created = call(options_.socket, "POST", "http://d/containers/create?name=" + name, spec);
+    if (created.status != 201) throw std::runtime_error("create: " + created.body);
+    rapidjson::Document doc;
+    doc.Parse(created.body.c_str());
+    const std::string id = doc["Id"].GetString();
+    Answer started = call(options_.socket, "POST", "http://d/containers/" + id + "/start");
+    if (started.status != 204) throw std::runtime_error("start: " + started.body);
+    Answer inspected = call(options_.socket, "GET", "http://d/containers/" + id + "/json");
+    doc.Parse(inspected.body.c_str());
+    const std::string port = doc["NetworkSettings"]["Ports"]["8080/tcp"][0]["HostPort"].GetString();
+    const std::string url = "http://127.0.0.1:" + port + "/v1/sandbox";
+    while (call("", "GET", url, "", 1.0).status != 200) {
+      if (micros_since(t0) > 60e6) throw std::runtime_error("not ready in 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ready_us = micros_since(t0);
+    return id;
+  }
+
+  void run() {
+    auto p = provider(1000, "a");
+    for (int round = 0; round < options_.rounds; ++round) {
+      auto t0 = Steady::now();
+      const std::string thread = "round-" + std::to_string(round);
+      const std::string id = p->acquire(thread, "bench-user");
+      note("provider_cold", round, micros_since(t0));
+
+      double ready_us = 0;
+      const std::string raw = engine_cold(round, ready_us);
+      note("engine_cold", round, ready_us);
+
+      p->release(id);
+      t0 = Steady::now();
+      p->acquire(thread, "bench-user");
+      note("provider_reclaim", round, micros_since(t0));
+
+      t0 = Steady::now();
+      call(options_.socket, "GET", "http://d/containers/" + raw + "/json");
+      note("engine_inspect", round, micros_since(t0));
+
+      t0 = Steady::now();
+      call(options_.socket, "POST", "http://d/containers/" + raw + "/stop?t=2", "", 60.0);
+      note("engine_stop", round, micros_since(t0));
+      p->destroy(id);
+    }
+    p->shutdown();
+
+    // replicas = 1: each new conversation evicts the one released before it.
+    auto q = provider(1, "b");
+    q->release(q->acquire("pressure-warm", "bench-user"));
+    for (int round = 0; round < options_.rounds; ++round) {
+      const auto t0 = Steady::now();
+      const std::string id = q->acquire("pressure-" + std::to_string(round), "bench-user");
+      note("replica_pressure", round, micros_since(t0));
+      q->release(id);
+    }
+    q->shutdown();
+  }
+
+  void summary() {
+    std::printf("%-18s %6s %12s %12s\n", "scenario", "n", "median_ms", "p90_ms");
+    std::map<std::string, std::pair<double, double>> figures;
+    for (auto& [scenario, values] : samples_) {
+      std::sort(values.begin(), values.end());
+      const double median = values[values.size() / 2] / 1000.0;
+      const double p90 = values[std::min(values.size() - 1, values.size() * 9 / 10)] / 1000.0;
+      figures[scenario] = {median, p90};
+      std::printf("%-18s %6zu %12.2f %12.2f\n", scenario.c_str(), values.size(), median, p90);
+    }
+    auto ratio = [&](const char* label, const std::string& a, const std::string& b, bool p90) {
+      const double x = p90 ? figures[a].second : figures[a].first;
+      const double y = p90 ? figures[b].second : figures[b].first;
+      std::printf("%-58s %6.2f\n", label, y > 0 ? x / y : 0.0);
+    };
+    ratio("cold acquire / engine create-to-ready, median", "provider_cold", "engine_cold", false);
+    ratio("cold acquire / engine create-to-ready, p90", "provider_cold", "engine_cold", true);
+    ratio("warm reclaim / one inspect, median", "provider_reclaim", "engine_inspect", false);
+    const double longer = std::max(figures["provider_cold"].first, figures["engine_stop"].first);
+    std::printf("%-58s %6.2f\n", "replica_pressure / longer of cold acquire and one stop",
+                longer > 0 ? figures["replica_pressure"].first / longer : 0.0);
+  }
+
+ private:
+  void note(const std::string& scenario, int round, double us) {
+    samples_[scenario].push_back(us);
+    if (jsonl_) {
+      jsonl_ << "{\"scenario\":\"" << scenario << "\",\"backend\":\"local_docker\",\"store\":"
+             << "\"memory\",\"concurrency\":1,\"iteration\":" << round << ",\"acquire_us\":" << us
+             << ",\"success\":true,\"error\":null}\n";
+    }
+  }
+
+  Options options_;
+  std::string prefix_;
+  std::filesystem::path base_;
+  std::ofstream jsonl_;
+  std::map<std::string, std::vector<double>> samples_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--socket" && has_value) {
+      options.socket = argv[++i];
+      if (options.socket.rfind("unix://", 0) == 0) options.socket.erase(0, 7);
+    } else if (arg == "--image" && has_value) {
+      options.image = argv[++i];
+    } else if (arg == "--rounds" && has_value) {
+      options.rounds = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--jsonl" && has_value) {
+      options.jsonl = argv[++i];
+    } else {
+      std::fprintf(stderr,
+                   "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
+                   "[--rounds N] [--jsonl FILE]\n");
+      return arg == "--help" || arg == "-h" ? 0 : 2;
+    }
+  }
+  if (options.socket.empty()) {
+    std::fprintf(stderr, "sandboxd_engine_bench: --socket is required (see --help)\n");
+    return 2;
+  }
+  curl_global_init(CURL_GLOBAL_DEFAULT);
+  try {
+    EngineBench bench(options);
+    bench.run();
+    bench.summary();
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "sandboxd_engine_bench: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}
