@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -269,6 +270,45 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   EXPECT_EQ(provider->registry_.warm_pool.at("warm-newest").released_at, 20.0);
   ASSERT_TRUE(provider->registry_.infos.count("created"));
   EXPECT_EQ(*provider->registry_.infos.at("created"), created);
+}
+
+// Issue 10: the eviction's stop runs beside the create instead of before it, and the creating
+// call still returns only once the oldest warm sandbox has been destroyed, exactly once. Each
+// fake step waits (at most 2 s) for the other to have begun; in sequence they never overlap.
+TEST_F(ProviderLifecycleSeedTest, TheEvictionsStopOverlapsTheCreate) {
+  options.replicas = 1;
+  build();
+  const InfoPtr oldest = make_info_ptr("warm-oldest", "http://warm-oldest");
+  add_warm(oldest, 10.0);
+  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  std::mutex mutex;
+  std::condition_variable changed;
+  struct Step {
+    bool entered = false, left = false;
+  } create_step, stop_step;
+  bool overlapped = false;
+  // Overlap: one step sees the other begun and not yet finished.
+  auto step = [&](Step& mine, const Step& other) {
+    std::unique_lock lock(mutex);
+    mine.entered = true;
+    changed.notify_all();
+    changed.wait_for(lock, std::chrono::seconds(2), [&] { return other.entered; });
+    if (other.entered && !other.left) overlapped = true;
+    mine.left = true;
+  };
+  backend->destroy_fn = [&](const SandboxInfo&) { step(stop_step, create_step); };
+  backend->create_fn = [&](const CreateRequest& request) {
+    step(create_step, stop_step);
+    return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+  };
+
+  EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
+
+  EXPECT_TRUE(overlapped) << "the stop ran before the create";
+  EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*oldest});
+  EXPECT_FALSE(is_warm("warm-oldest"));
+  EXPECT_TRUE(is_active("created"));
+  backend->clear_scripts();
 }
 
 // §5.10: with every slot active nothing is evicted and creation goes beyond the soft limit.

@@ -9,9 +9,10 @@
 //  1. an id is never both active and warm (registry snapshots under mutex_, and inside create);
 //  2. no two conversations share a sandbox: every acquire returns the caller's deterministic id,
 //     and every mapping / recorded identity in the registry matches its id;
-//  3. at the moment the backend creates a container, the live tracked sandboxes exceed the
-//     replica limit only if no warm entry that was already warm when this creation began is
-//     left to evict (entries a teardown has reserved are being evicted already);
+//  3. when a creating call returns (its eviction's stops run beside the backend create, and
+//     it waits for them), the tracked sandboxes exceed the replica limit only if no warm entry
+//     that was already warm when this creation began is left to evict (entries a teardown has
+//     reserved are being evicted already);
 //  4. no container is created while an earlier container of the same id still runs, the
 //     registry never tracks a stopped container outside a teardown, and every container the
 //     backend created is destroyed exactly once by the end of shutdown;
@@ -287,19 +288,26 @@ class LiveBackend final : public SandboxBackend {
     return incarnation;
   }
 
-  // Invariants 1 and 3, at the moment create runs.
-  void check_registry_at_create(const std::string& sandbox_id) {
-    const double started = t_create_started;
+  // Invariant 1, at the moment create runs.
+  void check_registry_at_create(const std::string&) {
     std::lock_guard lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
     for (const auto& [id, entry] : registry.warm_pool) {
       if (registry.clients.count(id)) violations_.add(id + " is both active and warm");
     }
+  }
+
+ public:
+  // Invariant 3, when the creating call returns (its own sandbox now counted).
+  void check_cap_after_create(const std::string& sandbox_id) {
+    const double started = t_create_started;
+    std::lock_guard lock(provider_->mutex_);
+    const auto& registry = provider_->registry_;
     const std::size_t tracked = registry.clients.size() + registry.warm_pool.size();
-    if (tracked < static_cast<std::size_t>(kReplicas)) return;
+    if (tracked <= static_cast<std::size_t>(kReplicas)) return;
     for (const auto& [id, entry] : registry.warm_pool) {
       if (!registry.local_teardown.count(id) && entry.released_at < started) {
-        violations_.add("creating " + sandbox_id + " with " + std::to_string(tracked) +
+        violations_.add("created " + sandbox_id + " leaving " + std::to_string(tracked) +
                         " tracked sandboxes (replicas=" + std::to_string(kReplicas) +
                         ") while warm " + id + " was left to evict");
         return;
@@ -307,6 +315,7 @@ class LiveBackend final : public SandboxBackend {
     }
   }
 
+ private:
   const std::shared_ptr<Clock> clock_;
   Violations& violations_;
   TestProvider* provider_ = nullptr;  // set before any worker starts
@@ -377,12 +386,14 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   deps.options.reconcile_on_start = false;
   deps.hooks = hooks.make_hooks();
   auto provider = std::make_unique<TestProvider>(std::move(deps));
-  provider->create_sandbox_fn = [&provider, clock](const std::optional<std::string>& thread,
-                                                   const std::string& id, const std::string& user,
-                                                   const TestProvider::Snapshot& snapshot) {
-    t_create_started = clock->monotonic_now();
-    return provider->base_create_sandbox(thread, id, user, snapshot);
-  };
+  provider->create_sandbox_fn =
+      [&provider, clock, backend](const std::optional<std::string>& thread, const std::string& id,
+                                  const std::string& user, const TestProvider::Snapshot& snapshot) {
+        t_create_started = clock->monotonic_now();
+        std::string created = provider->base_create_sandbox(thread, id, user, snapshot);
+        backend->check_cap_after_create(created);
+        return created;
+      };
   backend->attach(provider.get());
 
   std::vector<Conversation> conversations;
