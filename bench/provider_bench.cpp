@@ -287,7 +287,7 @@ class Bench {
   // For `strace -c` and `valgrind --tool=callgrind` (scripts in BENCHMARKS.md): exactly N new
   // conversations (or N warm pairs) on the memory store, one thread, nothing else measured.
   void probe(const std::string& what) {
-    auto p = provider("memory", iterations() + 8, 0);
+    auto p = provider(what == "probe_warm_sqlite" ? "sqlite" : "memory", iterations() + 8, 0);
     if (what == "probe_cold") {
       for (int i = 0; i < iterations(); ++i) p->acquire("probe-" + std::to_string(i), "bench-user");
     } else {
@@ -447,7 +447,8 @@ int main(int argc, char** argv) {
           "replica_pressure idle_timeout warm_pair_with_others shutdown rss\n"
           "Probes for strace/callgrind (N = --iterations; prints the state directory it leaves\n"
           "for the caller to remove): probe_cold\n"
-          "(N new conversations), probe_warm (N warm pairs on one conversation)\n"
+          "(N new conversations), probe_warm, probe_warm_sqlite (N warm pairs on one\n"
+          "conversation, memory or SQLite leases)\n"
           "(in-process backend; memory and SQLite lease stores; concurrency 1 and 8)\n");
       return 0;
     } else {
@@ -460,7 +461,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   Bench bench(settings);
-  if (settings.only == "probe_cold" || settings.only == "probe_warm") {
+  if (settings.only == "probe_cold" || settings.only == "probe_warm" ||
+      settings.only == "probe_warm_sqlite") {
     bench.probe(settings.only);
     return 0;
   }

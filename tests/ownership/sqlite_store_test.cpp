@@ -168,6 +168,36 @@ TEST_F(SqliteStore, StoresLeaseStateAsOwnOrDel) {
   EXPECT_EQ(raw.query("SELECT owner_id FROM leases WHERE sandbox_id = 'sb-del'"), "owner-a");
 }
 
+// Issue 10: every warm acquire takes its lease and every release renews it. While our own
+// lease has more than 3/4 of its TTL left neither writes (the renewal interval is at most half
+// the TTL), so the warm path costs a SELECT, not a WAL commit; the renewal loop still writes. A
+// peer's lease or a teardown decide as before.
+TEST_F(SqliteStore, ATakeOfOurFreshLeaseWritesNothing) {
+  auto store = open();
+  auto peer = load_store(kSqliteStoreUse, context("{}", "owner-b"));
+  ASSERT_TRUE(store->take("sb"));
+  const double first = store->inspect("sb")->expires_at;
+  clock_->advance(10.0);
+  ASSERT_TRUE(store->take("sb"));
+  EXPECT_EQ(store->inspect("sb")->expires_at, first) << "rewrote a lease with most of its TTL left";
+  EXPECT_EQ(store->renew("sb"), RenewOutcome::renewed);
+  EXPECT_EQ(store->inspect("sb")->expires_at, first) << "a renew of a fresh lease wrote too";
+  clock_->advance(store->ttl_seconds() / 2);
+  ASSERT_TRUE(store->take("sb"));
+  EXPECT_GT(store->inspect("sb")->expires_at, first) << "a half-spent lease must be extended";
+  const double second = store->inspect("sb")->expires_at;
+  clock_->advance(store->ttl_seconds() / 4 + 1.0);
+  EXPECT_EQ(store->renew("sb"), RenewOutcome::renewed);
+  EXPECT_GT(store->inspect("sb")->expires_at, second) << "the renewal loop's renew must write";
+
+  ASSERT_TRUE(peer->take("sb"));  // take overwrites another owner's own-lease, as before
+  EXPECT_EQ(store->owner("sb"), "owner-b");
+  ASSERT_TRUE(store->take("sb"));
+  EXPECT_EQ(store->owner("sb"), "owner-a") << "a fresh lease of the peer must not be skipped";
+  ASSERT_TRUE(store->claim("sb", /*for_destroy=*/true));
+  EXPECT_FALSE(store->take("sb")) << "our own teardown still refuses the take";
+}
+
 TEST_F(SqliteStore, RefusesADatabaseFromANewerSchemaVersion) {
   open()->close();
   {
