@@ -34,7 +34,7 @@ namespace {
 constexpr const char* kUsage =
     "Usage: sandboxd-provisioner [--config FILE] [--listen HOST:PORT]\n"
     "                            [--mount-contract-version N] [--log-level LEVEL]\n"
-    "                            [--check-config]\n"
+    "                            [--check-config [--json]]\n"
     "\n"
     "Serves DeerFlow's provisioner API (/health, /api/capabilities, /api/sandboxes...) over\n"
     "a sandbox backend plugin (default local_docker:LocalContainerBackend on DOCKER_HOST,\n"
@@ -82,9 +82,12 @@ int main(int argc, char** argv) {
       "a free one)")(
       "mount-contract-version", po::value<int>(),
       "2 (current) or 0 (answer as a legacy provisioner: no /api/capabilities, no identity "
-      "fields)")("check-config", "load the config and the backend plugin, print what was "
-                                   "resolved, and exit (0: usable)")("log-level", po::value<std::string>(&log_level_text),
-                 "debug, info, warning or error (default info)");
+      "fields)")("check-config",
+                 "load the config and the backend plugin, print what was "
+                 "resolved, and exit (0: usable)")(
+      "json", "with --check-config: print one JSON object instead of lines")(
+      "log-level", po::value<std::string>(&log_level_text),
+      "debug, info, warning or error (default info)");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, options), vm);
@@ -160,18 +163,39 @@ int main(int argc, char** argv) {
   }
 
   if (vm.count("check-config")) {
-    std::cout << "config:          "
-              << (config.source_file.empty() ? "<none: flags, environment, defaults>"
-                                             : config.source_file)
-              << "\nlisten:          " << config.listen_host << ":" << config.listen_port
-              << "\nbackend:         " << config.backend_use
+    const std::string config_shown =
+        config.source_file.empty() ? "<none: flags, environment, defaults>" : config.source_file;
+    const std::string key_shown = config.api_key.empty() ? "none: every /api/* request gets 401"
+                                                         : "set, from " + config.api_key_source;
+    if (vm.count("json")) {
+      rapidjson::StringBuffer buffer;
+      rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+      auto put = [&](const char* key, const std::string& value) {
+        w.Key(key);
+        w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+      };
+      w.StartObject();
+      put("config", config.source_file);
+      put("listen", config.listen_host + ":" + std::to_string(config.listen_port));
+      put("backend", config.backend_use);
+      w.Key("mount_contract_version");
+      w.Int(config.mount_contract_version);
+      put("host_base_dir", config.roots.host_base_dir);
+      put("threads_host_path", config.roots.threads_host_path);
+      w.Key("api_key_set");
+      w.Bool(!config.api_key.empty());
+      put("api_key_source", config.api_key.empty() ? "" : config.api_key_source);
+      w.EndObject();
+      std::cout << buffer.GetString() << "\n";
+      return 0;
+    }
+    std::cout << "config:          " << config_shown << "\nlisten:          " << config.listen_host
+              << ":" << config.listen_port << "\nbackend:         " << config.backend_use
               << "\nmount contract:  " << config.mount_contract_version
               << (config.mount_contract_version == 0 ? " (legacy)" : "")
               << "\nstate:           " << config.roots.host_base_dir
-              << "\nuser data:       " << config.roots.threads_host_path << "\napi key:         "
-              << (config.api_key.empty() ? "none: every /api/* request gets 401"
-                                         : "set, from " + config.api_key_source)
-              << "\n";
+              << "\nuser data:       " << config.roots.threads_host_path
+              << "\napi key:         " << key_shown << "\n";
     return 0;
   }
 
