@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine_listing.hpp"
+#include "free_port.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -31,23 +32,11 @@ namespace {
 using sandboxd::testing::CapturingLogger;
 using sandboxd::testing::containers_left_after_removal;
 using sandboxd::testing::engine_containers;
+using sandboxd::testing::free_port;
 using sandboxd::testing::socket_path;
 using sandboxd::testing::TempDir;
 
 constexpr const char* kKey = "e2e-key-5d1c";
-
-// A free TCP port on 127.0.0.1 (closed again; the service binds it a moment later).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 // sandboxd-provisioner as a child process. Its stderr goes to a file the test shows on failure.
 class ServiceProcess {

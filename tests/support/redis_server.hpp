@@ -18,21 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "free_port.hpp"
+
 extern char** environ;
 
 namespace sandboxd::testing {
-
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t size = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 inline std::string run(const std::string& command) {
   std::string out;
