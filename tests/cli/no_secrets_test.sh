@@ -7,21 +7,15 @@
 set -u
 ctl="$1"
 provisioner="$2"
-socket="${SANDBOXD_TEST_DOCKER_SOCKET:-}"
-if [ -z "$socket" ] || [ ! -S "$socket" ]; then
-  echo "SKIP: needs SANDBOXD_TEST_DOCKER_SOCKET (scripts/test.sh)"
-  exit 77
-fi
-image="${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}"
+# shellcheck source=engine_lib.sh
+source "$(dirname "$0")/engine_lib.sh"
+require_engine
 work=$(mktemp -d)
 prefix="nosecret-$$"
 service_pid=""
 cleanup() {
   [ -n "$service_pid" ] && kill "$service_pid" 2>/dev/null && wait "$service_pid" 2>/dev/null
-  local ids
-  ids=$(curl -s --unix-socket "$socket" "http://d/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
-    python3 -c 'import json,sys; [print(c["Id"]) for c in json.load(sys.stdin)]' 2>/dev/null)
-  for id in $ids; do curl -s --unix-socket "$socket" -X DELETE "http://d/containers/$id?force=true" >/dev/null; done
+  remove_our_containers
   rm -rf "$work"
 }
 trap cleanup EXIT

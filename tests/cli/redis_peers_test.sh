@@ -6,24 +6,22 @@
 # reused or reclaimed. At the end A destroys everything and the engine has nothing of ours.
 set -u
 ctl="$1"
-socket="${SANDBOXD_TEST_DOCKER_SOCKET:-}"
+# shellcheck source=engine_lib.sh
+source "$(dirname "$0")/engine_lib.sh"
+require_engine
 redis="${SANDBOXD_TEST_REDIS_URL:-}"
 duration="${REDIS_PEERS_SECONDS:-20}"
-if [ -z "$socket" ] || [ ! -S "$socket" ] || [ -z "$redis" ]; then
-  echo "SKIP: needs SANDBOXD_TEST_DOCKER_SOCKET and SANDBOXD_TEST_REDIS_URL (scripts/test.sh)"
+if [ -z "$redis" ]; then
+  echo "SKIP: needs SANDBOXD_TEST_REDIS_URL (scripts/test.sh)"
   exit 77
 fi
-image="${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}"
 work=$(mktemp -d)
 prefix="peers-$$"
 keys="peers:$$"
 serve_pid=""
 cleanup() {
   [ -n "$serve_pid" ] && kill "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
-  local ids
-  ids=$(curl -s --unix-socket "$socket" "http://d/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
-    python3 -c 'import json,sys; [print(c["Id"]) for c in json.load(sys.stdin)]' 2>/dev/null)
-  for id in $ids; do curl -s --unix-socket "$socket" -X DELETE "http://d/containers/$id?force=true" >/dev/null; done
+  remove_our_containers
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -89,8 +87,7 @@ failures=0
 
 kill "$serve_pid"; wait "$serve_pid"; serve_pid=""
 for _ in $(seq 1 100); do
-  left=$(curl -s --unix-socket "$socket" "http://d/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
-    python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+  left=$(count_our_containers)
   [ "$left" = 0 ] && break
   sleep 0.1
 done

@@ -5,25 +5,15 @@
 # and leave the engine with no container of ours. Prints the counts and times.
 set -u
 ctl="$1"
-socket="${SANDBOXD_TEST_DOCKER_SOCKET:-}"
-if [ -z "$socket" ] || [ ! -S "$socket" ]; then
-  echo "SKIP: needs SANDBOXD_TEST_DOCKER_SOCKET (scripts/test.sh)"
-  exit 77
-fi
-image="${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}"
+# shellcheck source=engine_lib.sh
+source "$(dirname "$0")/engine_lib.sh"
+require_engine
 work=$(mktemp -d)
 prefix="sigkill-$$"
 serve_pid=""
-containers() {
-  curl -s --unix-socket "$socket" "http://d/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
-    python3 -c 'import json,sys; print(len(json.load(sys.stdin)))'
-}
 cleanup() {
   [ -n "$serve_pid" ] && kill -9 "$serve_pid" 2>/dev/null && wait "$serve_pid" 2>/dev/null
-  local ids
-  ids=$(curl -s --unix-socket "$socket" "http://d/containers/json?all=true&filters=%7B%22name%22%3A%5B%22$prefix%22%5D%7D" |
-    python3 -c 'import json,sys; [print(c["Id"]) for c in json.load(sys.stdin)]' 2>/dev/null)
-  for id in $ids; do curl -s --unix-socket "$socket" -X DELETE "http://d/containers/$id?force=true" >/dev/null; done
+  remove_our_containers
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -51,7 +41,7 @@ active=$(field "$(api -X POST -d '{"user_id": "ann", "thread_id": "t-active"}' h
 warm=$(field "$(api -X POST -d '{"user_id": "ann", "thread_id": "t-warm"}' http://x/v1/sandboxes/acquire)" sandbox_id)
 api -X POST "http://x/v1/sandboxes/$warm/release" >/dev/null
 [ -n "$active" ] && [ -n "$warm" ] || { echo "FAIL: A could not acquire"; cat "$work/serve.log"; exit 1; }
-held=$(containers)
+held=$(count_our_containers)
 
 kill -9 "$serve_pid"; wait "$serve_pid" 2>/dev/null; serve_pid=""
 killed=$(date +%s.%N)
@@ -75,7 +65,7 @@ done
 left="$held" reaped_at=""
 for _ in $(seq 1 60); do
   "$ctl" --config "$work/b.json" reap >/dev/null 2>>"$work/b.log" || true
-  left=$(containers)
+  left=$(count_our_containers)
   [ "$left" = 0 ] && { reaped_at=$(since_kill); break; }
   sleep 0.5
 done
