@@ -15,8 +15,9 @@ packages=(
   # The libFuzzer targets (scripts/fuzz.sh): clang, and its runtime libraries (libFuzzer, ASan,
   # UBSan), which are only a Recommends of clang.
   clang libclang-rt-14-dev
-  # The benchmark's syscall and instruction counts (scripts/bench.sh).
-  strace valgrind
+  # The benchmark's syscall and instruction counts (scripts/bench.sh); taskset for the one-CPU
+  # ThreadSanitizer pass (scripts/tsan.sh).
+  strace valgrind util-linux
   # The engine path: podman with its OCI runtime, monitor and init binary (catatonit is only a
   # Recommends of podman, and the backend runs every sandbox with an init process), CNI
   # networking with iptables for 127.0.0.1 port publishing, busybox for the offline test image.

@@ -4,7 +4,8 @@
 // (a create that finishes late leaves a sandbox that the gateway's retry of the same idempotent
 // request finds). drain() waits for every call still running, so nothing outlives the backend.
 //
-// Lock story: `mutex_` guards `running_`; a call's result travels through its own promise.
+// Lock story: `mutex_` guards `running_`; a call's outcome travels through its own Outcome,
+// guarded by that Outcome's mutex.
 #pragma once
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -34,34 +36,59 @@ class BoundedCalls {
 
   // Runs `call()` and returns its result, or rethrows what it threw; throws BackendTimeout
   // naming `what` when it has not finished within `seconds`.
+  //
+  // The outcome travels through a mutex-guarded slot rather than a std::promise: the waiting
+  // thread moves the exception out of the slot before rethrowing it, so it holds the last
+  // reference and frees it itself. With a promise the worker could drop the last reference
+  // while the request thread still reads what(), ordered only by libstdc++'s internal
+  // refcount, which ThreadSanitizer cannot see.
   template <class Call>
   std::invoke_result_t<Call> run(Call call, double seconds, const std::string& what) {
     using Result = std::invoke_result_t<Call>;
-    auto promise = std::make_shared<std::promise<Result>>();
-    std::future<Result> future = promise->get_future();
+    auto outcome = std::make_shared<Outcome<Result>>();
     {
       std::lock_guard lock(mutex_);
       ++running_;
     }
-    std::thread([this, promise, call = std::move(call)]() mutable {
+    std::thread([this, outcome, call = std::move(call)]() mutable {
+      Value<Result> value;
+      std::exception_ptr error;
       try {
         if constexpr (std::is_void_v<Result>) {
           call();
-          promise->set_value();
+          value.emplace();
         } else {
-          promise->set_value(call());
+          value.emplace(call());
         }
       } catch (...) {
-        promise->set_exception(std::current_exception());
+        error = std::current_exception();
       }
+      {
+        std::lock_guard lock(outcome->mutex);
+        outcome->value = std::move(value);
+        outcome->error = std::move(error);
+        outcome->done = true;
+      }
+      outcome->finished.notify_all();
       std::lock_guard lock(mutex_);
       if (--running_ == 0) idle_.notify_all();
     }).detach();
-    if (future.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) {
-      throw BackendTimeout(what + " did not finish within " + std::to_string(int(seconds)) +
-                           " s; it goes on in the background");
+
+    Value<Result> value;
+    std::exception_ptr error;
+    {
+      std::unique_lock lock(outcome->mutex);
+      if (!outcome->finished.wait_for(lock, std::chrono::duration<double>(seconds),
+                                      [&] { return outcome->done; })) {
+        throw BackendTimeout(what + " did not finish within " + std::to_string(int(seconds)) +
+                             " s; it goes on in the background");
+      }
+      value = std::move(outcome->value);
+      error = std::move(outcome->error);
+      outcome->error = nullptr;
     }
-    return future.get();
+    if (error) std::rethrow_exception(std::move(error));
+    if constexpr (!std::is_void_v<Result>) return std::move(*value);
   }
 
   // Blocks until no call is running.
@@ -71,6 +98,20 @@ class BoundedCalls {
   }
 
  private:
+  // What a call produced: its value (an empty marker for void), or nothing when it threw.
+  template <class Result>
+  using Value = std::optional<std::conditional_t<std::is_void_v<Result>, bool, Result>>;
+
+  // One call's outcome; `mutex` guards every field; shared by the waiting thread and the worker.
+  template <class Result>
+  struct Outcome {
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    Value<Result> value;
+    std::exception_ptr error;
+  };
+
   std::mutex mutex_;
   std::condition_variable idle_;
   int running_ = 0;
