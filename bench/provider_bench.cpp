@@ -29,6 +29,9 @@
 #include <thread>
 #include <vector>
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
@@ -105,16 +108,6 @@ double micros(Clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
 
-std::string json_escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) continue;
-    out += c;
-  }
-  return out;
-}
-
 class Bench {
  public:
   explicit Bench(Settings settings) : settings_(std::move(settings)) {
@@ -171,17 +164,39 @@ class Bench {
     if (row.scenario.empty()) return;  // warm-up
     std::lock_guard lock(rows_mutex_);
     rows_.push_back(row);
-    if (jsonl_) {
-      char numbers[128];
-      std::snprintf(numbers, sizeof numbers, "\"acquire_us\":%.3f,\"release_us\":%.3f",
-                    row.acquire_us, row.release_us);
-      jsonl_ << "{\"scenario\":\"" << row.scenario << "\",\"backend\":\"in_process\",\"store\":\""
-             << row.store << "\",\"concurrency\":" << row.concurrency
-             << ",\"iteration\":" << row.iteration << "," << numbers << ",\"path\":\"" << row.path
-             << "\",\"success\":" << (row.success ? "true" : "false")
-             << ",\"error\":" << (row.error.empty() ? "null" : "\"" + json_escape(row.error) + "\"")
-             << "}\n";
+    if (jsonl_) jsonl_ << jsonl_row(row) << '\n';
+  }
+
+  static std::string jsonl_row(const Row& row) {
+    rapidjson::StringBuffer buffer;
+    rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+    auto text = [&w](const char* key, const std::string& value) {
+      w.Key(key);
+      w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+    };
+    w.StartObject();
+    text("scenario", row.scenario);
+    text("backend", "in_process");
+    text("store", row.store);
+    w.Key("concurrency");
+    w.Int(row.concurrency);
+    w.Key("iteration");
+    w.Int(row.iteration);
+    w.Key("acquire_us");
+    w.Double(row.acquire_us);
+    w.Key("release_us");
+    w.Double(row.release_us);
+    text("path", row.path);
+    w.Key("success");
+    w.Bool(row.success);
+    w.Key("error");
+    if (row.error.empty()) {
+      w.Null();
+    } else {
+      w.String(row.error.c_str(), static_cast<rapidjson::SizeType>(row.error.size()));
     }
+    w.EndObject();
+    return buffer.GetString();
   }
 
   // One acquire (+ release unless keep) on `thread`, recorded.

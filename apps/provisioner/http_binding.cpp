@@ -2,29 +2,12 @@
 
 #include <httplib.h>
 
-#include <cstdio>
-
 namespace sandboxd::provisioner {
 namespace {
 
 void answer(httplib::Response& res, const Reply& reply) {
   res.status = reply.status;
   res.set_content(reply.body, reply.content_type.c_str());
-}
-
-std::string json_detail(const std::string& message) {
-  std::string out = "{\"detail\":\"";
-  for (char c : message) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-      continue;
-    }
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"}";
 }
 
 }  // namespace
@@ -90,11 +73,10 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
   server.set_error_handler([max_request_bytes](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
     if (res.status == 413) {
-      res.set_content(
-          json_detail("Request body larger than " + std::to_string(max_request_bytes) + " bytes"),
-          "application/json");
+      answer(res, detail(413, "Request body larger than " + std::to_string(max_request_bytes) +
+                                  " bytes"));
     } else if (res.status == 404) {
-      res.set_content(json_detail("Not Found"), "application/json");
+      answer(res, detail(404, "Not Found"));
     }
   });
   server.set_exception_handler(
@@ -108,8 +90,7 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
         }
         logger->error("Internal error answering " + req.method + " " + loggable_path(req.path) +
                       ": " + what);
-        res.status = 500;
-        res.set_content(json_detail("Internal error: " + what), "application/json");
+        answer(res, detail(500, "Internal error: " + what));
       });
 }
 

@@ -41,10 +41,6 @@ void put(Writer& w, const char* key, const std::optional<std::string>& value) {
   }
 }
 
-Reply detail(int status, const std::string& message) {
-  return {status, json_object([&](Writer& w) { put(w, "detail", message); })};
-}
-
 Reply not_found(const std::string& sandbox_id) {
   return detail(404, "Sandbox '" + sandbox_id + "' not found");
 }
@@ -62,6 +58,10 @@ std::string join(const std::string& base, std::initializer_list<std::string> par
 }
 
 }  // namespace
+
+Reply detail(int status, const std::string& message) {
+  return {status, json_object([&](Writer& w) { put(w, "detail", message); })};
+}
 
 ProvisionerService::ProvisionerService(ServiceSettings settings,
                                        std::shared_ptr<SandboxBackend> backend,

@@ -31,6 +31,9 @@ struct Reply {
   std::string content_type = "application/json";
 };
 
+// A FastAPI-shaped error: {"detail": message}, the message JSON-escaped.
+Reply detail(int status, const std::string& message);
+
 class ProvisionerService {
  public:
   ProvisionerService(ServiceSettings settings, std::shared_ptr<SandboxBackend> backend,
