@@ -280,6 +280,7 @@ class LocalContainerBackend final : public SandboxBackend {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger), settings_(read_settings(context)), client_(settings_.endpoint) {}
+  ~LocalContainerBackend() override;
 
   SandboxInfo create(const CreateRequest& request) override;
   void destroy(const SandboxInfo& info) override;
@@ -307,7 +308,10 @@ class LocalContainerBackend final : public SandboxBackend {
   void pull_image();
   // nullopt: the holder of the name went away, try creating again.
   std::optional<SandboxInfo> adopt_existing(const std::string& name);
+  // Removes a container a failed create made; if the engine cannot be reached (or refuses),
+  // the container is remembered and removed by the next create or listing that reaches it.
   void remove_quietly(const std::string& id);
+  void retry_pending_removals();
   // nullopt: no such container. Throws on anything else that is not an answer.
   std::optional<ContainerState> inspect(const std::string& target);
   SandboxInfo info_from(const std::string& sandbox_id, const ContainerState& state) const;
@@ -315,7 +319,24 @@ class LocalContainerBackend final : public SandboxBackend {
   std::shared_ptr<Logger> logger_;
   const Settings settings_;
   EngineClient client_;
+  // Containers that failed creates left behind because the engine could not be reached to
+  // remove them (it vanished between /containers/create and /start). Only never-started ones
+  // are removed later: a running one is an orphan like any other, which reconciliation adopts
+  // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
+  std::mutex pending_mutex_;
+  std::set<std::string> pending_removals_;
 };
+
+LocalContainerBackend::~LocalContainerBackend() {
+  retry_pending_removals();
+  std::lock_guard lock(pending_mutex_);
+  for (const std::string& id : pending_removals_) {
+    log(LogLevel::warning, "Container " + short_id(id) +
+                               " left by a failed start could not be removed; remove it by "
+                               "hand: docker rm -f " +
+                               short_id(id));
+  }
+}
 
 Settings LocalContainerBackend::read_settings(const PluginContext& context) {
   PluginConfig options = context.options();
@@ -556,6 +577,7 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
 }
 
 SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
+  retry_pending_removals();
   const std::string name = container_name(request.sandbox_id);
   if (request.sandbox_id.empty() || !is_valid_container_name(name)) {
     throw std::invalid_argument("Invalid sandbox id \"" + request.sandbox_id +
@@ -820,18 +842,56 @@ std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::stri
 }
 
 void LocalContainerBackend::remove_quietly(const std::string& id) {
+  std::string failure;
   try {
     const HttpResponse r = client_.call("DELETE", "/containers/" + id + "?force=true&v=true",
                                         settings_.request_timeout_seconds);
-    if (!r.ok() && r.status != 404) {
-      log(LogLevel::warning, "Could not remove container " + short_id(id) +
-                                 " after a failed start: " + r.message() +
-                                 " (remove it by hand: docker rm -f " + short_id(id) + ")");
-    }
+    if (r.ok() || r.status == 404) return;
+    failure = r.message();
   } catch (const std::exception& e) {
-    log(LogLevel::warning, "Could not remove container " + short_id(id) +
-                               " after a failed start: " + e.what() +
-                               " (remove it by hand: docker rm -f " + short_id(id) + ")");
+    failure = e.what();
+  }
+  {
+    std::lock_guard lock(pending_mutex_);
+    pending_removals_.insert(id);
+  }
+  log(LogLevel::warning, "Container " + short_id(id) + " could not be removed after a failed start (" +
+                             failure +
+                             "); it is removed once the engine answers again, unless it runs by "
+                             "then");
+}
+
+void LocalContainerBackend::retry_pending_removals() {
+  std::vector<std::string> pending;
+  {
+    std::lock_guard lock(pending_mutex_);
+    if (pending_removals_.empty()) return;
+    pending.assign(pending_removals_.begin(), pending_removals_.end());
+  }
+  for (const std::string& id : pending) {
+    std::string outcome;
+    try {
+      // A container that runs by now was started by someone (a name-conflict adoption, here or
+      // in a peer gateway): it is an orphan for reconciliation, not ours to remove.
+      const std::optional<ContainerState> state = inspect(id);
+      if (!state) {
+        outcome = "is gone";
+      } else if (state->running) {
+        outcome = "runs now; left to reconciliation";
+      } else {
+        const HttpResponse r = client_.call("DELETE", "/containers/" + id + "?force=true&v=true",
+                                            settings_.request_timeout_seconds);
+        if (!r.ok() && r.status != 404) continue;  // kept for the next try
+        outcome = "removed";
+      }
+    } catch (const std::exception&) {
+      return;  // the engine is still out of reach: every one stays pending
+    }
+    {
+      std::lock_guard lock(pending_mutex_);
+      pending_removals_.erase(id);
+    }
+    log(LogLevel::info, "Container " + short_id(id) + " left by a failed start " + outcome);
   }
 }
 
@@ -964,6 +1024,7 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
 }
 
 std::vector<SandboxInfo> LocalContainerBackend::list_running() {
+  retry_pending_removals();
   const std::string name_prefix = settings_.prefix + "-";
   const auto list = [this](const std::string& filter_key, const std::string& filter_value) {
     const std::string filters = "{\"" + filter_key + "\":[\"" + filter_value + "\"]}";

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <sandboxd/readiness.hpp>
 #include <string>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "engine_listing.hpp"
+#include "engine_socket_proxy.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "test_support.hpp"
@@ -154,6 +157,50 @@ TEST_F(ProviderOverDockerTest, AnUnreachableEngineNeverCostsATrackedSandbox) {
   const std::string second = provider_->acquire("thread-2", "alice");
   EXPECT_NE(second, id);
   EXPECT_EQ(engine_containers(prefix_).size(), 2u);
+  provider_->shutdown();
+}
+
+TEST_F(ProviderOverDockerTest, AnEngineThatVanishesInsideACreateLeavesNothingBehindOnceBack) {
+  // The plugin reaches the engine through a proxy that makes it vanish right after the engine
+  // has answered /containers/create: the container exists, the plugin's /start cannot get
+  // through, nor can its clean-up.
+  testing::EngineSocketProxy proxy(base_dir_ + "/engine.sock", socket_path());
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600, proxy.path());
+  const std::string kept = provider_->acquire("thread-0", "alice");
+  const auto kept_client = provider_->get(kept);
+
+  proxy.vanish_after_next_create();
+  try {
+    provider_->acquire("thread-1", "alice");
+    ADD_FAILURE() << "an acquire whose engine vanished mid-create succeeded";
+  } catch (const std::exception& e) {
+    std::printf("while gone: %s\n", e.what());
+    EXPECT_NE(std::string(e.what()).find(proxy.path()), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(proxy.creates_seen(), 1) << "the engine did not vanish inside the create";
+  const std::vector<std::string> while_gone = engine_containers(prefix_, true);
+  std::printf("containers while the engine is gone: %zu (1 kept, 1 half-made)\n",
+              while_gone.size());
+  EXPECT_EQ(while_gone.size(), 2u) << "the create did not reach the engine";
+  EXPECT_EQ(provider_->get(kept), kept_client) << "the tracked sandbox was dropped";
+
+  proxy.restore();
+  // Normal service once the engine is back, and the half-made container does not linger: the
+  // next call that reaches the engine removes it.
+  const std::string other = provider_->acquire("thread-2", "alice");
+  EXPECT_EQ(provider_->get(kept), kept_client);
+  EXPECT_TRUE(probe_sandbox_ready_once(kept_client->base_url(), 5.0));
+  std::vector<std::string> after = engine_containers(prefix_, true);
+  std::sort(after.begin(), after.end());
+  std::vector<std::string> expected = {prefix_ + "-" + kept, prefix_ + "-" + other};
+  std::sort(expected.begin(), expected.end());
+  std::printf("containers once back and another conversation served: %zu\n", after.size());
+  EXPECT_EQ(after, expected) << "the half-made container of thread-1 was left behind";
+  // The conversation that failed gets its sandbox now.
+  const std::string retried = provider_->acquire("thread-1", "alice");
+  EXPECT_TRUE(probe_sandbox_ready_once(provider_->get(retried)->base_url(), 5.0));
+  EXPECT_TRUE(logger_->contains(LogLevel::warning, "could not be removed after a failed start"));
+  EXPECT_TRUE(logger_->contains("left by a failed start removed"));
   provider_->shutdown();
 }
 
