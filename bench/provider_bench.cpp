@@ -11,6 +11,8 @@
 // (min, median, p90, p99, max) goes to stdout. Not run by ctest: speed goals live here and in
 // BENCHMARKS.md, never in timed unit tests.
 #include <malloc.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,9 +30,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"

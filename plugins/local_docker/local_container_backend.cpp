@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "docker_support.hpp"
+#include "engine_answers.hpp"
 #include "engine_client.hpp"
 
 namespace sandboxd::local_docker {
@@ -94,7 +95,6 @@ constexpr int kAdoptWaitSeconds = 30;           // how long a name conflict wait
 constexpr auto kNameHolderAppearWait = std::chrono::seconds(2);
 // Creates again after a holder that went away; these never use up the port attempts.
 constexpr int kMaxNameConflictRounds = 5;
-constexpr const char* kContainerPort = "8080/tcp";
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* value = std::getenv(name);
@@ -121,82 +121,6 @@ std::string short_id(const std::string& id) {
 bool same_container(const std::string& a, const std::string& b) {
   if (a.empty() || b.empty()) return false;
   return a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0;
-}
-
-std::string string_member(const rapidjson::Value& object, const char* name) {
-  if (!object.IsObject()) return "";
-  auto it = object.FindMember(name);
-  if (it == object.MemberEnd() || !it->value.IsString()) return "";
-  return std::string(it->value.GetString(), it->value.GetStringLength());
-}
-
-std::map<std::string, std::string> string_map_member(const rapidjson::Value& object,
-                                                     const char* name) {
-  std::map<std::string, std::string> out;
-  if (!object.IsObject()) return out;
-  auto it = object.FindMember(name);
-  if (it == object.MemberEnd() || !it->value.IsObject()) return out;
-  for (auto m = it->value.MemberBegin(); m != it->value.MemberEnd(); ++m) {
-    if (m->value.IsString()) out[m->name.GetString()] = m->value.GetString();
-  }
-  return out;
-}
-
-int parse_port_text(const std::string& text) {
-  if (text.empty() || text.size() > 5) return 0;
-  int value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return 0;
-    value = value * 10 + (c - '0');
-  }
-  return value <= 65535 ? value : 0;
-}
-
-// One container as GET /containers/{name}/json describes it.
-struct ContainerState {
-  std::string id;
-  std::string name;
-  std::string status;  // "created", "running", "exited", ...
-  bool running = false;
-  int host_port = 0;  // 0: not published (yet)
-  double created_at = 0.0;
-  std::map<std::string, std::string> labels;
-};
-
-std::optional<ContainerState> parse_inspect(const std::string& body) {
-  rapidjson::Document doc;
-  if (!parse_json(doc, body) || !doc.IsObject()) return std::nullopt;
-  ContainerState state;
-  state.id = string_member(doc, "Id");
-  state.name = string_member(doc, "Name");
-  if (!state.name.empty() && state.name.front() == '/') state.name.erase(0, 1);
-  state.created_at = parse_docker_timestamp(string_member(doc, "Created"));
-  if (doc.HasMember("State") && doc["State"].IsObject()) {
-    const rapidjson::Value& s = doc["State"];
-    state.status = string_member(s, "Status");
-    if (s.HasMember("Running") && s["Running"].IsBool()) state.running = s["Running"].GetBool();
-  }
-  if (doc.HasMember("Config") && doc["Config"].IsObject()) {
-    state.labels = string_map_member(doc["Config"], "Labels");
-  }
-  if (doc.HasMember("NetworkSettings") && doc["NetworkSettings"].IsObject()) {
-    const rapidjson::Value& ns = doc["NetworkSettings"];
-    auto ports = ns.FindMember("Ports");
-    if (ports != ns.MemberEnd() && ports->value.IsObject()) {
-      auto bindings = ports->value.FindMember(kContainerPort);
-      if (bindings != ports->value.MemberEnd() && bindings->value.IsArray()) {
-        for (const auto& binding : bindings->value.GetArray()) {
-          const int port = parse_port_text(string_member(binding, "HostPort"));
-          if (port > 0) {
-            state.host_port = port;
-            break;
-          }
-        }
-      }
-    }
-  }
-  if (state.id.empty()) return std::nullopt;
-  return state;
 }
 
 // Host ports this process is currently starting containers on (only with a base port): two
@@ -635,9 +559,7 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
                                engine_failure_hint(message));
     }
 
-    rapidjson::Document doc;
-    const std::string id =
-        parse_json(doc, created.body) && doc.IsObject() ? string_member(doc, "Id") : std::string();
+    const std::string id = created_container_id(created.body);
     if (id.empty()) {
       throw std::runtime_error(
           "Failed to start sandbox container: the engine's create answer "
@@ -717,21 +639,14 @@ void LocalContainerBackend::pull_image() {
   std::string head;                                // the start of the answer, for HTTP errors
   std::map<std::string, std::string> last_status;  // layer id → last status logged
   const auto handle_line = [&](const std::string& line) {
-    if (line.find_first_not_of(" \r\t") == std::string::npos) return;
-    rapidjson::Document doc;
-    if (!parse_json(doc, line) || !doc.IsObject()) return;
-    if (std::string e = string_member(doc, "error"); !e.empty()) {
-      error = e;
+    const std::optional<PullProgress> progress = parse_pull_progress_line(line);
+    if (!progress) return;
+    if (!progress->error.empty()) {
+      error = progress->error;
       return;
     }
-    if (doc.HasMember("errorDetail") && doc["errorDetail"].IsObject()) {
-      if (std::string e = string_member(doc["errorDetail"], "message"); !e.empty()) {
-        error = e;
-        return;
-      }
-    }
-    const std::string status = string_member(doc, "status");
-    const std::string id = string_member(doc, "id");
+    const std::string& status = progress->status;
+    const std::string& id = progress->layer;
     if (status.empty() || last_status[id] == status) return;
     if (last_status.size() > 4096) last_status.clear();  // layer ids come from the engine
     last_status[id] = status;
@@ -855,8 +770,8 @@ void LocalContainerBackend::remove_quietly(const std::string& id) {
     std::lock_guard lock(pending_mutex_);
     pending_removals_.insert(id);
   }
-  log(LogLevel::warning, "Container " + short_id(id) + " could not be removed after a failed start (" +
-                             failure +
+  log(LogLevel::warning, "Container " + short_id(id) +
+                             " could not be removed after a failed start (" + failure +
                              "); it is removed once the engine answers again, unless it runs by "
                              "then");
 }
@@ -906,7 +821,7 @@ std::optional<ContainerState> LocalContainerBackend::inspect(const std::string& 
     throw std::runtime_error("Failed to inspect container " + target + ": " + e.what());
   }
   if (response.status == 200) {
-    std::optional<ContainerState> state = parse_inspect(response.body);
+    std::optional<ContainerState> state = parse_inspect_answer(response.body);
     if (!state) {
       throw std::runtime_error("Failed to inspect container " + target +
                                ": the engine's answer could not be read");
@@ -1043,58 +958,9 @@ std::vector<SandboxInfo> LocalContainerBackend::list_running() {
     for (const std::string& body :
          {list("label", std::string(kLabelManagedBy) + "=" + kManagedByValue),
           list("name", name_prefix)}) {
-      rapidjson::Document doc;
-      if (!parse_json(doc, body) || !doc.IsArray()) {
-        throw std::runtime_error("the engine's container list could not be read");
-      }
-      for (const auto& entry : doc.GetArray()) {
-        const std::string id = string_member(entry, "Id");
-        if (id.empty() || found.count(id) != 0) continue;
-        std::string name;
-        if (entry.HasMember("Names") && entry["Names"].IsArray()) {
-          for (const auto& n : entry["Names"].GetArray()) {
-            if (!n.IsString()) continue;
-            std::string candidate = n.GetString();
-            if (!candidate.empty() && candidate.front() == '/') candidate.erase(0, 1);
-            if (candidate.find('/') == std::string::npos) {
-              name = candidate;
-              break;
-            }
-          }
-        }
-        // The name filter is a substring match, and labelled containers of other prefixes
-        // belong to other configurations.
-        if (name.size() <= name_prefix.size() || name.rfind(name_prefix, 0) != 0) continue;
-        const std::string state = string_member(entry, "State");
-        if (!state.empty() && state != "running") continue;
-
-        ContainerState cs;
-        cs.id = id;
-        cs.name = name;
-        cs.labels = string_map_member(entry, "Labels");
-        if (entry.HasMember("Created")) {
-          const rapidjson::Value& created = entry["Created"];
-          if (created.IsNumber()) {
-            cs.created_at = created.GetDouble();
-          } else if (created.IsString()) {
-            cs.created_at = parse_docker_timestamp(created.GetString());
-          }
-        }
-        if (entry.HasMember("Ports") && entry["Ports"].IsArray()) {
-          for (const auto& port : entry["Ports"].GetArray()) {
-            if (!port.IsObject() || !port.HasMember("PrivatePort") ||
-                !port["PrivatePort"].IsInt() || port["PrivatePort"].GetInt() != 8080) {
-              continue;
-            }
-            if (string_member(port, "Type") != "" && string_member(port, "Type") != "tcp") continue;
-            if (port.HasMember("PublicPort") && port["PublicPort"].IsInt() &&
-                port["PublicPort"].GetInt() > 0) {
-              cs.host_port = port["PublicPort"].GetInt();
-              break;
-            }
-          }
-        }
-        found.emplace(id, info_from(name.substr(name_prefix.size()), cs));
+      for (const ContainerState& state : parse_running_listing(body, name_prefix)) {
+        if (found.count(state.id) != 0) continue;
+        found.emplace(state.id, info_from(state.name.substr(name_prefix.size()), state));
       }
     }
   } catch (const std::exception& e) {

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "provisioner_answers.hpp"
 #include "provisioner_support.hpp"
 #include "sandboxd/http.hpp"
 #include "sandboxd/json.hpp"
@@ -32,51 +33,6 @@ constexpr double kDestroyTimeout = 15.0;
 constexpr double kGetTimeout = 10.0;
 constexpr double kKnownProbeInterval = 30.0;
 constexpr double kUnavailableProbeInterval = 1.0;
-
-std::optional<std::string> string_member(const rapidjson::Value& object, const char* name) {
-  auto it = object.FindMember(name);
-  if (it == object.MemberEnd() || !it->value.IsString()) return std::nullopt;
-  return std::string(it->value.GetString(), it->value.GetStringLength());
-}
-
-std::optional<std::string> non_empty_string_member(const rapidjson::Value& object,
-                                                   const char* name) {
-  auto value = string_member(object, name);
-  if (!value || value->empty()) return std::nullopt;
-  return value;
-}
-
-// mount_contract_version as an int: missing or null → 0; anything else not an int → nullopt.
-std::optional<int> contract_version_member(const rapidjson::Value& object) {
-  auto it = object.FindMember("mount_contract_version");
-  if (it == object.MemberEnd() || it->value.IsNull()) return 0;
-  if (it->value.IsInt()) return it->value.GetInt();
-  return std::nullopt;
-}
-
-// sandbox_url as the service returned it, if it is a URL we may request: a provisioner (or
-// whatever answers in its place) must not point the provider at file:///dev/zero or similar.
-std::optional<std::string> sandbox_url_member(const rapidjson::Value& object) {
-  auto url = non_empty_string_member(object, "sandbox_url");
-  if (!url || !http::is_http_url(*url)) return std::nullopt;
-  return url;
-}
-
-bool parse_object(const std::string& body, rapidjson::Document& doc) {
-  return parse_json(doc, body) && doc.IsObject();
-}
-
-// The version in a create refused with 409 {"mount_contract_version": N} (SPEC §10.3's proposed
-// refusal of a contract the provisioner does not serve); nothing for any other answer.
-std::optional<int> served_contract_of_refusal(const HttpResponse& response) {
-  if (response.status != 409) return std::nullopt;
-  rapidjson::Document doc;
-  if (!parse_object(response.body, doc) || !doc.HasMember("mount_contract_version") ||
-      !doc["mount_contract_version"].IsInt()) {
-    return std::nullopt;
-  }
-  return doc["mount_contract_version"].GetInt();
-}
 
 }  // namespace
 
@@ -184,7 +140,7 @@ class RemoteSandboxBackend final : public SandboxBackend {
     try {
       const HttpResponse response =
           http_request("POST", base_url_ + "/api/sandboxes", api_key_, kCreateTimeout, body);
-      if (std::optional<int> served = served_contract_of_refusal(response)) {
+      if (std::optional<int> served = served_contract_of_refusal(response.status, response.body)) {
         // Nothing was created; the acquisition restarts under the contract the provisioner
         // serves. A refusal naming the very version we asked for makes no sense: a failure.
         if (*served == required) throw std::runtime_error(response.describe());
@@ -192,26 +148,13 @@ class RemoteSandboxBackend final : public SandboxBackend {
         refused = true;
       }
       if (!refused && !response.ok()) throw std::runtime_error(response.describe());
-      rapidjson::Document doc;
       if (!refused) {
-        if (!parse_object(response.body, doc)) {
-          throw std::runtime_error("response is not a JSON object: " + response.describe());
+        try {
+          info = read_create_answer(id, response.body, clock_->wall_now());
+        } catch (const AnswerNotAnObject& defect) {
+          throw std::runtime_error(std::string(defect.what()) + ": " + response.describe());
         }
-        auto url = non_empty_string_member(doc, "sandbox_url");
-        if (!url) throw std::runtime_error("response has no sandbox_url");
-        if (!http::is_http_url(*url)) {
-          throw std::runtime_error("response has a sandbox_url that is not http:// or https://: '" +
-                                   redacted_url(url->substr(0, 200)) + "'");
-        }
-        auto version = contract_version_member(doc);
-        if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
-        returned = *version;
-        info.sandbox_id = id;
-        info.sandbox_url = *url;
-        info.created_at = clock_->wall_now();
-        info.user_id = string_member(doc, "user_id");
-        info.thread_id = string_member(doc, "thread_id");
-        info.mount_contract_version = returned;
+        returned = info.mount_contract_version;
       }
     } catch (const std::exception& error) {
       logger_->error("Provisioner create failed for " + id + ": " + error.what());
@@ -260,12 +203,11 @@ class RemoteSandboxBackend final : public SandboxBackend {
       throw std::runtime_error("Provisioner health check failed for " + id + ": " +
                                response.describe());
     }
-    rapidjson::Document doc;
-    if (!parse_object(response.body, doc)) {
-      throw std::runtime_error("Provisioner health check failed for " + id +
-                               ": response is not a JSON object");
+    try {
+      return read_running_status(response.body);
+    } catch (const std::runtime_error& defect) {
+      throw std::runtime_error("Provisioner health check failed for " + id + ": " + defect.what());
     }
-    return string_member(doc, "status") == std::optional<std::string>("Running");
   }
 
   std::optional<SandboxInfo> discover(const std::string& sandbox_id) override {
@@ -281,27 +223,12 @@ class RemoteSandboxBackend final : public SandboxBackend {
       logger_->debug("Provisioner discover failed for " + sandbox_id + ": " + response.describe());
       return std::nullopt;
     }
-    rapidjson::Document doc;
-    if (!parse_object(response.body, doc)) {
-      logger_->debug("Provisioner discover for " + sandbox_id + ": malformed response");
-      return std::nullopt;
-    }
-    auto url = sandbox_url_member(doc);
-    auto user = non_empty_string_member(doc, "user_id");
-    auto thread = non_empty_string_member(doc, "thread_id");
-    auto version = contract_version_member(doc);
-    if (!url || !user || !thread || !version) {
+    std::optional<SandboxInfo> info =
+        read_discovered_sandbox(sandbox_id, response.body, clock_->wall_now());
+    if (!info) {
       logger_->debug("Provisioner discover for " + sandbox_id +
-                     ": response carries no verified identity; ignored");
-      return std::nullopt;
+                     ": response carries no usable URL or verified identity; ignored");
     }
-    SandboxInfo info;
-    info.sandbox_id = sandbox_id;
-    info.sandbox_url = *url;
-    info.created_at = clock_->wall_now();
-    info.user_id = user;
-    info.thread_id = thread;
-    info.mount_contract_version = *version;
     return info;
   }
 
@@ -315,33 +242,7 @@ class RemoteSandboxBackend final : public SandboxBackend {
       return SandboxDiscoveryResult::unknown();
     }
     if (response.status != 200) return SandboxDiscoveryResult::unknown();
-    rapidjson::Document doc;
-    if (!parse_object(response.body, doc)) return SandboxDiscoveryResult::unknown();
-    auto namespace_it = doc.FindMember("backend_namespace");
-    if (namespace_it == doc.MemberEnd() || !namespace_it->value.IsString()) {
-      return SandboxDiscoveryResult::unknown();
-    }
-    const std::string backend_namespace = namespace_it->value.GetString();
-    auto incarnation_it = doc.FindMember("incarnation_id");
-    if (incarnation_it == doc.MemberEnd() || incarnation_it->value.IsNull()) {
-      return SandboxDiscoveryResult::absent(backend_namespace);
-    }
-    if (!incarnation_it->value.IsString()) return SandboxDiscoveryResult::unknown();
-    const std::string incarnation = incarnation_it->value.GetString();
-    auto version = contract_version_member(doc);
-    if (!version) return SandboxDiscoveryResult::unknown();
-    std::optional<SandboxInfo> info;
-    if (auto url = sandbox_url_member(doc)) {
-      SandboxInfo found;
-      found.sandbox_id = sandbox_id;
-      found.sandbox_url = *url;
-      found.created_at = clock_->wall_now();
-      found.user_id = non_empty_string_member(doc, "user_id");
-      found.thread_id = non_empty_string_member(doc, "thread_id");
-      found.mount_contract_version = *version;
-      info = std::move(found);
-    }
-    return SandboxDiscoveryResult::found(std::move(info), backend_namespace, incarnation);
+    return read_instance_answer(sandbox_id, response.body, clock_->wall_now());
   }
 
   std::vector<SandboxInfo> list_running() override {
@@ -353,39 +254,16 @@ class RemoteSandboxBackend final : public SandboxBackend {
       logger_->warning(std::string("Provisioner list_running failed: ") + error.what());
       return out;
     }
-    rapidjson::Document doc;
-    if (!response.ok() || !parse_object(response.body, doc) || !doc.HasMember("sandboxes") ||
-        !doc["sandboxes"].IsArray()) {
+    std::optional<SandboxListing> listing;
+    if (response.ok()) listing = read_list_answer(response.body, clock_->wall_now());
+    if (!listing) {
       logger_->warning("Provisioner list_running: unexpected response " + response.describe());
       return out;
     }
-    const auto& entries = doc["sandboxes"];
-    for (rapidjson::SizeType i = 0; i < entries.Size(); ++i) {
-      const auto& entry = entries[i];
-      std::optional<std::string> id;
-      std::optional<std::string> url;
-      if (entry.IsObject()) {
-        id = non_empty_string_member(entry, "sandbox_id");
-        url = sandbox_url_member(entry);
-      }
-      if (!id || !url) {
-        logger_->warning("Provisioner list_running: skipping malformed entry " +
-                         shown_value(entry));
-        continue;
-      }
-      SandboxInfo info;
-      info.sandbox_id = *id;
-      info.sandbox_url = *url;
-      auto created = entry.FindMember("created_at");
-      info.created_at = created != entry.MemberEnd() && created->value.IsNumber() &&
-                                created->value.GetDouble() > 0
-                            ? created->value.GetDouble()
-                            : clock_->wall_now();
-      info.user_id = non_empty_string_member(entry, "user_id");
-      info.thread_id = non_empty_string_member(entry, "thread_id");
-      info.mount_contract_version = contract_version_member(entry).value_or(0);
-      out.push_back(std::move(info));
+    for (const std::string& entry : listing->skipped) {
+      logger_->warning("Provisioner list_running: skipping malformed entry " + entry);
     }
+    out = std::move(listing->sandboxes);
     logger_->info("Provisioner list_running: " + std::to_string(out.size()) + " sandbox(es) found");
     return out;
   }
@@ -419,15 +297,8 @@ class RemoteSandboxBackend final : public SandboxBackend {
       if (!response.ok()) {
         problem = response.describe();
       } else {
-        rapidjson::Document doc;
-        if (!parse_object(response.body, doc)) {
-          problem = "response is not a JSON object";
-        } else if (auto version = contract_version_member(doc); !version) {
-          problem = "mount_contract_version is not an integer";
-        } else {
-          set_known_locked(*version, now);
-          return;
-        }
+        set_known_locked(read_capabilities_answer(response.body), now);  // throws a defect
+        return;
       }
     } catch (const std::exception& error) {
       problem = error.what();

@@ -145,7 +145,7 @@ class EngineSocketProxy {
   void pump(int client, int engine) {
     std::string request_window;  // the client's latest bytes, to spot a create request
     bool armed = false;
-    std::string answer;          // the engine's answer to the armed create, as far as passed
+    std::string answer;  // the engine's answer to the armed create, as far as passed
     char buffer[65536];
     while (!stopping_) {
       pollfd fds[2] = {{client, POLLIN, 0}, {engine, POLLIN, 0}};
@@ -160,10 +160,10 @@ class EngineSocketProxy {
         }
         const std::string chunk(buffer, static_cast<size_t>(n));
         if (side == 0) {
-          request_window = (request_window + chunk).substr(
-              request_window.size() + chunk.size() > 4096 ? request_window.size() + chunk.size() -
-                                                                4096
-                                                          : 0);
+          request_window = (request_window + chunk)
+                               .substr(request_window.size() + chunk.size() > 4096
+                                           ? request_window.size() + chunk.size() - 4096
+                                           : 0);
           std::lock_guard lock(mutex_);
           if (vanish_after_create_ && request_window.find("POST ") != std::string::npos &&
               request_window.find("/containers/create") != std::string::npos) {

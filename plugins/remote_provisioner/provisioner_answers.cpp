@@ -1,0 +1,175 @@
+#include "provisioner_answers.hpp"
+
+#include <rapidjson/document.h>
+
+#include <stdexcept>
+
+#include "sandboxd/http.hpp"
+#include "sandboxd/json.hpp"
+#include "sandboxd/plugin_config.hpp"
+#include "sandboxd/redact.hpp"
+
+namespace sandboxd::remote_provisioner {
+namespace {
+
+std::optional<std::string> string_member(const rapidjson::Value& object, const char* name) {
+  auto it = object.FindMember(name);
+  if (it == object.MemberEnd() || !it->value.IsString()) return std::nullopt;
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+std::optional<std::string> non_empty_string_member(const rapidjson::Value& object,
+                                                   const char* name) {
+  auto value = string_member(object, name);
+  if (!value || value->empty()) return std::nullopt;
+  return value;
+}
+
+// mount_contract_version as an int: missing or null → 0; anything else not an int → nullopt.
+std::optional<int> contract_version_member(const rapidjson::Value& object) {
+  auto it = object.FindMember("mount_contract_version");
+  if (it == object.MemberEnd() || it->value.IsNull()) return 0;
+  if (it->value.IsInt()) return it->value.GetInt();
+  return std::nullopt;
+}
+
+// sandbox_url as the service returned it, if it is a URL we may request: a provisioner (or
+// whatever answers in its place) must not point the provider at file:///dev/zero or similar.
+std::optional<std::string> sandbox_url_member(const rapidjson::Value& object) {
+  auto url = non_empty_string_member(object, "sandbox_url");
+  if (!url || !http::is_http_url(*url)) return std::nullopt;
+  return url;
+}
+
+bool parse_object(const std::string& body, rapidjson::Document& doc) {
+  return parse_json(doc, body) && doc.IsObject();
+}
+
+}  // namespace
+
+int read_capabilities_answer(const std::string& body) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) throw AnswerNotAnObject();
+  const std::optional<int> version = contract_version_member(doc);
+  if (!version) throw std::runtime_error("mount_contract_version is not an integer");
+  return *version;
+}
+
+std::optional<int> served_contract_of_refusal(long status, const std::string& body) {
+  if (status != 409) return std::nullopt;
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) return std::nullopt;
+  auto version = doc.FindMember("mount_contract_version");
+  if (version == doc.MemberEnd() || !version->value.IsInt()) return std::nullopt;
+  return version->value.GetInt();
+}
+
+SandboxInfo read_create_answer(const std::string& sandbox_id, const std::string& body, double now) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) throw AnswerNotAnObject();
+  auto url = non_empty_string_member(doc, "sandbox_url");
+  if (!url) throw std::runtime_error("response has no sandbox_url");
+  if (!http::is_http_url(*url)) {
+    throw std::runtime_error("response has a sandbox_url that is not http:// or https://: '" +
+                             redacted_url(url->substr(0, 200)) + "'");
+  }
+  auto version = contract_version_member(doc);
+  if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
+  SandboxInfo info;
+  info.sandbox_id = sandbox_id;
+  info.sandbox_url = *url;
+  info.created_at = now;
+  info.user_id = string_member(doc, "user_id");
+  info.thread_id = string_member(doc, "thread_id");
+  info.mount_contract_version = *version;
+  return info;
+}
+
+bool read_running_status(const std::string& body) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) throw AnswerNotAnObject();
+  return string_member(doc, "status") == std::optional<std::string>("Running");
+}
+
+std::optional<SandboxInfo> read_discovered_sandbox(const std::string& sandbox_id,
+                                                   const std::string& body, double now) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) return std::nullopt;
+  auto url = sandbox_url_member(doc);
+  auto user = non_empty_string_member(doc, "user_id");
+  auto thread = non_empty_string_member(doc, "thread_id");
+  auto version = contract_version_member(doc);
+  if (!url || !user || !thread || !version) return std::nullopt;
+  SandboxInfo info;
+  info.sandbox_id = sandbox_id;
+  info.sandbox_url = *url;
+  info.created_at = now;
+  info.user_id = user;
+  info.thread_id = thread;
+  info.mount_contract_version = *version;
+  return info;
+}
+
+SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const std::string& body,
+                                            double now) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) return SandboxDiscoveryResult::unknown();
+  auto backend_namespace = string_member(doc, "backend_namespace");
+  if (!backend_namespace) return SandboxDiscoveryResult::unknown();
+  auto incarnation = doc.FindMember("incarnation_id");
+  if (incarnation == doc.MemberEnd() || incarnation->value.IsNull()) {
+    return SandboxDiscoveryResult::absent(*backend_namespace);
+  }
+  if (!incarnation->value.IsString()) return SandboxDiscoveryResult::unknown();
+  const std::string incarnation_id(incarnation->value.GetString(),
+                                   incarnation->value.GetStringLength());
+  auto version = contract_version_member(doc);
+  if (!version) return SandboxDiscoveryResult::unknown();
+  std::optional<SandboxInfo> info;
+  if (auto url = sandbox_url_member(doc)) {
+    SandboxInfo found;
+    found.sandbox_id = sandbox_id;
+    found.sandbox_url = *url;
+    found.created_at = now;
+    found.user_id = non_empty_string_member(doc, "user_id");
+    found.thread_id = non_empty_string_member(doc, "thread_id");
+    found.mount_contract_version = *version;
+    info = std::move(found);
+  }
+  return SandboxDiscoveryResult::found(std::move(info), *backend_namespace, incarnation_id);
+}
+
+std::optional<SandboxListing> read_list_answer(const std::string& body, double now) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) return std::nullopt;
+  auto entries = doc.FindMember("sandboxes");
+  if (entries == doc.MemberEnd() || !entries->value.IsArray()) return std::nullopt;
+  SandboxListing listing;
+  for (const auto& entry : entries->value.GetArray()) {
+    std::optional<std::string> id;
+    std::optional<std::string> url;
+    if (entry.IsObject()) {
+      id = non_empty_string_member(entry, "sandbox_id");
+      url = sandbox_url_member(entry);
+    }
+    if (!id || !url) {
+      listing.skipped.push_back(shown_value(entry));
+      continue;
+    }
+    SandboxInfo info;
+    info.sandbox_id = *id;
+    info.sandbox_url = *url;
+    auto created = entry.FindMember("created_at");
+    info.created_at =
+        created != entry.MemberEnd() && created->value.IsNumber() && created->value.GetDouble() > 0
+            ? created->value.GetDouble()
+            : now;
+    info.user_id = non_empty_string_member(entry, "user_id");
+    info.thread_id = non_empty_string_member(entry, "thread_id");
+    info.mount_contract_version = contract_version_member(entry).value_or(0);
+    listing.sandboxes.push_back(std::move(info));
+  }
+  return listing;
+}
+
+}  // namespace sandboxd::remote_provisioner

@@ -1,0 +1,58 @@
+// What the remote_provisioner plugin reads from the provisioner service's JSON answers
+// (SPEC §10.2–§10.5): capabilities, a create, a sandbox, an exact-instance lookup, a listing.
+// Pure functions over the body, so that unit tests and the `provisioner_answers` fuzz target
+// reach them without a service. Whatever answers in the provisioner's place is untrusted: a
+// sandbox_url must be http:// or https://, a contract version an integer, and a body that is
+// none of these reads as "absent", "unknown" or a std::runtime_error naming the defect.
+#pragma once
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sandboxd/types.hpp"
+
+namespace sandboxd::remote_provisioner {
+
+// The answer's body is not a JSON object at all (the caller may add the HTTP status and text).
+class AnswerNotAnObject : public std::runtime_error {
+ public:
+  AnswerNotAnObject() : std::runtime_error("response is not a JSON object") {}
+};
+
+// GET /api/capabilities (200): the mount contract the service serves (missing or null → 0).
+// Throws AnswerNotAnObject, or std::runtime_error "mount_contract_version is not an integer".
+int read_capabilities_answer(const std::string& body);
+
+// A create refused with 409 {"mount_contract_version": N}: N; nothing for any other answer.
+std::optional<int> served_contract_of_refusal(long status, const std::string& body);
+
+// POST /api/sandboxes (2xx): the new sandbox as the service describes it, with `created_at` set
+// to `now`. Throws AnswerNotAnObject, or std::runtime_error naming what is missing or wrong.
+SandboxInfo read_create_answer(const std::string& sandbox_id, const std::string& body, double now);
+
+// GET /api/sandboxes/{id} (200) for a health check: whether its status is "Running". Throws
+// AnswerNotAnObject.
+bool read_running_status(const std::string& body);
+
+// GET /api/sandboxes/{id} (200) for discovery: the sandbox only when the answer carries a
+// usable URL and a verified identity (user, thread, contract); nullopt otherwise.
+std::optional<SandboxInfo> read_discovered_sandbox(const std::string& sandbox_id,
+                                                   const std::string& body, double now);
+
+// GET /api/sandboxes/{id}/instance (200): found (with info when it serves), absent (no
+// incarnation), or unknown for an answer of any other shape.
+SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const std::string& body,
+                                            double now);
+
+// GET /api/sandboxes (200): the listed sandboxes with an id and a usable URL; each entry
+// without them is skipped and shown (shortened) in `skipped`. nullopt when the body is not
+// {"sandboxes": [...]}.
+struct SandboxListing {
+  std::vector<SandboxInfo> sandboxes;
+  std::vector<std::string> skipped;
+};
+std::optional<SandboxListing> read_list_answer(const std::string& body, double now);
+
+}  // namespace sandboxd::remote_provisioner

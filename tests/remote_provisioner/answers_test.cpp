@@ -1,0 +1,136 @@
+// What the plugin reads from the provisioner's answers (provisioner_answers.hpp), including
+// bodies a broken or hostile service might send: each reads as absent, unknown or a named
+// defect, and no URL other than http(s) ever becomes a sandbox URL.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "provisioner_answers.hpp"
+
+namespace sandboxd::remote_provisioner {
+namespace {
+
+std::string defect_of(const std::function<void()>& read) {
+  try {
+    read();
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(ProvisionerAnswers, CapabilitiesGiveTheContractOrANamedDefect) {
+  EXPECT_EQ(read_capabilities_answer(R"({"mount_contract_version": 2})"), 2);
+  EXPECT_EQ(read_capabilities_answer(R"({"mount_contract_version": null})"), 0);
+  EXPECT_EQ(read_capabilities_answer("{}"), 0);
+  EXPECT_EQ(defect_of([] { read_capabilities_answer("[2]"); }), "response is not a JSON object");
+  EXPECT_EQ(defect_of([] { read_capabilities_answer(R"({"mount_contract_version": "2"})"); }),
+            "mount_contract_version is not an integer");
+  EXPECT_EQ(defect_of([] { read_capabilities_answer(R"({"mount_contract_version": 2.5})"); }),
+            "mount_contract_version is not an integer");
+}
+
+TEST(ProvisionerAnswers, OnlyA409NamingAnIntegerIsAContractRefusal) {
+  EXPECT_EQ(served_contract_of_refusal(409, R"({"mount_contract_version": 1})"), 1);
+  EXPECT_FALSE(served_contract_of_refusal(400, R"({"mount_contract_version": 1})"));
+  EXPECT_FALSE(served_contract_of_refusal(409, R"({"detail": "exists for another user"})"));
+  EXPECT_FALSE(served_contract_of_refusal(409, R"({"mount_contract_version": "1"})"));
+  EXPECT_FALSE(served_contract_of_refusal(409, "not json"));
+}
+
+TEST(ProvisionerAnswers, ACreateAnswerNamesWhatIsMissingOrWrong) {
+  const SandboxInfo info = read_create_answer(
+      "s1",
+      R"({"sandbox_url": "http://127.0.0.1:9/", "user_id": "alice", "thread_id": "t",
+          "mount_contract_version": 2})",
+      42.0);
+  EXPECT_EQ(info.sandbox_id, "s1");
+  EXPECT_EQ(info.sandbox_url, "http://127.0.0.1:9/");
+  EXPECT_EQ(info.user_id, "alice");
+  EXPECT_EQ(info.mount_contract_version, 2);
+  EXPECT_DOUBLE_EQ(info.created_at, 42.0);
+
+  EXPECT_THROW(read_create_answer("s", "garbage", 0), AnswerNotAnObject);
+  EXPECT_EQ(defect_of([] { read_create_answer("s", R"({"sandbox_url": ""})", 0); }),
+            "response has no sandbox_url");
+  EXPECT_EQ(defect_of([] {
+              read_create_answer("s", R"({"sandbox_url": "file://u:secret@h/dev/zero"})", 0);
+            }),
+            "response has a sandbox_url that is not http:// or https://: "
+            "'file://<redacted>@h/dev/zero'")
+      << "the URL's password is redacted";
+  EXPECT_EQ(defect_of([] {
+              read_create_answer(
+                  "s", R"({"sandbox_url": "http://h/", "mount_contract_version": true})", 0);
+            }),
+            "response has a non-integer mount_contract_version");
+}
+
+TEST(ProvisionerAnswers, DiscoveryNeedsAUsableUrlAndAVerifiedIdentity) {
+  const std::string full =
+      R"({"sandbox_url": "https://h/", "user_id": "u", "thread_id": "t", "status": "Running"})";
+  const auto found = read_discovered_sandbox("s", full, 1.0);
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->thread_id, "t");
+  EXPECT_TRUE(read_running_status(full));
+  EXPECT_FALSE(read_running_status(R"({"status": "Pending"})"));
+  EXPECT_THROW(read_running_status("[]"), AnswerNotAnObject);
+  for (const char* body : {R"({"sandbox_url": "https://h/", "user_id": "u"})",
+                           R"({"sandbox_url": "ftp://h/", "user_id": "u", "thread_id": "t"})",
+                           R"({"sandbox_url": "https://h/", "user_id": "", "thread_id": "t"})",
+                           R"({"sandbox_url": "https://h/", "user_id": "u", "thread_id": "t",
+            "mount_contract_version": "2"})",
+                           "[]", ""}) {
+    EXPECT_FALSE(read_discovered_sandbox("s", body, 1.0)) << body;
+  }
+}
+
+TEST(ProvisionerAnswers, AnInstanceAnswerIsFoundAbsentOrUnknown) {
+  using Status = SandboxDiscoveryResult::Status;
+  const auto found =
+      read_instance_answer("s", R"({"backend_namespace": "k8s:ns", "incarnation_id": "pod-1",
+               "sandbox_url": "http://h/", "mount_contract_version": 2})",
+                           1.0);
+  EXPECT_EQ(found.status, Status::found);
+  ASSERT_TRUE(found.info);
+  EXPECT_EQ(found.incarnation_id, "pod-1");
+  const auto not_ready = read_instance_answer(
+      "s", R"({"backend_namespace": "k8s:ns", "incarnation_id": "pod-1"})", 1.0);
+  EXPECT_EQ(not_ready.status, Status::found);
+  EXPECT_FALSE(not_ready.info) << "a running pod without a URL is found, with no info";
+  EXPECT_EQ(
+      read_instance_answer("s", R"({"backend_namespace": "n", "incarnation_id": null})", 1).status,
+      Status::absent);
+  for (const char* body : {R"({"incarnation_id": "p"})", R"({"backend_namespace": 1})",
+                           R"({"backend_namespace": "n", "incarnation_id": 7})",
+                           R"({"backend_namespace": "n", "incarnation_id": "p",
+                               "mount_contract_version": []})",
+                           "null", "{"}) {
+    EXPECT_EQ(read_instance_answer("s", body, 1).status, Status::unknown) << body;
+  }
+}
+
+TEST(ProvisionerAnswers, AListingSkipsAndShowsEntriesWithoutIdOrUsableUrl) {
+  const auto listing = read_list_answer(
+      R"json({"sandboxes": [
+        {"sandbox_id": "a", "sandbox_url": "http://h/a", "created_at": 5},
+        {"sandbox_id": "b", "sandbox_url": "javascript:alert(1)"},
+        {"sandbox_url": "http://h/c"}, 7,
+        {"sandbox_id": "d", "sandbox_url": "http://h/d", "created_at": -1,
+         "mount_contract_version": "x"}], "count": 5})json",
+      99.0);
+  ASSERT_TRUE(listing);
+  ASSERT_EQ(listing->sandboxes.size(), 2u);
+  EXPECT_DOUBLE_EQ(listing->sandboxes[0].created_at, 5.0);
+  EXPECT_DOUBLE_EQ(listing->sandboxes[1].created_at, 99.0) << "a negative time is not a time";
+  EXPECT_EQ(listing->sandboxes[1].mount_contract_version, 0);
+  EXPECT_EQ(listing->skipped.size(), 3u);
+  for (const char* body : {"[]", R"({"sandboxes": {}})", "{}", ""}) {
+    EXPECT_FALSE(read_list_answer(body, 0)) << body;
+  }
+}
+
+}  // namespace
+}  // namespace sandboxd::remote_provisioner
