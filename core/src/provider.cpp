@@ -215,15 +215,6 @@ ClientPtr Provider::make_client(const std::string& sandbox_id, const std::string
   return hooks_.make_client(sandbox_id, url);
 }
 
-void Provider::close_client(const ClientPtr& client, const std::string& what_on_error) {
-  if (!client) return;
-  try {
-    client->close();
-  } catch (const std::exception& e) {
-    log(LogLevel::warning, what_on_error + ": " + e.what());
-  }
-}
-
 bool Provider::negotiates_contract() const {
   return backend_ && backend_->mount_mode_kind() == MountModeKind::contract_negotiated;
 }
@@ -392,11 +383,10 @@ void Provider::check_active_identity_locked(const std::string& sandbox_id,
 
 void Provider::check_warm_identity_locked(const std::string& sandbox_id,
                                           const ThreadKey& key) const {
-  if (!registry_.warm_pool.count(sandbox_id)) return;
-  auto it = registry_.warm_identity.find(sandbox_id);
-  if (it != registry_.warm_identity.end() && it->second && *it->second != key) {
+  auto it = registry_.warm_pool.find(sandbox_id);
+  if (it != registry_.warm_pool.end() && it->second.identity && *it->second.identity != key) {
     throw SandboxIdentityCollisionError("sandbox ID collision for " + sandbox_id +
-                                        ": tracked identity is " + to_repr(it->second) +
+                                        ": tracked identity is " + to_repr(it->second.identity) +
                                         ", requested identity is " + to_repr(key));
   }
 }
@@ -410,7 +400,6 @@ void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr cl
                              sandbox_id);
   }
   registry_.warm_pool.erase(sandbox_id);
-  registry_.warm_identity.erase(sandbox_id);
   registry_.clients[sandbox_id] = std::move(client);
   registry_.infos[sandbox_id] = std::move(info);
   registry_.active_identity[sandbox_id] = key;
@@ -476,8 +465,9 @@ void Provider::install_validated_info(const std::string& sandbox_id, const InfoP
       }
     }
   }
-  close_client(fresh, "Error closing unused sandbox client " + sandbox_id);
-  close_client(replaced, "Error closing sandbox " + sandbox_id + " after its URL changed");
+  close_client(fresh, [&] { return "Error closing unused sandbox client " + sandbox_id; });
+  close_client(replaced,
+               [&] { return "Error closing sandbox " + sandbox_id + " after its URL changed"; });
 }
 
 // ── reuse (SPEC §5.5) ────────────────────────────────────────────────────────
@@ -684,7 +674,9 @@ std::string Provider::register_discovered_sandbox(const std::string& thread_id, 
     check_warm_identity_locked(sandbox_id, key);
     install_active_locked(sandbox_id, client, info, key);
   } catch (const std::exception&) {
-    close_client(client, "Error closing sandbox " + sandbox_id + " after failed ownership publish");
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " after failed ownership publish";
+    });
     throw;
   }
   log(LogLevel::info, "Discovered existing sandbox " + sandbox_id + " for user/thread " + user_id +
@@ -713,13 +705,17 @@ std::string Provider::register_created_sandbox(const std::optional<std::string>&
     install_active_locked(sandbox_id, client, info, key);
   } catch (const SandboxIdentityCollisionError&) {
     // The id belongs to another tenant's tracked sandbox: never touch that container.
-    close_client(client, "Error closing sandbox " + sandbox_id + " during ownership rollback");
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " during ownership rollback";
+    });
     throw;
   } catch (const std::exception& e) {
     log(LogLevel::error,
         "Could not register new sandbox " + sandbox_id +
             "; destroying it rather than leaking an untracked container: " + e.what());
-    close_client(client, "Error closing sandbox " + sandbox_id + " during ownership rollback");
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " during ownership rollback";
+    });
     try {
       backend_->destroy(*info);
     } catch (const std::exception& destroy_error) {
@@ -905,15 +901,12 @@ TrackedSandbox Provider::tracked_active_locked(const std::string& sandbox_id,
   return tracked;
 }
 
-TrackedSandbox Provider::tracked_warm_locked(const std::string& sandbox_id,
-                                             const WarmEntry& entry) const {
+TrackedSandbox Provider::tracked_warm(const WarmEntry& entry) const {
   TrackedSandbox tracked;
   tracked.info = *entry.info;
   tracked.warm = true;
   tracked.since = to_wall(entry.released_at);
-  if (auto it = registry_.warm_identity.find(sandbox_id); it != registry_.warm_identity.end()) {
-    tracked.conversation = it->second;
-  }
+  tracked.conversation = entry.identity;
   return tracked;
 }
 
@@ -925,7 +918,7 @@ RegistrySnapshot Provider::export_registry() const {
       snapshot.sandboxes.push_back(tracked_active_locked(id, info));
     }
     for (const auto& [id, entry] : registry_.warm_pool) {
-      snapshot.sandboxes.push_back(tracked_warm_locked(id, entry));
+      snapshot.sandboxes.push_back(tracked_warm(entry));
     }
     for (const auto& [id, first_seen] : registry_.unowned_since) {
       snapshot.unowned_since.emplace(id, to_wall(first_seen));
@@ -944,7 +937,7 @@ std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) cons
     return tracked_active_locked(sandbox_id, it->second);
   }
   if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
-    return tracked_warm_locked(sandbox_id, it->second);
+    return tracked_warm(it->second);
   }
   return std::nullopt;
 }
@@ -961,9 +954,8 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
     if (registry_.infos.count(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
-    registry_.warm_pool[id] =
-        WarmEntry{std::make_shared<const SandboxInfo>(tracked.info), from_wall(tracked.since)};
-    registry_.warm_identity[id] = tracked.conversation;
+    registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(tracked.info),
+                                        from_wall(tracked.since), tracked.conversation};
   }
   for (auto& [tracked, client] : active) {
     const std::string& id = tracked->info.sandbox_id;

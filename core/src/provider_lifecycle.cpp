@@ -146,11 +146,10 @@ void Provider::release(const std::string& sandbox_id) {
     }
     registry_.last_activity.erase(sandbox_id);
     if (info && !registry_.warm_pool.count(sandbox_id)) {
-      registry_.warm_pool[sandbox_id] = WarmEntry{info, now()};
-      registry_.warm_identity[sandbox_id] = first_key ? first_key : identity;
+      registry_.warm_pool[sandbox_id] = WarmEntry{info, now(), first_key ? first_key : identity};
     }
   }
-  close_client(client, "Error closing sandbox " + sandbox_id + " during release");
+  close_client(client, [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
   if (info) {
     std::optional<std::uint64_t> epoch;
     {
@@ -188,7 +187,8 @@ void Provider::destroy_tracked(const std::string& sandbox_id, const Predicate& s
     return;
   }
   Removed removed = remove_tracked(sandbox_id, nullptr);
-  close_client(removed.client, "Error closing sandbox " + sandbox_id + " during destroy");
+  close_client(removed.client,
+               [&] { return "Error closing sandbox " + sandbox_id + " during destroy"; });
   if (removed.info) {
     with_held_teardown_lease(sandbox_id, [&] { backend_->destroy(*removed.info); });
     log(LogLevel::info, "Destroyed sandbox " + sandbox_id);
@@ -210,7 +210,6 @@ void Provider::shutdown() {
     for (const auto& [id, client] : registry_.clients) active.push_back(id);
     for (const auto& [id, entry] : registry_.warm_pool) warm.emplace_back(id, entry);
     registry_.warm_pool.clear();
-    registry_.warm_identity.clear();
   }
   // Stop renewal before destroying, so it does not re-publish leases being dropped.
   stop_background_threads();
@@ -318,7 +317,6 @@ Provider::Removed Provider::remove_tracked(const std::string& sandbox_id,
     if (!removed.info) removed.info = it->second.info;
     registry_.warm_pool.erase(it);
   }
-  registry_.warm_identity.erase(sandbox_id);
   return removed;
 }
 
@@ -336,7 +334,7 @@ void Provider::drop_unhealthy_sandbox(const std::string& sandbox_id, const std::
         "Skipped dropping sandbox " + sandbox_id + ": tracked info changed after health check");
     return;
   }
-  close_client(removed.client, "Error closing unhealthy sandbox " + sandbox_id);
+  close_client(removed.client, [&] { return "Error closing unhealthy sandbox " + sandbox_id; });
   if (removed.info) {
     if (claim_ownership(sandbox_id, true)) {
       with_held_teardown_lease(sandbox_id, [&] {
@@ -394,7 +392,6 @@ bool Provider::destroy_warm_entry(const std::string& sandbox_id, const WarmEntry
     auto it = registry_.warm_pool.find(sandbox_id);
     if (it != registry_.warm_pool.end() && it->second.info == entry.info) {
       registry_.warm_pool.erase(it);
-      registry_.warm_identity.erase(sandbox_id);
     }
   }
   if (reason == "idle_timeout") {
@@ -756,12 +753,12 @@ void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t
     registry_.active_identity.erase(sandbox_id);
     registry_.last_activity.erase(sandbox_id);
     registry_.warm_pool.erase(sandbox_id);
-    registry_.warm_identity.erase(sandbox_id);
     registry_.acquire_epoch.erase(sandbox_id);
     registry_.thread_map.erase_sandbox(sandbox_id);
   }
   // Never touch the container: it belongs to the peer now.
-  close_client(client, "Error closing sandbox " + sandbox_id + " after losing its lease");
+  close_client(client,
+               [&] { return "Error closing sandbox " + sandbox_id + " after losing its lease"; });
 }
 
 void Provider::renew_owned_leases() {
@@ -864,7 +861,6 @@ ReconcileReport Provider::reconcile_orphans() {
         continue;
       }
       registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(info), current};
-      registry_.warm_identity[id] = std::nullopt;
       registry_.unowned_since.erase(id);
     }
     ++adopted;

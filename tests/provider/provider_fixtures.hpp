@@ -769,8 +769,7 @@ class ProviderFixture : public ::testing::Test {
   void add_warm(const InfoPtr& info, double released_at,
                 std::optional<ThreadKey> identity = std::nullopt) {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.warm_pool[info->sandbox_id] = {info, released_at};
-    provider->registry_.warm_identity[info->sandbox_id] = std::move(identity);
+    provider->registry_.warm_pool[info->sandbox_id] = {info, released_at, std::move(identity)};
   }
 
   // ── registry reads ──

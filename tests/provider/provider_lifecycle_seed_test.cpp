@@ -626,7 +626,7 @@ TEST_F(UnreadyTeardownTest, ReconcileAdoptsUnreadyContainerWhenNoTeardownIsInFli
 
   EXPECT_TRUE(is_warm("adoptable")) << "reconcile must still adopt a genuinely unowned container";
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.warm_identity.at("adoptable"), std::nullopt);
+  EXPECT_EQ(provider->registry_.warm_pool.at("adoptable").identity, std::nullopt);
 }
 
 // Python: test_reconcile_may_adopt_pre_upgrade_id_only_for_orphan_cleanup

@@ -357,7 +357,7 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
     }
   };
   for (const auto& [id, key] : registry.active_identity) check_identity(id, key, "active");
-  for (const auto& [id, key] : registry.warm_identity) check_identity(id, key, "warm");
+  for (const auto& [id, entry] : registry.warm_pool) check_identity(id, entry.identity, "warm");
 }
 
 TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {

@@ -45,8 +45,8 @@
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
-#include "sandboxd/core/thread_map.hpp"
 #include "sandboxd/core/thread_lock.hpp"
+#include "sandboxd/core/thread_map.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -310,16 +310,18 @@ class Provider {
   struct WarmEntry {
     InfoPtr info;
     double released_at = 0.0;
+    // The conversation it last served (nullopt for an adopted orphan): a reclaim by another
+    // identity under the same id is a collision, not a reuse.
+    std::optional<ThreadKey> identity;
   };
   // Everything guarded by mutex_. Active and warm are mutually exclusive for an id.
   struct Registry {
     std::map<std::string, ClientPtr> clients;  // active clients
     std::map<std::string, InfoPtr> infos;      // active infos
-    ThreadMap thread_map;  // conversation → sandbox, and back
+    ThreadMap thread_map;                      // conversation → sandbox, and back
     std::map<std::string, std::optional<ThreadKey>> active_identity;
     std::map<std::string, double> last_activity;
     std::map<std::string, WarmEntry> warm_pool;
-    std::map<std::string, std::optional<ThreadKey>> warm_identity;
     std::map<std::string, double> unowned_since;
     std::set<std::string> local_teardown;
     std::map<std::string, std::uint64_t> acquire_epoch;
@@ -408,11 +410,21 @@ class Provider {
   // ── helpers ──
   // One tracked sandbox as data (find, export_registry); mutex_ held.
   TrackedSandbox tracked_active_locked(const std::string& sandbox_id, const InfoPtr& info) const;
-  TrackedSandbox tracked_warm_locked(const std::string& sandbox_id, const WarmEntry& entry) const;
+  TrackedSandbox tracked_warm(const WarmEntry& entry) const;
   std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
   std::string effective_user(const std::optional<std::string>& user_id) const;
   ClientPtr make_client(const std::string& sandbox_id, const std::string& url);
-  void close_client(const ClientPtr& client, const std::string& what_on_error);
+  // Closes `client` if any; a failure is logged with the sentence `what_on_error()` builds,
+  // which runs only then (a release closes a client on every warm pair).
+  template <class Describe>
+  void close_client(const ClientPtr& client, const Describe& what_on_error) {
+    if (!client) return;
+    try {
+      client->close();
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, what_on_error() + ": " + e.what());
+    }
+  }
   // Throws SandboxIdentityCollisionError when `sandbox_id` is active for another key.
   void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
   void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
