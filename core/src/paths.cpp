@@ -1,13 +1,18 @@
 #include "sandboxd/core/paths.hpp"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
+#include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "sandboxd/host_path.hpp"
 
@@ -59,10 +64,6 @@ const std::string& validate_short_id(const std::string& id, const char* what) {
   throw std::runtime_error("Lark CLI credential path must not be a symlink: " + path.string());
 }
 
-void check_not_symlink(const fs::path& path) {
-  if (fs::is_symlink(fs::symlink_status(path))) refuse_symlink(path);
-}
-
 // mkdir with 0700 from the start, so a secret-bearing dir is never briefly group/world-readable.
 void make_private_dir(const fs::path& path) {
   if (::mkdir(path.c_str(), 0700) == 0) return;
@@ -70,6 +71,90 @@ void make_private_dir(const fs::path& path) {
   if (err == EEXIST && fs::is_directory(fs::symlink_status(path))) return;
   throw fs::filesystem_error("cannot create directory", path,
                              std::error_code(err, std::generic_category()));
+}
+
+// A credential-tree directory with one lstat when it already exists, as it does on every
+// conversation but a user's first: a symlink is refused, anything else that is not a directory
+// is an error, and the mode is tightened to 0700 only when it is not already that. A missing
+// one is made 0700 (whatever the umask).
+void ensure_credential_dir(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err != ENOENT) {
+      throw fs::filesystem_error("cannot inspect directory", path,
+                                 std::error_code(err, std::generic_category()));
+    }
+    if (::mkdir(path.c_str(), 0700) == 0) {
+      fs::permissions(path, fs::perms::owner_all, fs::perm_options::replace);
+      return;
+    }
+    const int mkdir_err = errno;
+    // Made meanwhile by another acquisition: check what is there now.
+    if (mkdir_err != EEXIST || ::lstat(path.c_str(), &st) != 0) {
+      throw fs::filesystem_error("cannot create directory", path,
+                                 std::error_code(mkdir_err, std::generic_category()));
+    }
+  }
+  if (S_ISLNK(st.st_mode)) refuse_symlink(path);
+  if (!S_ISDIR(st.st_mode)) {
+    throw fs::filesystem_error("cannot create directory", path,
+                               std::error_code(EEXIST, std::generic_category()));
+  }
+  if ((st.st_mode & 07777) != 0700) {
+    fs::permissions(path, fs::perms::owner_all, fs::perm_options::replace);
+  }
+}
+
+[[noreturn]] void throw_errno(const char* what, const fs::path& path, int err) {
+  throw fs::filesystem_error(what, path, std::error_code(err, std::generic_category()));
+}
+
+// Tightens everything below the open directory `dir_fd` (named `dir_path` in messages): a
+// directory to 0700 before it is opened (so an unreadable one is fixed before it is listed), a
+// regular file to 0600, each only when its mode differs; a symlink is refused before anything
+// follows it (O_NOFOLLOW), any other file type too. Raw getdents64 and fstatat on the
+// directory's descriptor: 4 syscalls per directory and 1 per entry, where
+// std::filesystem::recursive_directory_iterator made 7 and 1 (this runs on every conversation).
+void tighten_credential_tree(int dir_fd, const fs::path& dir_path) {
+  std::vector<char> buffer(16384);
+  while (true) {
+    const ssize_t got = ::getdents64(dir_fd, buffer.data(), buffer.size());
+    if (got < 0) throw_errno("cannot list directory", dir_path, errno);
+    if (got == 0) return;
+    for (ssize_t offset = 0; offset < got;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(buffer.data() + offset);
+      offset += entry->d_reclen;
+      const std::string_view name(entry->d_name);
+      if (name == "." || name == "..") continue;
+      const fs::path path = dir_path / name;
+      struct stat st {};
+      if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        throw_errno("cannot inspect", path, errno);
+      }
+      if (S_ISLNK(st.st_mode)) refuse_symlink(path);
+      if (S_ISDIR(st.st_mode)) {
+        if ((st.st_mode & 07777) != 0700 && ::fchmodat(dir_fd, entry->d_name, 0700, 0) != 0) {
+          throw_errno("cannot set permissions", path, errno);
+        }
+        const int child =
+            ::openat(dir_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (child < 0) throw_errno("cannot open directory", path, errno);
+        struct Close {
+          int fd;
+          ~Close() { ::close(fd); }
+        } close_child{child};
+        tighten_credential_tree(child, path);
+      } else if (S_ISREG(st.st_mode)) {
+        if ((st.st_mode & 07777) != 0600 && ::fchmodat(dir_fd, entry->d_name, 0600, 0) != 0) {
+          throw_errno("cannot set permissions", path, errno);
+        }
+      } else {
+        throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " +
+                                 path.string());
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -371,41 +456,34 @@ void Paths::ensure_thread_dirs(const std::string& thread_id,
       sandbox_outputs_dir(thread_id, user_id), upload_conversions_dir(thread_id, user_id),
       acp_workspace_dir(thread_id, user_id),
   };
+  // One mkdir per directory when its parent exists, as it does for a new conversation of a
+  // known user once the thread and user-data directories are made first; the full walk of
+  // create_directories only when a parent is missing or the directory is already there (it
+  // also refuses a non-directory in the way).
+  const auto make_dir = [](const fs::path& dir) {
+    if (::mkdir(dir.c_str(), 0777) != 0) fs::create_directories(dir);
+  };
+  const fs::path user_data = dirs[0].parent_path();
+  make_dir(user_data.parent_path());  // the thread's directory
+  make_dir(user_data);
   for (const auto& dir : dirs) {
-    fs::create_directories(dir);
+    make_dir(dir);
     fs::permissions(dir, fs::perms::all, fs::perm_options::replace);
   }
 }
 
 void Paths::ensure_lark_cli_credential_tree(const std::string& user_id) const {
   const fs::path root = user_integration_dir(user_id, std::string(kLarkCliIntegrationId));
-  check_not_symlink(root);
   fs::create_directories(root.parent_path());
-  make_private_dir(root);
-  fs::permissions(root, fs::perms::owner_all, fs::perm_options::replace);
-  for (const char* child : {"config", "data"}) {
-    const fs::path required = root / child;
-    check_not_symlink(required);
-    make_private_dir(required);
-  }
-  // The iterator does not follow directory symlinks, and each one is refused before any
-  // descent; dirs are tightened as they are met so an unreadable subdir is fixed before it is
-  // listed.
-  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator();
-       ++it) {
-    const fs::path& path = it->path();
-    const fs::file_status status = it->symlink_status();
-    if (fs::is_symlink(status)) refuse_symlink(path);
-    if (fs::is_directory(status)) {
-      fs::permissions(path, fs::perms::owner_all, fs::perm_options::replace);
-    } else if (fs::is_regular_file(status)) {
-      fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write,
-                      fs::perm_options::replace);
-    } else {
-      throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " +
-                               path.string());
-    }
-  }
+  ensure_credential_dir(root);
+  for (const char* child : {"config", "data"}) ensure_credential_dir(root / child);
+  const int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (root_fd < 0) throw_errno("cannot open directory", root, errno);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_root{root_fd};
+  tighten_credential_tree(root_fd, root);
 }
 
 }  // namespace sandboxd::core

@@ -326,6 +326,40 @@ TEST_F(LarkCredentialTreeTest, CreatesOwnerOnlyTree) {
   EXPECT_FALSE(fs::exists(root() / "config" / "locks"));  // the seed dropped the locks dir
 }
 
+TEST_F(LarkCredentialTreeTest, AClosedNestedDirectoryIsOpenedToItsOwnerAndItsFilesTightened) {
+  fs::create_directories(root() / "data" / "closed" / "deeper");
+  std::ofstream(root() / "data" / "closed" / "deeper" / "token") << "x";
+  fs::permissions(root() / "data" / "closed" / "deeper" / "token", fs::perms::all,
+                  fs::perm_options::replace);
+  fs::permissions(root() / "data" / "closed", fs::perms::none, fs::perm_options::replace);
+  const Paths paths(tmp_.path(), tmp_.str());
+  paths.ensure_lark_cli_credential_tree("alice");
+  EXPECT_EQ(mode_of(root() / "data" / "closed"), 0700u);
+  EXPECT_EQ(mode_of(root() / "data" / "closed" / "deeper"), 0700u);
+  EXPECT_EQ(mode_of(root() / "data" / "closed" / "deeper" / "token"), 0600u);
+}
+
+TEST_F(LarkCredentialTreeTest, ADirectoryListedInSeveralReadsIsWalkedWhole) {
+  // 400 entries with long names take several getdents64 reads of the walker's buffer.
+  fs::create_directories(root() / "data");
+  const std::string long_name(200, 'f');
+  for (int i = 0; i < 400; ++i) {
+    const fs::path file = root() / "data" / (long_name + std::to_string(i));
+    std::ofstream(file) << "x";
+    fs::permissions(file, fs::perms::all, fs::perm_options::replace);
+  }
+  const Paths paths(tmp_.path(), tmp_.str());
+  paths.ensure_lark_cli_credential_tree("alice");
+  int loose = 0;
+  for (const auto& entry : fs::directory_iterator(root() / "data")) {
+    if (mode_of(entry.path()) != 0600u) ++loose;
+  }
+  EXPECT_EQ(loose, 0) << "files the walk never reached";
+  // And the very same walk refuses a symlink met after the first read.
+  fs::create_symlink(tmp_.path(), root() / "data" / (long_name + "link"));
+  EXPECT_THAT(runtime_error_message(), HasSubstr("must not be a symlink"));
+}
+
 TEST_F(LarkCredentialTreeTest, RootSymlinkIsRefused) {
   fs::create_directories(tmp_.path() / "elsewhere");
   fs::create_directories(root().parent_path());
