@@ -579,6 +579,7 @@ struct TeardownHeartbeat {
   std::condition_variable wake;
   bool stop = false;
   bool exited = false;
+  std::thread thread;  // set by the delayed start, read by the teardown once cancel() says so
 };
 
 }  // namespace
@@ -589,14 +590,13 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
   auto store = ownership_;
   auto logger = logger_;
   const double interval = options_.renewal_interval_seconds;
-  std::thread heartbeat([shared, store, logger, sandbox_id, interval] {
+  // Refreshes the teardown lease every interval while the stop runs, then makes the final
+  // release itself, so no refresh can land after it. Started only once the stop has run for one
+  // interval: a stop that ends sooner never needed a refresh.
+  auto beat = [shared, store, logger, sandbox_id, interval] {
     {
       std::unique_lock lock(shared->mutex);
       while (!shared->stop) {
-        if (shared->wake.wait_for(lock, std::chrono::duration<double>(interval),
-                                  [&] { return shared->stop; })) {
-          break;
-        }
         lock.unlock();
         bool keep_beating = true;
         try {
@@ -616,9 +616,12 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
           shared->wake.wait(lock, [&] { return shared->stop; });
           break;
         }
+        if (shared->wake.wait_for(lock, std::chrono::duration<double>(interval),
+                                  [&] { return shared->stop; })) {
+          break;
+        }
       }
     }
-    // The heartbeat makes the final release itself, so no refresh can land after it.
     try {
       store->release(sandbox_id);
     } catch (const std::exception& e) {
@@ -627,8 +630,15 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
     std::lock_guard lock(shared->mutex);
     shared->exited = true;
     shared->wake.notify_all();
-  });
+  };
+  const DelayedStarts::Token start =
+      delayed_starts_.schedule(std::chrono::duration<double>(interval),
+                               [shared, beat] { shared->thread = std::thread(beat); });
   auto join = [&] {
+    if (delayed_starts_.cancel(start)) {
+      release_ownership(sandbox_id);  // no heartbeat ever ran: nothing can refresh after this
+      return;
+    }
     std::unique_lock lock(shared->mutex);
     shared->stop = true;
     shared->wake.notify_all();
@@ -637,12 +647,12 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
         [&] { return shared->exited; });
     lock.unlock();
     if (exited) {
-      heartbeat.join();
+      shared->thread.join();
     } else {
       log(LogLevel::warning, "Teardown heartbeat for " + sandbox_id + " did not exit within " +
                                  fixed(options_.teardown_join_timeout_seconds, 1) +
                                  "s; its lease release is deferred to that thread");
-      heartbeat.detach();
+      shared->thread.detach();
     }
   };
   try {

@@ -18,6 +18,8 @@
 //  - `async_work_` has its own leaf mutex (nothing is called under it): which async
 //    acquisitions run or wait, so shutdown() and detach() can refuse new ones, fail the queued
 //    ones and wait for the running ones before anything they use is closed.
+//  - `delayed_starts_` has its own leaf mutex: a teardown heartbeat is spawned under it, and
+//    nothing else runs there.
 //  - `shutdown_mutex_` is held for the whole of shutdown() and detach(): a second caller
 //    (a signal watcher beside normal teardown) waits for the first instead of returning while
 //    the provider is still in use. It is taken first, before every other lock.
@@ -41,6 +43,7 @@
 
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
+#include "sandboxd/core/delayed_starts.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
@@ -497,6 +500,10 @@ class Provider {
   // Held for the whole of shutdown() and detach(): a second caller (a signal watcher beside
   // normal teardown) waits until the first has finished instead of returning early.
   std::mutex shutdown_mutex_;
+
+  // Starts a teardown's lease heartbeat once its stop has outlasted one renewal interval
+  // (with_held_teardown_lease); its own leaf mutex, under which only a thread is spawned.
+  DelayedStarts delayed_starts_;
 
   // acquire_async's work in flight. Shared with its tasks, so a lock grant that arrives after
   // shutdown learns it without touching the provider; shutdown() fails what is still queued
