@@ -480,6 +480,7 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
   const ThreadKey key{user_id, *thread_id};
   std::string sandbox_id;
   InfoPtr info;
+  bool in_teardown = false;  // logged once the registry mutex is let go
   {
     std::lock_guard lock(mutex_);
     auto mapping = registry_.thread_map.find(key);
@@ -490,16 +491,21 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
       registry_.thread_map.erase(mapping);
       return std::nullopt;
     }
-    if (registry_.local_teardown.count(sandbox_id)) {
-      log(LogLevel::info,
-          "Not reusing sandbox " + sandbox_id + ": it is being torn down by this instance");
-      return std::nullopt;
+    in_teardown = registry_.local_teardown.count(sandbox_id) > 0;
+    if (!in_teardown) {
+      if (!registry_.clients.count(sandbox_id)) {
+        registry_.thread_map.erase(mapping);
+        return std::nullopt;
+      }
+      if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
+        info = it->second;
+      }
     }
-    if (!registry_.clients.count(sandbox_id)) {
-      registry_.thread_map.erase(mapping);
-      return std::nullopt;
-    }
-    if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) info = it->second;
+  }
+  if (in_teardown) {
+    log(LogLevel::info,
+        "Not reusing sandbox " + sandbox_id + ": it is being torn down by this instance");
+    return std::nullopt;
   }
 
   if (info) {

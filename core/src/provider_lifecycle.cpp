@@ -738,33 +738,35 @@ bool Provider::wait_out_teardown(const std::string& sandbox_id, Deadline deadlin
 
 void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch) {
   ClientPtr client;
+  const char* kept_because = nullptr;  // logged once the registry mutex is let go
   {
     std::lock_guard lock(mutex_);
     if (registry_.local_teardown.count(sandbox_id)) return;
     if (registry_.acquire_inflight.count(sandbox_id)) {
-      log(LogLevel::info,
-          "Not dropping sandbox " + sandbox_id + ": an acquire is publishing ownership for it");
-      return;
-    }
-    if (expected_epoch) {
+      kept_because = ": an acquire is publishing ownership for it";
+    } else if (expected_epoch) {
       auto it = registry_.acquire_epoch.find(sandbox_id);
       const std::uint64_t current = it == registry_.acquire_epoch.end() ? 0 : it->second;
       if (current != *expected_epoch) {
-        log(LogLevel::info, "Not dropping sandbox " + sandbox_id +
-                                ": this instance re-acquired it after the lease check");
-        return;
+        kept_because = ": this instance re-acquired it after the lease check";
       }
     }
-    if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
-      client = it->second;
-      registry_.clients.erase(it);
+    if (!kept_because) {
+      if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
+        client = it->second;
+        registry_.clients.erase(it);
+      }
+      registry_.infos.erase(sandbox_id);
+      registry_.active_identity.erase(sandbox_id);
+      registry_.last_activity.erase(sandbox_id);
+      registry_.warm_pool.erase(sandbox_id);
+      registry_.acquire_epoch.erase(sandbox_id);
+      registry_.thread_map.erase_sandbox(sandbox_id);
     }
-    registry_.infos.erase(sandbox_id);
-    registry_.active_identity.erase(sandbox_id);
-    registry_.last_activity.erase(sandbox_id);
-    registry_.warm_pool.erase(sandbox_id);
-    registry_.acquire_epoch.erase(sandbox_id);
-    registry_.thread_map.erase_sandbox(sandbox_id);
+  }
+  if (kept_because) {
+    log(LogLevel::info, "Not dropping sandbox " + sandbox_id + kept_because);
+    return;
   }
   // Never touch the container: it belongs to the peer now.
   close_client(client,

@@ -360,6 +360,7 @@ class TestProvider final : public Provider {
 
   // Non-virtual steps tests call directly.
   using Provider::drop_unhealthy_sandbox;
+  using Provider::forget;
   using Provider::thread_lock;
 
   std::function<Snapshot()> acquisition_contract_snapshot_fn;

@@ -350,7 +350,8 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   probe->watch(provider.get());
 
   // Every path that logs: create, release, reclaim, reuse, eviction, an unhealthy drop, idle
-  // reaping of active and warm sandboxes, adoption of an orphan, destroy, shutdown.
+  // reaping of active and warm sandboxes, adoption of an orphan, destroy, a reuse refused
+  // during a teardown, a forget refused twice (a publish in flight, a newer epoch), shutdown.
   const std::string a = provider->acquire("t-a", "alice");
   provider->release(a);
   EXPECT_EQ(provider->acquire("t-a", "alice"), a);  // reclaimed
@@ -375,6 +376,26 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   provider->reconcile_orphans();
   const std::string e = provider->acquire("t-e", "alice");
   provider->destroy(e);
+  // A reuse that meets the sandbox in this instance's teardown (reserved, not yet untracked).
+  const std::string g = provider->acquire("t-g", "alice");
+  {
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.local_teardown.insert(g);
+  }
+  EXPECT_EQ(
+      provider->base_reuse_in_process_sandbox("t-g", "alice", std::nullopt, false, std::nullopt),
+      std::nullopt);
+  {
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.local_teardown.erase(g);
+    provider->registry_.acquire_inflight[g] = 1;  // an acquire is publishing its lease
+  }
+  provider->forget(g, std::nullopt);  // refused: the publish is in flight
+  {
+    std::lock_guard lock(provider->mutex_);
+    provider->registry_.acquire_inflight.erase(g);
+  }
+  provider->forget(g, 999'999);  // refused: re-acquired after that lease check
   provider->acquire("t-f", "alice");
   provider->shutdown();
   backend->list_running_fn = nullptr;
