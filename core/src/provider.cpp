@@ -193,7 +193,7 @@ ProviderEventCounts Provider::event_counts() const {
 
 Provider::Counts Provider::counts() const {
   std::lock_guard lock(mutex_);
-  return {registry_.clients.size(), registry_.warm_pool.size(), registry_.local_teardown.size()};
+  return {registry_.active.size(), registry_.warm_pool.size(), registry_.local_teardown.size()};
 }
 
 std::string Provider::effective_user(const std::optional<std::string>& user_id) const {
@@ -243,8 +243,9 @@ bool Provider::sandbox_uses_thread_data_mounts(const std::string& sandbox_id) co
   if (negotiates_contract() && options_.thread_data_mounts == true) {
     std::lock_guard lock(mutex_);
     InfoPtr info;
-    if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-      info = it->second;
+    if (auto it = registry_.active.find(sandbox_id);
+        it != registry_.active.end() && it->second.info) {
+      info = it->second.info;
     } else if (auto warm = registry_.warm_pool.find(sandbox_id);
                warm != registry_.warm_pool.end()) {
       info = warm->second.info;
@@ -365,11 +366,11 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
 
 void Provider::check_active_identity_locked(const std::string& sandbox_id,
                                             const ThreadKey& key) const {
-  if (!registry_.clients.count(sandbox_id) && !registry_.infos.count(sandbox_id)) return;
+  auto entry = registry_.active.find(sandbox_id);
+  if (entry == registry_.active.end() || (!entry->second.client && !entry->second.info)) return;
   std::optional<ThreadKey> stored;
-  if (auto it = registry_.active_identity.find(sandbox_id);
-      it != registry_.active_identity.end() && it->second) {
-    stored = it->second;
+  if (entry->second.identity) {
+    stored = entry->second.identity;
   } else {
     const std::vector<ThreadKey> mapped = registry_.thread_map.keys_of(sandbox_id);
     if (mapped.size() == 1) stored = mapped.front();
@@ -400,10 +401,11 @@ void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr cl
                              sandbox_id);
   }
   registry_.warm_pool.erase(sandbox_id);
-  registry_.clients[sandbox_id] = std::move(client);
-  registry_.infos[sandbox_id] = std::move(info);
-  registry_.active_identity[sandbox_id] = key;
-  registry_.last_activity[sandbox_id] = now();
+  ActiveEntry& entry = registry_.active[sandbox_id];
+  entry.client = std::move(client);
+  entry.info = std::move(info);
+  entry.identity = key;
+  entry.last_activity = now();
   if (key) registry_.thread_map[*key] = sandbox_id;
 }
 
@@ -455,12 +457,12 @@ void Provider::install_validated_info(const std::string& sandbox_id, const InfoP
   }
   {
     std::lock_guard lock(mutex_);
-    auto it = registry_.infos.find(sandbox_id);
-    if (it != registry_.infos.end() && it->second == examined) {
-      it->second = validated;
+    auto it = registry_.active.find(sandbox_id);
+    if (it != registry_.active.end() && it->second.info && it->second.info == examined) {
+      it->second.info = validated;
       if (fresh) {
-        replaced = registry_.clients[sandbox_id];
-        registry_.clients[sandbox_id] = fresh;
+        replaced = std::move(it->second.client);
+        it->second.client = std::move(fresh);
         fresh.reset();
       }
     }
@@ -493,13 +495,12 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
     }
     in_teardown = registry_.local_teardown.count(sandbox_id) > 0;
     if (!in_teardown) {
-      if (!registry_.clients.count(sandbox_id)) {
+      auto entry = registry_.active.find(sandbox_id);
+      if (entry == registry_.active.end() || !entry->second.client) {
         registry_.thread_map.erase(mapping);
         return std::nullopt;
       }
-      if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-        info = it->second;
-      }
+      info = entry->second.info;
     }
   }
   if (in_teardown) {
@@ -525,11 +526,12 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
     if (mapping == registry_.thread_map.end() || mapping->second != sandbox_id) {
       return std::nullopt;
     }
-    if (!registry_.clients.count(sandbox_id)) {
+    auto entry = registry_.active.find(sandbox_id);
+    if (entry == registry_.active.end() || !entry->second.client) {
       registry_.thread_map.erase(mapping);
       return std::nullopt;
     }
-    registry_.last_activity[sandbox_id] = now();
+    entry->second.last_activity = now();
   }
   log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id +
                           "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
@@ -543,7 +545,7 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
   }
 
   std::lock_guard lock(mutex_);
-  if (registry_.local_teardown.count(sandbox_id) || !registry_.clients.count(sandbox_id)) {
+  if (registry_.local_teardown.count(sandbox_id) || !registry_.has_client(sandbox_id)) {
     return std::nullopt;
   }
   return sandbox_id;
@@ -846,10 +848,10 @@ std::string Provider::create_sandbox(const std::optional<std::string>& thread_id
 }
 
 std::size_t Provider::replica_slots_in_use_locked(const std::string& creating_id) const {
-  std::size_t in_use = registry_.clients.size() + registry_.warm_pool.size();
+  std::size_t in_use = registry_.active.size() + registry_.warm_pool.size();
   for (const auto& [id, count] : registry_.creating) {
     // A creation already registered is counted as active, not twice.
-    if (id == creating_id || registry_.clients.count(id) || registry_.warm_pool.count(id)) {
+    if (id == creating_id || registry_.active.count(id) || registry_.warm_pool.count(id)) {
       continue;
     }
     in_use += static_cast<std::size_t>(count);
@@ -864,7 +866,7 @@ void Provider::destroy_unready_sandbox(const std::string& sandbox_id, const Sand
 void Provider::destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
                                           const std::string& what) {
   const bool reserved = reserve_local_teardown(sandbox_id, [&] {
-    return !registry_.clients.count(sandbox_id) && !registry_.infos.count(sandbox_id) &&
+    return !registry_.has_client(sandbox_id) && !registry_.has_info(sandbox_id) &&
            !registry_.warm_pool.count(sandbox_id);
   });
   if (!reserved) {
@@ -894,16 +896,11 @@ void Provider::destroy_untracked_creation(const std::string& sandbox_id, const S
 
 // ── the registry as data (hosts that persist it between processes) ───────────
 
-TrackedSandbox Provider::tracked_active_locked(const std::string& sandbox_id,
-                                               const InfoPtr& info) const {
+TrackedSandbox Provider::tracked_active(const ActiveEntry& entry) const {
   TrackedSandbox tracked;
-  tracked.info = *info;
-  if (auto it = registry_.active_identity.find(sandbox_id); it != registry_.active_identity.end()) {
-    tracked.conversation = it->second;
-  }
-  if (auto it = registry_.last_activity.find(sandbox_id); it != registry_.last_activity.end()) {
-    tracked.since = to_wall(it->second);
-  }
+  tracked.info = *entry.info;
+  tracked.conversation = entry.identity;
+  tracked.since = to_wall(entry.last_activity);
   return tracked;
 }
 
@@ -920,8 +917,8 @@ RegistrySnapshot Provider::export_registry() const {
   RegistrySnapshot snapshot;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [id, info] : registry_.infos) {
-      snapshot.sandboxes.push_back(tracked_active_locked(id, info));
+    for (const auto& [id, entry] : registry_.active) {
+      if (entry.info) snapshot.sandboxes.push_back(tracked_active(entry));
     }
     for (const auto& [id, entry] : registry_.warm_pool) {
       snapshot.sandboxes.push_back(tracked_warm(entry));
@@ -939,8 +936,9 @@ RegistrySnapshot Provider::export_registry() const {
 
 std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) const {
   std::lock_guard lock(mutex_);
-  if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-    return tracked_active_locked(sandbox_id, it->second);
+  if (auto it = registry_.active.find(sandbox_id);
+      it != registry_.active.end() && it->second.info) {
+    return tracked_active(it->second);
   }
   if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
     return tracked_warm(it->second);
@@ -959,16 +957,16 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
   std::lock_guard lock(mutex_);
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
-    if (registry_.infos.count(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
+    if (registry_.has_info(id) || registry_.warm_pool.count(id) || !tracked.warm) continue;
     registry_.warm_pool[id] = WarmEntry{std::make_shared<const SandboxInfo>(tracked.info),
                                         from_wall(tracked.since), tracked.conversation};
   }
   for (auto& [tracked, client] : active) {
     const std::string& id = tracked->info.sandbox_id;
-    if (registry_.infos.count(id) || registry_.warm_pool.count(id)) continue;
+    if (registry_.has_info(id) || registry_.warm_pool.count(id)) continue;
     install_active_locked(id, std::move(client), std::make_shared<const SandboxInfo>(tracked->info),
                           tracked->conversation);
-    registry_.last_activity[id] = from_wall(tracked->since);
+    registry_.active[id].last_activity = from_wall(tracked->since);
   }
   for (const auto& [id, first_seen] : snapshot.unowned_since) {
     registry_.unowned_since.try_emplace(id, from_wall(first_seen));
@@ -979,10 +977,10 @@ void Provider::import_registry(const RegistrySnapshot& snapshot) {
 
 ClientPtr Provider::get(const std::string& sandbox_id) {
   std::lock_guard lock(mutex_);
-  auto it = registry_.clients.find(sandbox_id);
-  if (it == registry_.clients.end()) return nullptr;
-  registry_.last_activity[sandbox_id] = now();
-  return it->second;
+  auto it = registry_.active.find(sandbox_id);
+  if (it == registry_.active.end() || !it->second.client) return nullptr;
+  it->second.last_activity = now();
+  return it->second.client;
 }
 
 // ── reconciliation reconnect (SPEC §5.19) ────────────────────────────────────

@@ -125,28 +125,21 @@ void Provider::release(const std::string& sandbox_id) {
   InfoPtr info;
   {
     std::lock_guard lock(mutex_);
-    if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
-      client = it->second;
-      registry_.clients.erase(it);
-    }
-    if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-      info = it->second;
-      registry_.infos.erase(it);
+    std::optional<ThreadKey> identity;
+    if (auto it = registry_.active.find(sandbox_id); it != registry_.active.end()) {
+      client = std::move(it->second.client);
+      info = std::move(it->second.info);
+      identity = std::move(it->second.identity);
+      registry_.active.erase(it);
     }
     std::optional<ThreadKey> first_key;
     if (std::vector<ThreadKey> keys = registry_.thread_map.erase_sandbox(sandbox_id);
         !keys.empty()) {
-      first_key = keys.front();
+      first_key = std::move(keys.front());
     }
-    std::optional<ThreadKey> identity;
-    if (auto it = registry_.active_identity.find(sandbox_id);
-        it != registry_.active_identity.end()) {
-      identity = it->second;
-      registry_.active_identity.erase(it);
-    }
-    registry_.last_activity.erase(sandbox_id);
     if (info && !registry_.warm_pool.count(sandbox_id)) {
-      registry_.warm_pool[sandbox_id] = WarmEntry{info, now(), first_key ? first_key : identity};
+      registry_.warm_pool[sandbox_id] =
+          WarmEntry{info, now(), first_key ? std::move(first_key) : std::move(identity)};
     }
   }
   close_client(client, [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
@@ -207,7 +200,9 @@ void Provider::shutdown() {
     std::lock_guard lock(mutex_);
     if (registry_.shutdown) return;
     registry_.shutdown = true;
-    for (const auto& [id, client] : registry_.clients) active.push_back(id);
+    for (const auto& [id, entry] : registry_.active) {
+      if (entry.client) active.push_back(id);
+    }
     for (const auto& [id, entry] : registry_.warm_pool) warm.emplace_back(id, entry);
     registry_.warm_pool.clear();
   }
@@ -262,7 +257,7 @@ void Provider::detach() {
     std::lock_guard lock(mutex_);
     if (registry_.shutdown) return;
     registry_.shutdown = true;
-    left = {registry_.clients.size(), registry_.warm_pool.size(), 0};
+    left = {registry_.active.size(), registry_.warm_pool.size(), 0};
   }
   stop_background_threads();
   async_work_->close();
@@ -293,25 +288,21 @@ Provider::Removed Provider::remove_tracked(const std::string& sandbox_id,
                                            const InfoPtr& expected_info) {
   std::lock_guard lock(mutex_);
   if (expected_info) {
-    const auto active = registry_.infos.find(sandbox_id);
+    const auto active = registry_.active.find(sandbox_id);
     const auto warm = registry_.warm_pool.find(sandbox_id);
-    const bool is_active = active != registry_.infos.end() && active->second == expected_info;
+    const bool is_active = active != registry_.active.end() && active->second.info &&
+                           active->second.info == expected_info;
     const bool is_warm = warm != registry_.warm_pool.end() && warm->second.info == expected_info;
     if (!is_active && !is_warm) return {};
   }
   Removed removed;
   removed.removed = true;
-  if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
-    removed.client = it->second;
-    registry_.clients.erase(it);
+  if (auto it = registry_.active.find(sandbox_id); it != registry_.active.end()) {
+    removed.client = std::move(it->second.client);
+    removed.info = std::move(it->second.info);
+    registry_.active.erase(it);
   }
-  if (auto it = registry_.infos.find(sandbox_id); it != registry_.infos.end()) {
-    removed.info = it->second;
-    registry_.infos.erase(it);
-  }
-  registry_.active_identity.erase(sandbox_id);
   registry_.thread_map.erase_sandbox(sandbox_id);
-  registry_.last_activity.erase(sandbox_id);
   registry_.acquire_epoch.erase(sandbox_id);
   if (auto it = registry_.warm_pool.find(sandbox_id); it != registry_.warm_pool.end()) {
     if (!removed.info) removed.info = it->second.info;
@@ -459,9 +450,9 @@ void Provider::cleanup_idle_sandboxes(double idle_timeout) {
   {
     std::lock_guard lock(mutex_);
     const double current = now();
-    for (const auto& [id, last] : registry_.last_activity) {
-      if (registry_.clients.count(id) && current - last > idle_timeout) {
-        idle.emplace_back(id, current - last);
+    for (const auto& [id, entry] : registry_.active) {
+      if (entry.client && current - entry.last_activity > idle_timeout) {
+        idle.emplace_back(id, current - entry.last_activity);
       }
     }
   }
@@ -478,12 +469,12 @@ void Provider::cleanup_idle_sandboxes(double idle_timeout) {
     // (Shared, and the id copied: a caller may keep the predicate past this iteration.)
     auto skipped = std::make_shared<std::string>();
     const Predicate still_idle = [this, id, idle_timeout, skipped] {
-      auto it = registry_.last_activity.find(id);
-      if (it == registry_.last_activity.end()) {
+      auto it = registry_.active.find(id);
+      if (it == registry_.active.end()) {
         *skipped = "Sandbox " + id + " already gone before idle destroy, skipping";
         return false;
       }
-      if (now() - it->second < idle_timeout) {
+      if (now() - it->second.last_activity < idle_timeout) {
         *skipped = "Sandbox " + id + " was re-acquired before idle destroy, skipping";
         return false;
       }
@@ -752,13 +743,10 @@ void Provider::forget(const std::string& sandbox_id, std::optional<std::uint64_t
       }
     }
     if (!kept_because) {
-      if (auto it = registry_.clients.find(sandbox_id); it != registry_.clients.end()) {
-        client = it->second;
-        registry_.clients.erase(it);
+      if (auto it = registry_.active.find(sandbox_id); it != registry_.active.end()) {
+        client = std::move(it->second.client);
+        registry_.active.erase(it);
       }
-      registry_.infos.erase(sandbox_id);
-      registry_.active_identity.erase(sandbox_id);
-      registry_.last_activity.erase(sandbox_id);
       registry_.warm_pool.erase(sandbox_id);
       registry_.acquire_epoch.erase(sandbox_id);
       registry_.thread_map.erase_sandbox(sandbox_id);
@@ -778,7 +766,9 @@ void Provider::renew_owned_leases() {
   {
     std::lock_guard lock(mutex_);
     std::set<std::string> all;
-    for (const auto& [id, client] : registry_.clients) all.insert(id);
+    for (const auto& [id, entry] : registry_.active) {
+      if (entry.client) all.insert(id);
+    }
     for (const auto& [id, entry] : registry_.warm_pool) all.insert(id);
     for (const auto& id : all) {
       auto it = registry_.acquire_epoch.find(id);
@@ -864,8 +854,7 @@ ReconcileReport Provider::reconcile_orphans() {
     }
     {
       std::lock_guard lock(mutex_);
-      if (registry_.clients.count(id) || registry_.infos.count(id) ||
-          registry_.warm_pool.count(id)) {
+      if (registry_.has_client(id) || registry_.has_info(id) || registry_.warm_pool.count(id)) {
         continue;
       }
       if (registry_.local_teardown.count(id) || registry_.shutdown) {

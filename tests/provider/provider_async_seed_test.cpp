@@ -213,7 +213,7 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
   {
     std::lock_guard lock(provider->mutex_);
     provider->registry_.thread_map[{"default", "thread-async-lock"}] = "sandbox-async-lock";
-    provider->registry_.clients["sandbox-async-lock"] =
+    provider->registry_.active["sandbox-async-lock"].client =
         std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox");
   }
   provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-async-lock"); };

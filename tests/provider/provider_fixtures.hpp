@@ -758,9 +758,7 @@ class ProviderFixture : public ::testing::Test {
                                               const std::string& url = "http://sandbox-host") {
     auto client = std::make_shared<RecordingClient>(id, url);
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.clients[id] = client;
-    provider->registry_.infos[id] = make_info_ptr(id, url);
-    provider->registry_.last_activity[id] = 0.0;
+    provider->registry_.active[id] = {client, make_info_ptr(id, url), std::nullopt, 0.0};
     return client;
   }
   void map_thread(const std::string& user, const std::string& thread, const std::string& id) {
@@ -776,7 +774,7 @@ class ProviderFixture : public ::testing::Test {
   // ── registry reads ──
   bool is_active(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.clients.count(id) > 0;
+    return provider->registry_.has_client(id);
   }
   bool is_warm(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
@@ -790,13 +788,13 @@ class ProviderFixture : public ::testing::Test {
   }
   ClientPtr client_of(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    auto it = provider->registry_.clients.find(id);
-    return it == provider->registry_.clients.end() ? nullptr : it->second;
+    auto it = provider->registry_.active.find(id);
+    return it == provider->registry_.active.end() ? nullptr : it->second.client;
   }
   InfoPtr info_of(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    auto it = provider->registry_.infos.find(id);
-    return it == provider->registry_.infos.end() ? nullptr : it->second;
+    auto it = provider->registry_.active.find(id);
+    return it == provider->registry_.active.end() ? nullptr : it->second.info;
   }
 
   TempDir tmp;

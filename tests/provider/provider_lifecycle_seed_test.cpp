@@ -65,7 +65,7 @@ TEST_F(ProviderLifecycleSeedTest, ShutdownClosesAllActiveSandboxClients) {
   EXPECT_EQ(client->close_count(), 1);
   EXPECT_EQ(backend->destroys().size(), 1u);
   std::lock_guard lock(provider->mutex_);
-  EXPECT_TRUE(provider->registry_.clients.empty());
+  EXPECT_TRUE(provider->registry_.active.empty());
 }
 
 // Python: test_release_swallows_close_errors
@@ -94,7 +94,7 @@ TEST_F(ProviderLifecycleSeedTest, GetUsesInMemoryRegistryOnly) {
   EXPECT_EQ(provider->get("unknown"), nullptr);
   EXPECT_EQ(backend->total_calls(), 0u);
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.last_activity.at("sandbox-dead"), 5000.0);
+  EXPECT_EQ(provider->registry_.active.at("sandbox-dead").last_activity, 5000.0);
 }
 
 // Python: test_destroy_swallows_close_errors_and_still_destroys_backend
@@ -163,10 +163,10 @@ TEST_F(ProviderLifecycleSeedTest, DropUnhealthySandboxSkipsRecreatedEntry) {
   auto new_client = std::make_shared<RecordingClient>("sandbox-toctou", "http://new-sandbox");
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.last_activity["sandbox-toctou"] = 1.0;
+    provider->registry_.active["sandbox-toctou"].last_activity = 1.0;
     provider->registry_.thread_map[{"default", "thread-toctou"}] = "sandbox-toctou";
-    provider->registry_.infos["sandbox-toctou"] = new_info;
-    provider->registry_.clients["sandbox-toctou"] = new_client;
+    provider->registry_.active["sandbox-toctou"].info = new_info;
+    provider->registry_.active["sandbox-toctou"].client = new_client;
   }
 
   provider->drop_unhealthy_sandbox("sandbox-toctou", "stale health check", old_info);
@@ -242,7 +242,7 @@ TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDeleg
     std::lock_guard lock(provider->mutex_);
     EXPECT_TRUE(predicates[0]());
     // ...that turns false once the sandbox is used again.
-    provider->registry_.last_activity["active-old"] = clock->wall_now();
+    provider->registry_.active["active-old"].last_activity = clock->wall_now();
     EXPECT_FALSE(predicates[0]());
   }
   EXPECT_EQ(warm_timeouts, std::vector<std::optional<double>>{1.0});
@@ -268,8 +268,8 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   ASSERT_EQ(provider->registry_.warm_pool.size(), 1u);
   EXPECT_EQ(provider->registry_.warm_pool.at("warm-newest").info, newest);
   EXPECT_EQ(provider->registry_.warm_pool.at("warm-newest").released_at, 20.0);
-  ASSERT_TRUE(provider->registry_.infos.count("created"));
-  EXPECT_EQ(*provider->registry_.infos.at("created"), created);
+  ASSERT_TRUE(provider->registry_.has_info("created"));
+  EXPECT_EQ(*provider->registry_.active.at("created").info, created);
 }
 
 // Issue 10: the eviction's stop runs beside the create instead of before it, and the creating
@@ -679,9 +679,9 @@ TEST_F(ReconciliationSeedTest, ReconciliationReconnectsExactDiscoveredSandboxWit
   // would have stamped it with the current time), and the registry holds what it held.
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.last_activity.at("old-id"), 0.0) << "get() was called";
+    EXPECT_EQ(provider->registry_.active.at("old-id").last_activity, 0.0) << "get() was called";
     EXPECT_TRUE(provider->registry_.thread_map.empty());
-    EXPECT_EQ(provider->registry_.clients.size(), 1u);
+    EXPECT_EQ(provider->registry_.active.size(), 1u);
   }
 
   EXPECT_EQ(result.status, Status::found);

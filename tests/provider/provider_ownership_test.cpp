@@ -87,7 +87,7 @@ class ProviderOwnershipTest : public ::testing::Test {
 
   bool is_tracked(const std::string& id) {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.clients.count(id) || provider->registry_.warm_pool.count(id);
+    return provider->registry_.active.count(id) || provider->registry_.warm_pool.count(id);
   }
 
   TempDir tmp;

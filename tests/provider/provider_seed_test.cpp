@@ -189,7 +189,7 @@ TEST_P(SandboxMountModeTest, SandboxMountModeUsesInstanceContractNotGlobalCapabi
     SandboxInfo info = make_info("sandbox-1", "http://sandbox.local");
     info.mount_contract_version = param.sandbox_version;
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.infos["sandbox-1"] = std::make_shared<const SandboxInfo>(info);
+    provider->registry_.active["sandbox-1"].info = std::make_shared<const SandboxInfo>(info);
   }
 
   EXPECT_EQ(provider->sandbox_uses_thread_data_mounts("sandbox-1"), param.expected);

@@ -231,7 +231,7 @@ class LiveBackend final : public SandboxBackend {
     std::lock_guard registry_lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
     std::vector<std::pair<std::string, InfoPtr>> tracked;
-    for (const auto& [id, info] : registry.infos) tracked.emplace_back(id, info);
+    for (const auto& [id, entry] : registry.active) tracked.emplace_back(id, entry.info);
     for (const auto& [id, entry] : registry.warm_pool) tracked.emplace_back(id, entry.info);
     std::lock_guard lock(mutex_);
     for (const auto& [id, info] : tracked) {
@@ -293,7 +293,7 @@ class LiveBackend final : public SandboxBackend {
     std::lock_guard lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
     for (const auto& [id, entry] : registry.warm_pool) {
-      if (registry.clients.count(id)) violations_.add(id + " is both active and warm");
+      if (registry.active.count(id)) violations_.add(id + " is both active and warm");
     }
   }
 
@@ -303,7 +303,7 @@ class LiveBackend final : public SandboxBackend {
     const double started = t_create_started;
     std::lock_guard lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
-    const std::size_t tracked = registry.clients.size() + registry.warm_pool.size();
+    const std::size_t tracked = registry.active.size() + registry.warm_pool.size();
     if (tracked <= static_cast<std::size_t>(kReplicas)) return;
     for (const auto& [id, entry] : registry.warm_pool) {
       if (!registry.local_teardown.count(id) && entry.released_at < started) {
@@ -336,19 +336,19 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
   backend.check_tracked_containers_live();
   std::lock_guard lock(provider.mutex_);
   const auto& registry = provider.registry_;
-  for (const auto& [id, client] : registry.clients) {
-    if (!registry.infos.count(id)) violations.add(id + " has a client but no info");
+  for (const auto& [id, entry] : registry.active) {
+    if (!entry.info) violations.add(id + " has a client but no info");
+    if (!entry.client) violations.add(id + " has an info but no client");
     if (registry.warm_pool.count(id)) violations.add(id + " is both active and warm");
-  }
-  for (const auto& [id, info] : registry.infos) {
-    if (!registry.clients.count(id)) violations.add(id + " has an info but no client");
-    if (info->sandbox_id != id) violations.add(id + " holds the info of " + info->sandbox_id);
+    if (entry.info && entry.info->sandbox_id != id) {
+      violations.add(id + " holds the info of " + entry.info->sandbox_id);
+    }
   }
   for (const auto& [key, id] : registry.thread_map) {
     if (deterministic_sandbox_id(key.thread_id, key.user_id) != id) {
       violations.add(core::to_repr(key) + " is mapped to another conversation's " + id);
     }
-    if (!registry.clients.count(id)) violations.add(core::to_repr(key) + " maps to inactive " + id);
+    if (!registry.has_client(id)) violations.add(core::to_repr(key) + " maps to inactive " + id);
   }
   const auto check_identity = [&](const std::string& id, const std::optional<ThreadKey>& key,
                                   const char* where) {
@@ -356,7 +356,7 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
       violations.add(std::string(where) + " identity of " + id + " is " + core::to_repr(key));
     }
   };
-  for (const auto& [id, key] : registry.active_identity) check_identity(id, key, "active");
+  for (const auto& [id, entry] : registry.active) check_identity(id, entry.identity, "active");
   for (const auto& [id, entry] : registry.warm_pool) check_identity(id, entry.identity, "warm");
 }
 
@@ -479,7 +479,7 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   EXPECT_GT(logger->info_count("Reclaimed"), 0) << "the run never reclaimed a warm sandbox";
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_TRUE(provider->registry_.clients.empty());
+    EXPECT_TRUE(provider->registry_.active.empty());
     EXPECT_TRUE(provider->registry_.warm_pool.empty());
     EXPECT_TRUE(provider->registry_.local_teardown.empty());
   }

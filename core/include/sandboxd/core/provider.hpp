@@ -317,13 +317,20 @@ class Provider {
     // identity under the same id is a collision, not a reuse.
     std::optional<ThreadKey> identity;
   };
+  // One active sandbox: one map entry holds what the reference keeps in four dicts
+  // (_sandboxes, _sandbox_infos, _active_sandbox_identity, _last_activity), so a warm pair makes
+  // one node instead of four. Outside the seed tests' partial fixtures, which model a single
+  // dict being set, an entry has both a client and an info.
+  struct ActiveEntry {
+    ClientPtr client;
+    InfoPtr info;
+    std::optional<ThreadKey> identity;  // the conversation it was handed to
+    double last_activity = 0.0;         // monotonic seconds
+  };
   // Everything guarded by mutex_. Active and warm are mutually exclusive for an id.
   struct Registry {
-    std::map<std::string, ClientPtr> clients;  // active clients
-    std::map<std::string, InfoPtr> infos;      // active infos
-    ThreadMap thread_map;                      // conversation → sandbox, and back
-    std::map<std::string, std::optional<ThreadKey>> active_identity;
-    std::map<std::string, double> last_activity;
+    std::map<std::string, ActiveEntry> active;
+    ThreadMap thread_map;  // conversation → sandbox, and back
     std::map<std::string, WarmEntry> warm_pool;
     std::map<std::string, double> unowned_since;
     std::set<std::string> local_teardown;
@@ -334,6 +341,16 @@ class Provider {
     std::map<std::string, int> creating;
     std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks;
     bool shutdown = false;
+
+    // The reference's `id in _sandboxes` and `id in _sandbox_infos`.
+    bool has_client(const std::string& id) const {
+      auto it = active.find(id);
+      return it != active.end() && it->second.client;
+    }
+    bool has_info(const std::string& id) const {
+      auto it = active.find(id);
+      return it != active.end() && it->second.info;
+    }
   };
   using Snapshot = std::optional<MountContractSnapshot>;
   using Predicate = std::function<bool()>;  // runs with mutex_ held; reads registry_ only
@@ -412,7 +429,7 @@ class Provider {
 
   // ── helpers ──
   // One tracked sandbox as data (find, export_registry); mutex_ held.
-  TrackedSandbox tracked_active_locked(const std::string& sandbox_id, const InfoPtr& info) const;
+  TrackedSandbox tracked_active(const ActiveEntry& entry) const;
   TrackedSandbox tracked_warm(const WarmEntry& entry) const;
   std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
   std::string effective_user(const std::optional<std::string>& user_id) const;
