@@ -116,6 +116,8 @@ void ensure_credential_dir(const fs::path& path) {
 // follows it (O_NOFOLLOW), any other file type too. Raw getdents64 and fstatat on the
 // directory's descriptor: 4 syscalls per directory and 1 per entry, where
 // std::filesystem::recursive_directory_iterator made 7 and 1 (this runs on every conversation).
+void tighten_credential_dir(int parent_fd, const char* name, const fs::path& dir_path);
+
 void tighten_credential_tree(int dir_fd, const fs::path& dir_path) {
   std::vector<char> buffer(16384);
   while (true) {
@@ -137,14 +139,7 @@ void tighten_credential_tree(int dir_fd, const fs::path& dir_path) {
         if ((st.st_mode & 07777) != 0700 && ::fchmodat(dir_fd, entry->d_name, 0700, 0) != 0) {
           throw_errno("cannot set permissions", path, errno);
         }
-        const int child =
-            ::openat(dir_fd, entry->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (child < 0) throw_errno("cannot open directory", path, errno);
-        struct Close {
-          int fd;
-          ~Close() { ::close(fd); }
-        } close_child{child};
-        tighten_credential_tree(child, path);
+        tighten_credential_dir(dir_fd, entry->d_name, path);
       } else if (S_ISREG(st.st_mode)) {
         if ((st.st_mode & 07777) != 0600 && ::fchmodat(dir_fd, entry->d_name, 0600, 0) != 0) {
           throw_errno("cannot set permissions", path, errno);
@@ -155,6 +150,18 @@ void tighten_credential_tree(int dir_fd, const fs::path& dir_path) {
       }
     }
   }
+}
+
+// Opens `name` under `parent_fd` (AT_FDCWD for a path) without following a symlink, walks it,
+// closes it.
+void tighten_credential_dir(int parent_fd, const char* name, const fs::path& dir_path) {
+  const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) throw_errno("cannot open directory", dir_path, errno);
+  struct Close {
+    int fd;
+    ~Close() { ::close(fd); }
+  } close_fd{fd};
+  tighten_credential_tree(fd, dir_path);
 }
 
 }  // namespace
@@ -477,13 +484,7 @@ void Paths::ensure_lark_cli_credential_tree(const std::string& user_id) const {
   fs::create_directories(root.parent_path());
   ensure_credential_dir(root);
   for (const char* child : {"config", "data"}) ensure_credential_dir(root / child);
-  const int root_fd = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (root_fd < 0) throw_errno("cannot open directory", root, errno);
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_root{root_fd};
-  tighten_credential_tree(root_fd, root);
+  tighten_credential_dir(AT_FDCWD, root.c_str(), root);
 }
 
 }  // namespace sandboxd::core

@@ -45,6 +45,19 @@ bool parse_object(const std::string& body, rapidjson::Document& doc) {
   return parse_json(doc, body) && doc.IsObject();
 }
 
+SandboxInfo sandbox_info(const std::string& sandbox_id, std::string url, double created_at,
+                         std::optional<std::string> user_id, std::optional<std::string> thread_id,
+                         int mount_contract_version) {
+  SandboxInfo info;
+  info.sandbox_id = sandbox_id;
+  info.sandbox_url = std::move(url);
+  info.created_at = created_at;
+  info.user_id = std::move(user_id);
+  info.thread_id = std::move(thread_id);
+  info.mount_contract_version = mount_contract_version;
+  return info;
+}
+
 }  // namespace
 
 int read_capabilities_answer(const std::string& body) {
@@ -75,14 +88,8 @@ SandboxInfo read_create_answer(const std::string& sandbox_id, const std::string&
   }
   auto version = contract_version_member(doc);
   if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
-  SandboxInfo info;
-  info.sandbox_id = sandbox_id;
-  info.sandbox_url = *url;
-  info.created_at = now;
-  info.user_id = string_member(doc, "user_id");
-  info.thread_id = string_member(doc, "thread_id");
-  info.mount_contract_version = *version;
-  return info;
+  return sandbox_info(sandbox_id, *url, now, string_member(doc, "user_id"),
+                      string_member(doc, "thread_id"), *version);
 }
 
 bool read_running_status(const std::string& body) {
@@ -100,14 +107,7 @@ std::optional<SandboxInfo> read_discovered_sandbox(const std::string& sandbox_id
   auto thread = non_empty_string_member(doc, "thread_id");
   auto version = contract_version_member(doc);
   if (!url || !user || !thread || !version) return std::nullopt;
-  SandboxInfo info;
-  info.sandbox_id = sandbox_id;
-  info.sandbox_url = *url;
-  info.created_at = now;
-  info.user_id = user;
-  info.thread_id = thread;
-  info.mount_contract_version = *version;
-  return info;
+  return sandbox_info(sandbox_id, *url, now, user, thread, *version);
 }
 
 SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const std::string& body,
@@ -127,14 +127,8 @@ SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const
   if (!version) return SandboxDiscoveryResult::unknown();
   std::optional<SandboxInfo> info;
   if (auto url = sandbox_url_member(doc)) {
-    SandboxInfo found;
-    found.sandbox_id = sandbox_id;
-    found.sandbox_url = *url;
-    found.created_at = now;
-    found.user_id = non_empty_string_member(doc, "user_id");
-    found.thread_id = non_empty_string_member(doc, "thread_id");
-    found.mount_contract_version = *version;
-    info = std::move(found);
+    info = sandbox_info(sandbox_id, *url, now, non_empty_string_member(doc, "user_id"),
+                        non_empty_string_member(doc, "thread_id"), *version);
   }
   return SandboxDiscoveryResult::found(std::move(info), *backend_namespace, incarnation_id);
 }
@@ -156,18 +150,14 @@ std::optional<SandboxListing> read_list_answer(const std::string& body, double n
       listing.skipped.push_back(shown_value(entry));
       continue;
     }
-    SandboxInfo info;
-    info.sandbox_id = *id;
-    info.sandbox_url = *url;
     auto created = entry.FindMember("created_at");
-    info.created_at =
+    const double created_at =
         created != entry.MemberEnd() && created->value.IsNumber() && created->value.GetDouble() > 0
             ? created->value.GetDouble()
             : now;
-    info.user_id = non_empty_string_member(entry, "user_id");
-    info.thread_id = non_empty_string_member(entry, "thread_id");
-    info.mount_contract_version = contract_version_member(entry).value_or(0);
-    listing.sandboxes.push_back(std::move(info));
+    listing.sandboxes.push_back(sandbox_info(
+        *id, *url, created_at, non_empty_string_member(entry, "user_id"),
+        non_empty_string_member(entry, "thread_id"), contract_version_member(entry).value_or(0)));
   }
   return listing;
 }
