@@ -8,6 +8,9 @@
 //   replica_pressure  with replicas = 1 and one warm sandbox, acquire of a new conversation
 //                     (the eviction's stop and the create)
 //   engine_stop       one POST /containers/{id}/stop?t=2
+//   engine_cold_beside_stop
+//                     the engine alone doing what replica pressure asks of it: one stop
+//                     and one create-to-ready side by side, until both are done
 // and prints median and p90 of each with the ratios BENCHMARKS.md tracks.
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
@@ -139,9 +142,9 @@ class EngineBench {
   }
 
   // create → start → inspect (port) → first 200 on /v1/sandbox; returns the container id.
-  std::string engine_cold(int round, double& ready_us) {
+  std::string engine_cold(const std::string& suffix, double& ready_us) {
     const auto t0 = Steady::now();
-    const std::string name = prefix_ + "raw-" + std::to_string(round);
+    const std::string name = prefix_ + suffix;
     const std::string spec =
         R"({"Image": ")" + options_.image +
         R"(", "ExposedPorts": {"8080/tcp": {}}, "HostConfig": {"Init": true, "AutoRemove": true,)"
@@ -174,7 +177,7 @@ class EngineBench {
       note("provider_cold", round, micros_since(t0));
 
       double ready_us = 0;
-      const std::string raw = engine_cold(round, ready_us);
+      const std::string raw = engine_cold("raw-" + std::to_string(round), ready_us);
       note("engine_cold", round, ready_us);
 
       p->release(id);
@@ -190,6 +193,18 @@ class EngineBench {
       call(options_.socket, "POST", "http://d/containers/" + raw + "/stop?t=2", "", 60.0);
       note("engine_stop", round, micros_since(t0));
       p->destroy(id);
+
+      double victim_ready_us = 0;
+      const std::string victim = engine_cold("victim-" + std::to_string(round), victim_ready_us);
+      t0 = Steady::now();
+      std::thread stopper([&] {
+        call(options_.socket, "POST", "http://d/containers/" + victim + "/stop?t=2", "", 60.0);
+      });
+      double beside_ready_us = 0;
+      const std::string made = engine_cold("beside-" + std::to_string(round), beside_ready_us);
+      stopper.join();
+      note("engine_cold_beside_stop", round, micros_since(t0));
+      call(options_.socket, "POST", "http://d/containers/" + made + "/stop?t=2", "", 60.0);
     }
     p->shutdown();
 
@@ -226,6 +241,10 @@ class EngineBench {
     const double longer = std::max(figures["provider_cold"].first, figures["engine_stop"].first);
     std::printf("%-58s %6.2f\n", "replica_pressure / longer of cold acquire and one stop",
                 longer > 0 ? figures["replica_pressure"].first / longer : 0.0);
+    ratio("replica_pressure / engine stop beside create-to-ready", "replica_pressure",
+          "engine_cold_beside_stop", false);
+    ratio("engine stop beside create-to-ready / engine create-to-ready", "engine_cold_beside_stop",
+          "engine_cold", false);
   }
 
  private:
