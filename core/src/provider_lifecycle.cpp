@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "sandboxd/core/provider.hpp"
@@ -571,6 +572,7 @@ struct TeardownHeartbeat {
   bool stop = false;
   bool exited = false;
   std::thread thread;  // set by the delayed start, read by the teardown once cancel() says so
+  bool start_failed = false;  // the thread could not be made (guarded by mutex)
 };
 
 }  // namespace
@@ -623,14 +625,27 @@ void Provider::with_held_teardown_lease(const std::string& sandbox_id,
     shared->wake.notify_all();
   };
   const DelayedStarts::Token start =
-      delayed_starts_.schedule(std::chrono::duration<double>(interval),
-                               [shared, beat] { shared->thread = std::thread(beat); });
+      delayed_starts_.schedule(std::chrono::duration<double>(interval), [shared, beat] {
+        try {
+          shared->thread = std::thread(beat);
+        } catch (const std::system_error&) {
+          std::lock_guard lock(shared->mutex);
+          shared->start_failed = true;
+        }
+      });
   auto join = [&] {
     if (delayed_starts_.cancel(start)) {
       release_ownership(sandbox_id);  // no heartbeat ever ran: nothing can refresh after this
       return;
     }
     std::unique_lock lock(shared->mutex);
+    if (shared->start_failed) {
+      lock.unlock();
+      log(LogLevel::warning, "Could not start the teardown heartbeat for " + sandbox_id +
+                                 "; its lease was not refreshed during the stop");
+      release_ownership(sandbox_id);
+      return;
+    }
     shared->stop = true;
     shared->wake.notify_all();
     const bool exited = shared->wake.wait_for(

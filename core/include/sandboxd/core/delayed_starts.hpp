@@ -75,7 +75,11 @@ class DelayedStarts {
       auto start = std::move(pending_.begin()->second);
       due_of_.erase(pending_.begin()->first.second);
       pending_.erase(pending_.begin());
-      start();  // under the lock: cancel() must see it either pending or run
+      try {
+        start();  // under the lock: cancel() must see it either pending or run
+      } catch (...) {
+        // A start reports its own failure to whoever scheduled it; the timer goes on.
+      }
     }
   }
 
