@@ -396,6 +396,9 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
     provider->registry_.acquire_inflight.erase(g);
   }
   provider->forget(g, 999'999);  // refused: re-acquired after that lease check
+  // Gone before shutdown: with two sandboxes left its 16-wide stops would run side by side, and
+  // this probe only tells "held" from "free", not by whom.
+  provider->destroy(g);
   provider->acquire("t-f", "alice");
   provider->shutdown();
   backend->list_running_fn = nullptr;
