@@ -85,6 +85,7 @@ class QuietLogger final : public Logger {
       std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
     }
   }
+  bool enabled(LogLevel level) const override { return level >= LogLevel::error; }
 };
 
 struct Options {

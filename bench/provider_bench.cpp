@@ -80,6 +80,7 @@ class QuietLogger final : public Logger {
     if (level >= LogLevel::error)
       std::fprintf(stderr, "%.*s\n", int(message.size()), message.data());
   }
+  bool enabled(LogLevel level) const override { return level >= LogLevel::error; }
 };
 
 struct Row {

@@ -59,6 +59,9 @@ class ProgressAwareLogger final : public sandboxd::Logger {
     if (level < threshold_) return;  // nothing to print: leave the line alone
     line_->around_write([&] { inner_->log(level, message); });
   }
+  bool enabled(sandboxd::LogLevel level) const override {
+    return level >= threshold_ && inner_->enabled(level);
+  }
 
  private:
   std::shared_ptr<sandboxd::Logger> inner_;

@@ -339,17 +339,17 @@ std::string Provider::acquire_internal(const std::optional<std::string>& thread_
 
   if (auto reused = reuse_in_process_sandbox(thread_id, user_id, expected, false, snapshot)) {
     note_acquire_path(AcquirePath::reused);
-    return *reused;
+    return std::move(*reused);
   }
   const std::string sandbox_id =
-      expected ? *expected : sandbox_id_for_thread(thread_id, user_id, std::nullopt);
+      expected ? std::move(*expected) : sandbox_id_for_thread(thread_id, user_id, std::nullopt);
   if (thread_id) {
     std::lock_guard lock(mutex_);
     check_active_identity_locked(sandbox_id, {user_id, *thread_id});
   }
   if (auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, false, snapshot)) {
     note_acquire_path(AcquirePath::reclaimed);
-    return *reclaimed;
+    return std::move(*reclaimed);
   }
   // A teardown of this very id, by this process (eviction, idle reap) or by a peer, is the one
   // thing that makes discover-or-create meet a dying container: let it finish first.
@@ -400,13 +400,13 @@ void Provider::install_active_locked(const std::string& sandbox_id, ClientPtr cl
     throw std::runtime_error("the provider is shutting down; not handing out sandbox " +
                              sandbox_id);
   }
-  registry_.warm_pool.erase(sandbox_id);
-  ActiveEntry& entry = registry_.active[sandbox_id];
+  registry_.spare_warm.erase(registry_.warm_pool, sandbox_id);
+  ActiveEntry& entry = registry_.spare_active(registry_.active, sandbox_id);
   entry.client = std::move(client);
   entry.info = std::move(info);
   entry.identity = key;
   entry.last_activity = now();
-  if (key) registry_.thread_map[*key] = sandbox_id;
+  if (key) registry_.thread_map.assign(*key, sandbox_id);
 }
 
 // ── revalidation (SPEC §5.7) ─────────────────────────────────────────────────
@@ -533,8 +533,10 @@ std::optional<std::string> Provider::reuse_in_process_sandbox(
     }
     entry->second.last_activity = now();
   }
-  log(LogLevel::info, "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id +
-                          "/" + *thread_id + (post_lock ? " (post-lock check)" : ""));
+  log_lazily(LogLevel::info, [&] {
+    return "Reusing in-process sandbox " + sandbox_id + " for user/thread " + user_id + "/" +
+           *thread_id + (post_lock ? " (post-lock check)" : "");
+  });
 
   try {
     publish_ownership(sandbox_id);
@@ -601,9 +603,10 @@ std::optional<std::string> Provider::reclaim_warm_pool_sandbox(
     }
   }
   if (!client) return std::nullopt;
-  log(LogLevel::info, "Reclaimed warm-pool sandbox " + sandbox_id + " for user/thread " + user_id +
-                          "/" + *thread_id + " at " + info->sandbox_url +
-                          (post_lock ? " (post-lock check)" : ""));
+  log_lazily(LogLevel::info, [&] {
+    return "Reclaimed warm-pool sandbox " + sandbox_id + " for user/thread " + user_id + "/" +
+           *thread_id + " at " + info->sandbox_url + (post_lock ? " (post-lock check)" : "");
+  });
   return sandbox_id;
 }
 

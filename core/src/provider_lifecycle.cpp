@@ -106,15 +106,18 @@ std::string fixed(double value, int decimals) {
 }
 
 // Runs `action` when the scope ends, whatever happens.
+template <class Action>
 class ScopeExit {
  public:
-  explicit ScopeExit(std::function<void()> action) : action_(std::move(action)) {}
+  // A template rather than std::function: publish_ownership runs one on every acquire, and a
+  // std::function holding more than two pointers allocates.
+  explicit ScopeExit(Action action) : action_(std::move(action)) {}
   ~ScopeExit() { action_(); }
   ScopeExit(const ScopeExit&) = delete;
   ScopeExit& operator=(const ScopeExit&) = delete;
 
  private:
-  std::function<void()> action_;
+  Action action_;
 };
 
 }  // namespace
@@ -124,6 +127,8 @@ class ScopeExit {
 void Provider::release(const std::string& sandbox_id) {
   ClientPtr client;
   InfoPtr info;
+  // The acquisition this release ends: a `forget` below must not drop a newer one.
+  std::optional<std::uint64_t> epoch;
   {
     std::lock_guard lock(mutex_);
     std::optional<ThreadKey> identity;
@@ -131,34 +136,28 @@ void Provider::release(const std::string& sandbox_id) {
       client = std::move(it->second.client);
       info = std::move(it->second.info);
       identity = std::move(it->second.identity);
-      registry_.active.erase(it);
+      registry_.spare_active.erase(registry_.active, it);
     }
-    std::optional<ThreadKey> first_key;
-    if (std::vector<ThreadKey> keys = registry_.thread_map.erase_sandbox(sandbox_id);
-        !keys.empty()) {
-      first_key = std::move(keys.front());
-    }
+    std::optional<ThreadKey> first_key = registry_.thread_map.erase_sandbox(sandbox_id);
     if (info && !registry_.warm_pool.count(sandbox_id)) {
-      registry_.warm_pool[sandbox_id] =
+      registry_.spare_warm(registry_.warm_pool, sandbox_id) =
           WarmEntry{info, now(), first_key ? std::move(first_key) : std::move(identity)};
+    }
+    if (auto it = registry_.acquire_epoch.find(sandbox_id); it != registry_.acquire_epoch.end()) {
+      epoch = it->second;
     }
   }
   close_client(client, [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
   if (info) {
-    std::optional<std::uint64_t> epoch;
-    {
-      std::lock_guard lock(mutex_);
-      if (auto it = registry_.acquire_epoch.find(sandbox_id); it != registry_.acquire_epoch.end()) {
-        epoch = it->second;
-      }
-    }
     if (!refresh_ownership(sandbox_id)) {
       log(LogLevel::warning, "Sandbox " + sandbox_id +
                                  " is owned by another instance; releasing it from this warm pool");
       forget(sandbox_id, epoch);
     }
   }
-  log(LogLevel::info, "Released sandbox " + sandbox_id + " to warm pool (container still running)");
+  log_lazily(LogLevel::info, [&] {
+    return "Released sandbox " + sandbox_id + " to warm pool (container still running)";
+  });
 }
 
 // ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
@@ -500,18 +499,20 @@ void Provider::publish_ownership(const std::string& sandbox_id) {
   {
     // The intent mark is visible before the takeover can become durable in the store.
     std::lock_guard lock(mutex_);
-    ++registry_.acquire_inflight[sandbox_id];
+    ++registry_.spare_inflight(registry_.acquire_inflight, sandbox_id);
   }
+  bool taken = false;
+  // The mark goes and, on success, the new epoch appears in one step (one lock, not two).
   ScopeExit done([&] {
     std::lock_guard lock(mutex_);
     auto it = registry_.acquire_inflight.find(sandbox_id);
     if (it != registry_.acquire_inflight.end() && --it->second <= 0) {
-      registry_.acquire_inflight.erase(it);
+      registry_.spare_inflight.erase(registry_.acquire_inflight, it);
     }
+    if (taken) registry_.acquire_epoch[sandbox_id] = ++registry_.epoch_counter;
   });
   if (!ownership_->take(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
-  std::lock_guard lock(mutex_);
-  registry_.acquire_epoch[sandbox_id] = ++registry_.epoch_counter;
+  taken = true;
 }
 
 bool Provider::claim_ownership(const std::string& sandbox_id, bool for_destroy) {

@@ -4,6 +4,7 @@
 #include <openssl/rand.h>
 
 #include <array>
+#include <charconv>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -61,17 +62,24 @@ std::string sha256_hex(std::string_view data) {
 
 std::string deterministic_sandbox_id(std::string_view thread_id, std::string_view user_id,
                                      int version) {
-  std::string input = "mount-v" + std::to_string(version) + ":";
+  // The same conversation asks for its id on every acquire; the digest is a pure function of
+  // the input, so each thread remembers the ids it computed (at most 4,096, then it starts over).
+  // The input is composed in a buffer each thread reuses, so a remembered id costs no allocation
+  // but the returned copy.
+  thread_local std::string input;
+  thread_local std::unordered_map<std::string, std::string> computed;
+  char number[16];
+  const char* const digits_end = std::to_chars(number, number + sizeof number, version).ptr;
+  input.assign("mount-v");
+  input.append(number, static_cast<std::size_t>(digits_end - number));
+  input.push_back(':');
   input.append(user_id);
   input.push_back(':');
   input.append(thread_id);
-  // The same conversation asks for its id on every acquire; the digest is a pure function of
-  // the input, so each thread remembers the ids it computed (at most 4,096, then it starts over).
-  thread_local std::unordered_map<std::string, std::string> computed;
   if (auto it = computed.find(input); it != computed.end()) return it->second;
   if (computed.size() >= 4096) computed.clear();
   std::string id = sha256_hex(input).substr(0, 16);
-  computed.emplace(std::move(input), id);
+  computed.emplace(input, id);
   return id;
 }
 

@@ -30,8 +30,9 @@ class MemoryOwnershipStore final : public OwnershipStore {
     std::lock_guard lock(mutex_);
     require_open("take", sandbox_id);
     const double now = clock_->monotonic_now();
-    if (!lease_rules::may_take(live_lease(sandbox_id, now))) return false;
-    leases_[sandbox_id] = Lease{owner_id_, now + ttl_seconds_, false};
+    const auto it = find_live(sandbox_id, now);
+    if (!lease_rules::may_take(view_of(it))) return false;
+    write_ours(it, sandbox_id, now + ttl_seconds_, false);
     return true;
   }
 
@@ -39,10 +40,9 @@ class MemoryOwnershipStore final : public OwnershipStore {
     std::lock_guard lock(mutex_);
     require_open("claim", sandbox_id);
     const double now = clock_->monotonic_now();
-    if (!lease_rules::may_claim(live_lease(sandbox_id, now), owner_id_, for_destroy)) {
-      return false;
-    }
-    leases_[sandbox_id] = Lease{owner_id_, now + ttl_seconds_, for_destroy};
+    const auto it = find_live(sandbox_id, now);
+    if (!lease_rules::may_claim(view_of(it), owner_id_, for_destroy)) return false;
+    write_ours(it, sandbox_id, now + ttl_seconds_, for_destroy);
     return true;
   }
 
@@ -50,34 +50,34 @@ class MemoryOwnershipStore final : public OwnershipStore {
     std::lock_guard lock(mutex_);
     require_open("renew", sandbox_id);
     const double now = clock_->monotonic_now();
-    const RenewOutcome outcome =
-        lease_rules::renew_outcome(live_lease(sandbox_id, now), owner_id_);
-    if (outcome == RenewOutcome::renewed) leases_[sandbox_id].expires_at = now + ttl_seconds_;
+    const auto it = find_live(sandbox_id, now);
+    const RenewOutcome outcome = lease_rules::renew_outcome(view_of(it), owner_id_);
+    if (outcome == RenewOutcome::renewed) it->second.expires_at = now + ttl_seconds_;
     return outcome;
   }
 
   void release(const std::string& sandbox_id) override {
     std::lock_guard lock(mutex_);
     require_open("release", sandbox_id);
-    if (lease_rules::may_release(live_lease(sandbox_id, clock_->monotonic_now()), owner_id_)) {
-      leases_.erase(sandbox_id);
-    }
+    const auto it = find_live(sandbox_id, clock_->monotonic_now());
+    if (lease_rules::may_release(view_of(it), owner_id_)) leases_.erase(it);
   }
 
   std::optional<std::string> owner(const std::string& sandbox_id) override {
     std::lock_guard lock(mutex_);
     require_open("read", sandbox_id);
-    std::optional<lease_rules::LiveLease> live = live_lease(sandbox_id, clock_->monotonic_now());
-    if (!live.has_value()) return std::nullopt;
-    return live->owner_id;
+    const auto it = find_live(sandbox_id, clock_->monotonic_now());
+    if (it == leases_.end()) return std::nullopt;
+    return it->second.owner_id;
   }
 
   // The test-only view SPEC §7.4 asks for; expires_at is on the monotonic clock.
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
     std::lock_guard lock(mutex_);
     require_open("inspect", sandbox_id);
-    if (!live_lease(sandbox_id, clock_->monotonic_now()).has_value()) return std::nullopt;
-    const Lease& lease = leases_.at(sandbox_id);
+    const auto it = find_live(sandbox_id, clock_->monotonic_now());
+    if (it == leases_.end()) return std::nullopt;
+    const Lease& lease = it->second;
     return LeaseRecord{lease.owner_id, lease.destroying, lease.expires_at};
   }
 
@@ -102,16 +102,35 @@ class MemoryOwnershipStore final : public OwnershipStore {
     }
   }
 
-  // The lease for sandbox_id if it has not expired; an expired one is deleted here, so expired
-  // entries never accumulate past their next read. Caller holds mutex_.
-  std::optional<lease_rules::LiveLease> live_lease(const std::string& sandbox_id, double now) {
+  using Leases = std::unordered_map<std::string, Lease>;
+
+  // The lease for sandbox_id if it has not expired, else end(); an expired one is deleted here,
+  // so expired entries never accumulate past their next read. Caller holds mutex_.
+  Leases::iterator find_live(const std::string& sandbox_id, double now) {
     auto it = leases_.find(sandbox_id);
-    if (it == leases_.end()) return std::nullopt;
-    if (!lease_rules::is_live(it->second.expires_at, now)) {
+    if (it != leases_.end() && !lease_rules::is_live(it->second.expires_at, now)) {
       leases_.erase(it);
-      return std::nullopt;
+      return leases_.end();
     }
-    return lease_rules::LiveLease{it->second.owner_id, it->second.destroying};
+    return it;
+  }
+  // What the decision table sees of it, read in place: take and renew run on every acquire
+  // and release, and a copied owner id was an allocation each time.
+  std::optional<lease_rules::LiveLeaseView> view_of(Leases::iterator it) const {
+    if (it == leases_.end()) return std::nullopt;
+    return lease_rules::LiveLeaseView{it->second.owner_id, it->second.destroying};
+  }
+  // Makes the record at `it` (or a new one) our lease; in place, the owner string keeps its
+  // buffer, so re-taking our own lease allocates nothing.
+  void write_ours(Leases::iterator it, const std::string& sandbox_id, double expires_at,
+                  bool destroying) {
+    if (it == leases_.end()) {
+      leases_.emplace(sandbox_id, Lease{owner_id_, expires_at, destroying});
+      return;
+    }
+    if (it->second.owner_id != owner_id_) it->second.owner_id = owner_id_;
+    it->second.expires_at = expires_at;
+    it->second.destroying = destroying;
   }
 
   const std::string owner_id_;
@@ -122,7 +141,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   // read-decide-write, which is what makes claim() atomic. Nothing is called out under it
   // except the clock (a plain reading); the logger is only used in the constructor.
   std::mutex mutex_;
-  std::unordered_map<std::string, Lease> leases_;
+  Leases leases_;
   bool closed_ = false;
 };
 

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <optional>
+
 namespace sandboxd::core {
 namespace {
 
@@ -23,10 +26,33 @@ TEST(ThreadMapTest, BothDirectionsFollowEveryChange) {
   EXPECT_TRUE(map.keys_of("sb-a").empty());
   EXPECT_EQ(map.erase(ThreadKey{"nobody", "x"}), 0u);
 
-  EXPECT_EQ(map.erase_sandbox("sb-b"), (std::vector<ThreadKey>{{"alice", "t2"}, {"bob", "t1"}}));
+  EXPECT_EQ(map.erase_sandbox("sb-b"), (ThreadKey{"alice", "t2"}));  // the first in key order
   EXPECT_TRUE(map.empty());
   EXPECT_TRUE(map.keys_of("sb-b").empty());
-  EXPECT_TRUE(map.erase_sandbox("sb-b").empty());
+  EXPECT_EQ(map.erase_sandbox("sb-b"), std::nullopt);
+}
+
+// The way back points into the map's own nodes: a copy must link its own, or it would read the
+// original's (freed once the original goes).
+TEST(ThreadMapTest, ACopyKeepsItsOwnWayBack) {
+  auto original = std::make_unique<ThreadMap>();
+  (*original)[{"alice", "t1"}] = "sb-a";
+  (*original)[{"bob", "t1"}] = "sb-a";
+  ThreadMap copy(*original);
+  ThreadMap assigned;
+  assigned[{"carol", "t9"}] = "sb-c";
+  assigned = *original;
+  original.reset();
+  for (ThreadMap* map : {&copy, &assigned}) {
+    EXPECT_EQ(map->keys_of("sb-a"), (std::vector<ThreadKey>{{"alice", "t1"}, {"bob", "t1"}}));
+    EXPECT_TRUE(map->keys_of("sb-c").empty());
+    (*map)[{"alice", "t1"}] = "sb-b";
+    EXPECT_EQ(map->keys_of("sb-b"), (std::vector<ThreadKey>{{"alice", "t1"}}));
+    EXPECT_EQ(map->erase_sandbox("sb-a"), (ThreadKey{"bob", "t1"}));
+    EXPECT_EQ(map->size(), 1u);
+  }
+  ThreadMap moved(std::move(copy));
+  EXPECT_EQ(moved.keys_of("sb-b"), (std::vector<ThreadKey>{{"alice", "t1"}}));
 }
 
 TEST(ThreadMapTest, ComparesAndIteratesLikeTheMapItReplaces) {

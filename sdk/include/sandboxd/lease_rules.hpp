@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -25,17 +26,24 @@ struct LiveLease {
   std::string owner_id;
   bool destroying = false;  // "del" state
 };
+// The same, read in place from a store's own record (no copy of the owner id): the rules below
+// take either.
+struct LiveLeaseView {
+  std::string_view owner_id;
+  bool destroying = false;
+};
 
 // take(): the acquire path is refused while anyone (us included) is tearing the sandbox down;
 // otherwise it overwrites whatever "own" lease exists.
-inline bool may_take(const std::optional<LiveLease>& live) {
+template <class Live>
+bool may_take(const std::optional<Live>& live) {
   return !live.has_value() || !live->destroying;
 }
 
 // claim(): refused while another owner holds a live lease in either state; a non-destroy claim
 // never unwinds our own teardown.
-inline bool may_claim(const std::optional<LiveLease>& live, const std::string& me,
-                      bool for_destroy) {
+template <class Live>
+bool may_claim(const std::optional<Live>& live, std::string_view me, bool for_destroy) {
   if (!live.has_value()) return true;
   if (live->owner_id != me) return false;
   return for_destroy || !live->destroying;
@@ -43,14 +51,16 @@ inline bool may_claim(const std::optional<LiveLease>& live, const std::string& m
 
 // renew(): only our own "own" lease is refreshed. No lease is LAPSED, which callers treat very
 // differently from LOST, so the two must never be merged.
-inline RenewOutcome renew_outcome(const std::optional<LiveLease>& live, const std::string& me) {
+template <class Live>
+RenewOutcome renew_outcome(const std::optional<Live>& live, std::string_view me) {
   if (!live.has_value()) return RenewOutcome::lapsed;
   if (live->owner_id == me && !live->destroying) return RenewOutcome::renewed;
   return RenewOutcome::lost;
 }
 
 // release(): only our own lease (either state) is deleted.
-inline bool may_release(const std::optional<LiveLease>& live, const std::string& me) {
+template <class Live>
+bool may_release(const std::optional<Live>& live, std::string_view me) {
   return live.has_value() && live->owner_id == me;
 }
 

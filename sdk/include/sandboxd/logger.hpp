@@ -28,6 +28,9 @@ class Logger {
  public:
   virtual ~Logger() = default;
   virtual void log(LogLevel level, std::string_view message) = 0;
+  // False when a line at `level` would be dropped, so a caller may skip building it. Appended
+  // after log() (ABI 1 keeps log()'s slot); hosts provide loggers, plugins only call them.
+  virtual bool enabled(LogLevel /*level*/) const { return true; }
 
   void debug(std::string_view m) { log(LogLevel::debug, m); }
   void info(std::string_view m) { log(LogLevel::info, m); }

@@ -14,6 +14,7 @@ class StderrLogger final : public Logger {
  public:
   explicit StderrLogger(LogLevel threshold = LogLevel::info) : threshold_(threshold) {}
   void log(LogLevel level, std::string_view message) override;
+  bool enabled(LogLevel level) const override { return level >= threshold_; }
 
  private:
   const LogLevel threshold_;

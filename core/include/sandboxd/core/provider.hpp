@@ -48,6 +48,7 @@
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/core/spare_node.hpp"
 #include "sandboxd/core/thread_lock.hpp"
 #include "sandboxd/core/thread_map.hpp"
 #include "sandboxd/errors.hpp"
@@ -341,6 +342,11 @@ class Provider {
     std::map<std::string, int> creating;
     std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks;
     bool shutdown = false;
+    // A warm pair's moves between active and warm, and its in-flight mark, reuse the node the
+    // last one freed.
+    SpareNode<std::map<std::string, ActiveEntry>> spare_active;
+    SpareNode<std::map<std::string, WarmEntry>> spare_warm;
+    SpareNode<std::map<std::string, int>> spare_inflight;
 
     // The reference's `id in _sandboxes` and `id in _sandbox_infos`.
     bool has_client(const std::string& id) const {
@@ -479,6 +485,11 @@ class Provider {
   double from_wall(double wall) const { return wall - wall_minus_monotonic(); }
   double wall_minus_monotonic() const { return clock_->wall_now() - clock_->monotonic_now(); }
   void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
+  // For the warm path's lines: the message is built only when the logger keeps that level.
+  template <class Message>
+  void log_lazily(LogLevel level, const Message& message) const {
+    if (logger_->enabled(level)) logger_->log(level, message());
+  }
 
   void start_background_threads();
   void stop_background_threads();
