@@ -101,6 +101,8 @@ struct Settings {
   int iterations = 2000;
   std::string jsonl;
   std::string only;
+  std::string store;    // empty: memory and sqlite
+  int concurrency = 0;  // 0: 1 and 8
   bool quick = false;
 };
 
@@ -162,6 +164,15 @@ class Bench {
 
   void record(const Row& row) {
     if (row.scenario.empty()) return;  // warm-up
+    // A worker of run_threads keeps its rows to itself until it is joined: one lock shared by
+    // 8 workers (and a file write under it) made the bench's own convoy part of the figure.
+    if (t_worker_rows) {
+      t_worker_rows->push_back(row);
+      return;
+    }
+    keep(row);
+  }
+  void keep(const Row& row) {
     std::lock_guard lock(rows_mutex_);
     rows_.push_back(row);
     if (jsonl_) jsonl_ << jsonl_row(row) << '\n';
@@ -412,9 +423,21 @@ class Bench {
   };
 
   void run_threads(int n, const std::function<void(int)>& body) {
+    std::vector<std::vector<Row>> rows(static_cast<std::size_t>(n));
     std::vector<std::thread> threads;
-    for (int worker = 0; worker < n; ++worker) threads.emplace_back(body, worker);
+    for (int worker = 0; worker < n; ++worker) {
+      std::vector<Row>& own = rows[static_cast<std::size_t>(worker)];
+      own.reserve(static_cast<std::size_t>(iterations()) + 64);
+      threads.emplace_back([&body, &own, worker] {
+        t_worker_rows = &own;
+        body(worker);
+        t_worker_rows = nullptr;
+      });
+    }
     for (auto& thread : threads) thread.join();
+    for (const auto& own : rows) {
+      for (const Row& row : own) keep(row);
+    }
   }
 
   static long heap_in_use() {
@@ -427,6 +450,7 @@ class Bench {
   std::filesystem::path base_;
   int next_dir_ = 0;
   bool keep_dirs_ = false;
+  static inline thread_local std::vector<Row>* t_worker_rows = nullptr;  // set by run_threads
   std::mutex rows_mutex_;
   std::vector<Row> rows_;
   const Clock::time_point epoch_ = Clock::now();
@@ -452,12 +476,26 @@ int main(int argc, char** argv) {
       settings.jsonl = value();
     } else if (arg == "--only") {
       settings.only = value();
+    } else if (arg == "--store") {
+      settings.store = value();
+      if (settings.store != "memory" && settings.store != "sqlite") {
+        std::fprintf(stderr, "sandboxd_bench: --store must be memory or sqlite, got '%s'\n",
+                     settings.store.c_str());
+        return 2;
+      }
+    } else if (arg == "--concurrency") {
+      settings.concurrency = std::atoi(value().c_str());
+      if (settings.concurrency != 1 && settings.concurrency != 8) {
+        std::fprintf(stderr, "sandboxd_bench: --concurrency must be 1 or 8\n");
+        return 2;
+      }
     } else if (arg == "--quick") {
       settings.quick = true;
       settings.iterations = 200;
     } else if (arg == "--help" || arg == "-h") {
       std::printf(
           "Usage: sandboxd_bench [--iterations N] [--jsonl FILE] [--only SCENARIO] [--quick]\n"
+          "                      [--store memory|sqlite] [--concurrency 1|8]\n"
           "Scenarios: warm_same_thread cold_unique_thread warm_miss_many_threads\n"
           "replica_pressure idle_timeout warm_pair_with_others shutdown rss\n"
           "Probes for strace/callgrind (N = --iterations; prints the state directory it leaves\n"
@@ -482,7 +520,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const std::string store : {"memory", "sqlite"}) {
+    if (!settings.store.empty() && store != settings.store) continue;
     for (int concurrency : {1, 8}) {
+      if (settings.concurrency && concurrency != settings.concurrency) continue;
       if (bench.wanted("warm_same_thread")) bench.warm_same_thread(store, concurrency);
       if (bench.wanted("cold_unique_thread")) bench.cold_unique_thread(store, concurrency);
       if (bench.wanted("warm_miss_many_threads")) {
