@@ -64,6 +64,21 @@ bool may_release(const std::optional<Live>& live, std::string_view me) {
   return live.has_value() && live->owner_id == me;
 }
 
+// The same rules for a copied lease, as plain functions: a call with std::nullopt (no lease)
+// cannot deduce the template above.
+inline bool may_take(const std::optional<LiveLease>& live) {
+  return may_take<LiveLease>(live);
+}
+inline bool may_claim(const std::optional<LiveLease>& live, std::string_view me, bool for_destroy) {
+  return may_claim<LiveLease>(live, me, for_destroy);
+}
+inline RenewOutcome renew_outcome(const std::optional<LiveLease>& live, std::string_view me) {
+  return renew_outcome<LiveLease>(live, me);
+}
+inline bool may_release(const std::optional<LiveLease>& live, std::string_view me) {
+  return may_release<LiveLease>(live, me);
+}
+
 // A lease is live strictly before its expiry instant.
 inline bool is_live(double expires_at, double now) {
   return now < expires_at;
