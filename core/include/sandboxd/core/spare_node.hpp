@@ -1,8 +1,8 @@
 // One spare node of a std::map keyed by sandbox id. A warm pair moves a sandbox active → warm →
-// active; each move used to free one map's node (and its key's buffer: ids are 16 characters,
-// one more than the short-string buffer) and allocate the other's. Keeping the node the last
-// removal freed and reusing it for the next insertion makes those moves allocate nothing
-// (issue 10). One spare suffices: releases and reclaims alternate in steady state.
+// active; each move used to free one map's node (and its key's buffer: a conversation's id is
+// 16 characters, one more than the short-string buffer) and allocate the other's. Keeping the
+// node the last removal freed and reusing it for the next insertion makes those moves allocate
+// nothing (issue 10). One spare suffices: releases and reclaims alternate in steady state.
 //
 // Not thread-safe: a member of Provider::Registry, under the registry mutex like its map.
 #pragma once
@@ -36,7 +36,7 @@ class SpareNode {
     auto at = map.lower_bound(key);
     if (at != map.end() && at->first == key) return at->second;
     if (spare_.empty()) return map.emplace_hint(at, key, typename Map::mapped_type{})->second;
-    spare_.key() = key;  // its buffer is reused: every id has the same length
+    spare_.key() = key;  // reuses its buffer: ids are 16 characters (8 for anonymous ones)
     return map.insert(at, std::move(spare_))->second;
   }
 
