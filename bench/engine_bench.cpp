@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "quiet_logger.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
@@ -45,6 +46,7 @@ namespace {
 
 using namespace sandboxd;
 using namespace sandboxd::core;
+using sandboxd::bench::QuietLogger;
 using Steady = std::chrono::steady_clock;
 
 double micros_since(Steady::time_point start) {
@@ -82,16 +84,6 @@ Answer call(const std::string& socket, const std::string& method, const std::str
   curl_easy_cleanup(curl);
   return answer;
 }
-
-class QuietLogger final : public Logger {
- public:
-  void log(LogLevel level, std::string_view message) override {
-    if (level >= LogLevel::error) {
-      std::fprintf(stderr, "%.*s\n", static_cast<int>(message.size()), message.data());
-    }
-  }
-  bool enabled(LogLevel level) const override { return level >= LogLevel::error; }
-};
 
 struct Options {
   std::string socket;  // a unix socket path

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "quiet_logger.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
@@ -41,6 +42,7 @@ namespace {
 
 using namespace sandboxd;
 using namespace sandboxd::core;
+using sandboxd::bench::QuietLogger;
 using Clock = std::chrono::steady_clock;
 
 // Answers every call at once; a create makes a SandboxInfo and nothing else. Lock story:
@@ -72,15 +74,6 @@ class InstantBackend final : public SandboxBackend {
  private:
   std::mutex mutex_;
   std::map<std::string, SandboxInfo> live_;
-};
-
-class QuietLogger final : public Logger {
- public:
-  void log(LogLevel level, std::string_view message) override {
-    if (level >= LogLevel::error)
-      std::fprintf(stderr, "%.*s\n", int(message.size()), message.data());
-  }
-  bool enabled(LogLevel level) const override { return level >= LogLevel::error; }
 };
 
 struct Row {
