@@ -15,18 +15,11 @@ const std::string& require_user(const std::optional<std::string>& user_id) {
 }
 
 // A read-only skills view is a bind-mount source: Docker refuses a missing one (podman creates
-// it), so the composer makes sure it exists. Gateway-owned, readable by the sandbox's user;
-// an existing view (the projection's) is left as it is.
-void ensure_view_dir(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(dir, ec)) return;
-  std::filesystem::create_directories(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all |
-                                        std::filesystem::perms::group_read |
-                                        std::filesystem::perms::group_exec |
-                                        std::filesystem::perms::others_read |
-                                        std::filesystem::perms::others_exec,
-                               std::filesystem::perm_options::replace);
+// it), so the composer makes sure it exists. Gateway-owned, readable by the sandbox's user
+// (0755 when made here); an existing view (the projection's) is left as it is. Walked from the
+// base dir without following a link, like every directory the gateway makes in its state.
+void ensure_view_dir(const Paths& paths, const std::filesystem::path& dir) {
+  paths.ensure_dir_below_base(dir, 0755);
 }
 
 }  // namespace
@@ -117,9 +110,9 @@ std::vector<Mount> MountComposer::skills_mounts(const std::optional<std::string>
     run_skills_projection(user);
     const std::string& u = require_user(user);
     const std::string& c = options_.skills_container_path;
-    ensure_view_dir(paths_->public_skills_view_dir());
-    ensure_view_dir(paths_->user_custom_skills_view_dir(u));
-    ensure_view_dir(paths_->user_legacy_skills_view_dir(u));
+    ensure_view_dir(*paths_, paths_->public_skills_view_dir());
+    ensure_view_dir(*paths_, paths_->user_custom_skills_view_dir(u));
+    ensure_view_dir(*paths_, paths_->user_legacy_skills_view_dir(u));
     // Legacy is mounted even when empty so a later visibility change needs no recreation.
     return {
         {paths_->host_public_skills_view_dir(), c + "/public", true},
@@ -137,7 +130,7 @@ std::vector<Mount> MountComposer::user_skill_mounts(
   try {
     const auto user = effective_user(user_id);
     run_skills_projection(user);
-    ensure_view_dir(paths_->user_integration_skills_view_dir(require_user(user)));
+    ensure_view_dir(*paths_, paths_->user_integration_skills_view_dir(require_user(user)));
     return {{paths_->host_user_integration_skills_view_dir(require_user(user)),
              options_.skills_container_path + "/integrations", true}};
   } catch (const std::exception& e) {
@@ -152,7 +145,11 @@ std::vector<Mount> MountComposer::lark_cli_runtime_mounts(
     const auto effective = effective_user(user_id);
     const std::string& user = require_user(effective);
     const std::string integration(kLarkCliIntegrationId);
-    paths_->ensure_lark_cli_credential_tree(user);
+    const CredentialTreeReport tightened = paths_->ensure_lark_cli_credential_tree(user);
+    if (!tightened.complete) {
+      log(LogLevel::warning, "Lark CLI credential tree of user " + user +
+                                 " only partly made owner-only: " + tightened.note);
+    }
     std::vector<Mount> mounts = {
         // The app secret lives in config: read-only so the sandbox cannot replace it.
         {paths_->host_user_integration_config_dir(user, integration),

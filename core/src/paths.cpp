@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "sandboxd/host_fs.hpp"
 #include "sandboxd/host_path.hpp"
 
 namespace fs = std::filesystem;
@@ -73,96 +74,119 @@ void make_private_dir(const fs::path& path) {
                              std::error_code(err, std::generic_category()));
 }
 
-// A credential-tree directory with one lstat when it already exists, as it does on every
-// conversation but a user's first: a symlink is refused, anything else that is not a directory
-// is an error, and the mode is tightened to 0700 only when it is not already that. A missing
-// one is made 0700 (whatever the umask).
-void ensure_credential_dir(const fs::path& path) {
-  struct stat st {};
-  if (::lstat(path.c_str(), &st) != 0) {
-    const int err = errno;
-    if (err != ENOENT) {
-      throw fs::filesystem_error("cannot inspect directory", path,
-                                 std::error_code(err, std::generic_category()));
+using host_fs::throw_errno;
+using host_fs::UniqueFd;
+
+// The base directory as a descriptor to walk from, made when missing. It is the operator's (its
+// trust is checked where a host adopts it as its state directory), so links in its own path
+// are followed; nothing below it is.
+UniqueFd open_base_dir(const fs::path& base) {
+  const int fd = ::open(base.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) return UniqueFd(fd);
+  if (errno != ENOENT) throw_errno("cannot open directory", base, errno);
+  fs::create_directories(base);
+  return host_fs::open_trusted_dir(base);
+}
+
+// A credential-tree directory (the root, config, data) under `parent`: made 0700 when missing,
+// tightened to 0700 when not, a link refused with the reference's sentence.
+UniqueFd open_credential_dir(int parent, const std::string& name, const fs::path& shown) {
+  try {
+    return host_fs::open_subdir(parent, name, shown, {.create_mode = 0700, .exact_mode = 0700});
+  } catch (const host_fs::UnsafePathError&) {
+    struct stat st {};
+    if (::fstatat(parent, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+      refuse_symlink(shown);
     }
-    if (::mkdir(path.c_str(), 0700) == 0) {
-      fs::permissions(path, fs::perms::owner_all, fs::perm_options::replace);
-      return;
-    }
-    const int mkdir_err = errno;
-    // Made meanwhile by another acquisition: check what is there now.
-    if (mkdir_err != EEXIST || ::lstat(path.c_str(), &st) != 0) {
-      throw fs::filesystem_error("cannot create directory", path,
-                                 std::error_code(mkdir_err, std::generic_category()));
-    }
-  }
-  if (S_ISLNK(st.st_mode)) refuse_symlink(path);
-  if (!S_ISDIR(st.st_mode)) {
-    throw fs::filesystem_error("cannot create directory", path,
+    throw fs::filesystem_error("cannot create directory", shown,
                                std::error_code(EEXIST, std::generic_category()));
   }
-  if ((st.st_mode & 07777) != 0700) {
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::replace);
-  }
 }
 
-[[noreturn]] void throw_errno(const char* what, const fs::path& path, int err) {
-  throw fs::filesystem_error(what, path, std::error_code(err, std::generic_category()));
-}
+// Tightens everything below an open credential directory: each directory to 0700 (before it is
+// listed, so an unreadable one is fixed first), each regular file to 0600, a link or any other
+// type refused. The entry's type is read with fstatat(NOFOLLOW); an entry that needs a change
+// (or, for a directory, a descent) is then opened with O_NOFOLLOW and checked again on that
+// descriptor, and the change is made to it: a sandbox swapping the name for a link in between
+// gets its link refused, never followed. An entry already right costs one fstatat.
+class CredentialWalk {
+ public:
+  explicit CredentialWalk(CredentialTreeReport& report) : report_(report) {}
 
-// Tightens everything below the open directory `dir_fd` (named `dir_path` in messages): a
-// directory to 0700 before it is opened (so an unreadable one is fixed before it is listed), a
-// regular file to 0600, each only when its mode differs; a symlink is refused before anything
-// follows it (O_NOFOLLOW), any other file type too. Raw getdents64 and fstatat on the
-// directory's descriptor: 4 syscalls per directory and 1 per entry, where
-// std::filesystem::recursive_directory_iterator made 7 and 1 (this runs on every conversation).
-void tighten_credential_dir(int parent_fd, const char* name, const fs::path& dir_path);
-
-void tighten_credential_tree(int dir_fd, const fs::path& dir_path) {
-  std::vector<char> buffer(16384);
-  while (true) {
-    const ssize_t got = ::getdents64(dir_fd, buffer.data(), buffer.size());
-    if (got < 0) throw_errno("cannot list directory", dir_path, errno);
-    if (got == 0) return;
-    for (ssize_t offset = 0; offset < got;) {
-      const auto* entry = reinterpret_cast<const struct dirent64*>(buffer.data() + offset);
-      offset += entry->d_reclen;
-      const std::string_view name(entry->d_name);
-      if (name == "." || name == "..") continue;
-      const fs::path path = dir_path / name;
-      struct stat st {};
-      if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        throw_errno("cannot inspect", path, errno);
-      }
-      if (S_ISLNK(st.st_mode)) refuse_symlink(path);
-      if (S_ISDIR(st.st_mode)) {
-        if ((st.st_mode & 07777) != 0700 && ::fchmodat(dir_fd, entry->d_name, 0700, 0) != 0) {
-          throw_errno("cannot set permissions", path, errno);
+  void walk(int dir_fd, const fs::path& dir_path, int depth) {
+    std::vector<char> buffer(16384);
+    while (true) {
+      const ssize_t got = ::getdents64(dir_fd, buffer.data(), buffer.size());
+      if (got < 0) throw_errno("cannot list directory", dir_path, errno);
+      if (got == 0) return;
+      for (ssize_t offset = 0; offset < got;) {
+        const auto* entry = reinterpret_cast<const struct dirent64*>(buffer.data() + offset);
+        offset += entry->d_reclen;
+        const std::string_view name(entry->d_name);
+        if (name == "." || name == "..") continue;
+        if (report_.entries >= kCredentialWalkMaxEntries) {
+          stop_early("it holds more than " + std::to_string(kCredentialWalkMaxEntries) +
+                     " entries; the walk stopped in " + dir_path.string());
+          return;
         }
-        tighten_credential_dir(dir_fd, entry->d_name, path);
-      } else if (S_ISREG(st.st_mode)) {
-        if ((st.st_mode & 07777) != 0600 && ::fchmodat(dir_fd, entry->d_name, 0600, 0) != 0) {
-          throw_errno("cannot set permissions", path, errno);
-        }
-      } else {
-        throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " +
-                                 path.string());
+        ++report_.entries;
+        visit(dir_fd, entry->d_name, dir_path / name, depth);
       }
     }
   }
-}
 
-// Opens `name` under `parent_fd` (AT_FDCWD for a path) without following a symlink, walks it,
-// closes it.
-void tighten_credential_dir(int parent_fd, const char* name, const fs::path& dir_path) {
-  const int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) throw_errno("cannot open directory", dir_path, errno);
-  struct Close {
-    int fd;
-    ~Close() { ::close(fd); }
-  } close_fd{fd};
-  tighten_credential_tree(fd, dir_path);
-}
+ private:
+  void visit(int dir_fd, const char* name, const fs::path& path, int depth) {
+    struct stat st {};
+    if (::fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) return;  // gone meanwhile: nothing to tighten
+      throw_errno("cannot inspect", path, errno);
+    }
+    if (S_ISLNK(st.st_mode)) refuse_symlink(path);
+    if (S_ISDIR(st.st_mode)) {
+      if (depth + 1 > kCredentialWalkMaxDepth) {
+        stop_early("it is deeper than " + std::to_string(kCredentialWalkMaxDepth) +
+                   " levels; nothing below " + path.parent_path().string() + " was changed");
+        return;
+      }
+      UniqueFd held(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+      if (!held) throw_errno("cannot open", path, errno);
+      const struct stat now = host_fs::stat_of(held.get(), path);
+      if (S_ISLNK(now.st_mode)) refuse_symlink(path);
+      if (!S_ISDIR(now.st_mode)) unsupported(path);
+      if ((now.st_mode & 07777) != 0700) host_fs::set_mode(held.get(), 0700, path);
+      // Reopened through the held descriptor itself, never by name again.
+      UniqueFd listing(::openat(held.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (!listing) throw_errno("cannot open directory", path, errno);
+      walk(listing.get(), path, depth + 1);
+      return;
+    }
+    if (!S_ISREG(st.st_mode)) unsupported(path);
+    if ((st.st_mode & 07777) == 0600) return;
+    UniqueFd held(::openat(dir_fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC));
+    if (!held) {
+      if (errno == ENOENT) return;
+      throw_errno("cannot open", path, errno);
+    }
+    const struct stat now = host_fs::stat_of(held.get(), path);
+    if (S_ISLNK(now.st_mode)) refuse_symlink(path);
+    if (!S_ISREG(now.st_mode)) unsupported(path);
+    if ((now.st_mode & 07777) != 0600) host_fs::set_mode(held.get(), 0600, path);
+  }
+
+  [[noreturn]] static void unsupported(const fs::path& path) {
+    throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " +
+                             path.string());
+  }
+
+  void stop_early(std::string why) {
+    if (!report_.complete) return;  // the first bound met is the one reported
+    report_.complete = false;
+    report_.note = std::move(why);
+  }
+
+  CredentialTreeReport& report_;
+};
 
 }  // namespace
 
@@ -458,33 +482,47 @@ bool Paths::ThreadDirsEnsured::covers(const std::string& thread_id,
 void Paths::ensure_thread_dirs(const std::string& thread_id,
                                const std::optional<std::string>& user_id) const {
   if (ThreadDirsEnsured::covers(thread_id, user_id)) return;
-  const fs::path dirs[] = {
-      sandbox_work_dir(thread_id, user_id),    sandbox_uploads_dir(thread_id, user_id),
-      sandbox_outputs_dir(thread_id, user_id), upload_conversions_dir(thread_id, user_id),
-      acp_workspace_dir(thread_id, user_id),
-  };
-  // One mkdir per directory when its parent exists, as it does for a new conversation of a
-  // known user once the thread and user-data directories are made first; the full walk of
-  // create_directories only when a parent is missing or the directory is already there (it
-  // also refuses a non-directory in the way).
-  const auto make_dir = [](const fs::path& dir) {
-    if (::mkdir(dir.c_str(), 0777) != 0) fs::create_directories(dir);
-  };
-  const fs::path user_data = dirs[0].parent_path();
-  make_dir(user_data.parent_path());  // the thread's directory
-  make_dir(user_data);
-  for (const auto& dir : dirs) {
-    make_dir(dir);
-    fs::permissions(dir, fs::perms::all, fs::perm_options::replace);
+  const UniqueFd base = open_base_dir(base_dir_);
+  // The thread's directory and user-data are made as mkdir makes them (0777 minus the umask);
+  // the five the sandbox writes are then made exactly 0777, each on its own descriptor.
+  const host_fs::DirOptions parent{.create_mode = 0777};
+  const UniqueFd thread_dir = host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id),
+                                                 base_dir_, parent);
+  const fs::path thread_path = this->thread_dir(thread_id, user_id);
+  const UniqueFd user_data =
+      host_fs::open_subdir(thread_dir.get(), "user-data", thread_path / "user-data", parent);
+  const host_fs::DirOptions shared{.create_mode = 0777, .exact_mode = 0777};
+  for (const char* leaf : {"workspace", "uploads", "outputs", ".upload-conversions"}) {
+    host_fs::open_subdir(user_data.get(), leaf, thread_path / "user-data" / leaf, shared);
   }
+  host_fs::open_subdir(thread_dir.get(), "acp-workspace", thread_path / "acp-workspace", shared);
 }
 
-void Paths::ensure_lark_cli_credential_tree(const std::string& user_id) const {
+void Paths::ensure_dir_below_base(const fs::path& dir, unsigned mode_if_created) const {
+  std::vector<std::string> parts;
+  for (const auto& part : dir.lexically_relative(base_dir_)) {
+    if (part == "..") throw std::invalid_argument(dir.string() + " is not below " + base_dir_.string());
+    if (!part.empty() && part != ".") parts.push_back(part.string());
+  }
+  const UniqueFd base = open_base_dir(base_dir_);
+  const auto mode = static_cast<mode_t>(mode_if_created);
+  host_fs::open_dirs(base.get(), parts, base_dir_, {.create_mode = mode, .mode_if_created = mode});
+}
+
+CredentialTreeReport Paths::ensure_lark_cli_credential_tree(const std::string& user_id) const {
   const fs::path root = user_integration_dir(user_id, std::string(kLarkCliIntegrationId));
-  fs::create_directories(root.parent_path());
-  ensure_credential_dir(root);
-  for (const char* child : {"config", "data"}) ensure_credential_dir(root / child);
-  tighten_credential_dir(AT_FDCWD, root.c_str(), root);
+  const UniqueFd base = open_base_dir(base_dir_);
+  const UniqueFd integrations = host_fs::open_dirs(
+      base.get(), {"users", validate_user_id(user_id), "integrations"}, base_dir_,
+      {.create_mode = 0777});
+  const UniqueFd root_fd =
+      open_credential_dir(integrations.get(), std::string(kLarkCliIntegrationId), root);
+  for (const char* child : {"config", "data"}) open_credential_dir(root_fd.get(), child, root / child);
+  CredentialTreeReport report;
+  UniqueFd listing(::openat(root_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!listing) throw_errno("cannot open directory", root, errno);
+  CredentialWalk(report).walk(listing.get(), root, 0);
+  return report;
 }
 
 }  // namespace sandboxd::core

@@ -32,7 +32,9 @@ std::string to_repr(const std::optional<ThreadKey>& key) {
 FileLockOps FileLockOps::posix_flock() {
   FileLockOps ops;
   ops.open = [](const std::string& path) {
-    const int fd = ::open(path.c_str(), O_CREAT | O_APPEND | O_WRONLY | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: the thread directory is ours, but a link there is never followed.
+    const int fd =
+        ::open(path.c_str(), O_CREAT | O_APPEND | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) {
       throw std::system_error(errno, std::generic_category(), "cannot open lock file " + path);
     }

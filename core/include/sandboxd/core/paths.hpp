@@ -50,6 +50,18 @@ const std::string& validate_sandbox_id(const std::string& sandbox_id);
 std::string join_host_path(std::string_view base, std::initializer_list<std::string_view> parts);
 std::string join_host_path(std::string_view base, const std::vector<std::string>& parts);
 
+// Bounds of the lark-cli credential walk: the tree is the sandbox's to shape.
+inline constexpr int kCredentialWalkMaxDepth = 16;
+inline constexpr std::size_t kCredentialWalkMaxEntries = 10000;
+
+// What one tightening of a credential tree did: `complete` is false when it stopped at a bound,
+// and `note` says which (a sentence naming the directory).
+struct CredentialTreeReport {
+  bool complete = true;
+  std::size_t entries = 0;
+  std::string note;
+};
+
 class Paths {
  public:
   // base_dir is used as given (resolve it with resolve_base_dir first).
@@ -123,11 +135,20 @@ class Paths {
 
   // SPEC §2.5: creates user-data/{workspace,uploads,outputs,.upload-conversions} and
   // acp-workspace, then chmods each to 0777 (mkdir is subject to umask) so a sandbox running
-  // under another UID can write.
+  // under another UID can write. A sandbox can write user-data (all of it through
+  // sandboxd-provisioner), so every component from the base dir down is opened without
+  // following a link and the chmod acts on the opened directory: a symbolic link (or a file) in
+  // the way is refused with host_fs::UnsafePathError naming it, and nothing outside is touched.
   // Inside a ThreadDirsEnsured scope for the same conversation on the calling thread it does
   // nothing: the scope's owner has just ensured them.
   void ensure_thread_dirs(const std::string& thread_id,
                           const std::optional<std::string>& user_id) const;
+
+  // Makes `dir` (a path below base_dir) and its missing parents, each made one given
+  // `mode_if_created` exactly, opening every component from the base dir down without
+  // following a link (host_fs::UnsafePathError names one in the way). An existing directory
+  // keeps its mode.
+  void ensure_dir_below_base(const std::filesystem::path& dir, unsigned mode_if_created) const;
 
   // One acquisition ensures a conversation's directories before it takes the conversation's
   // file lock (SPEC §5.8 step 1), and composing the new sandbox's mounts would ensure them again
@@ -148,8 +169,11 @@ class Paths {
   };
 
   // SPEC §2.7: makes users/{u}/integrations/lark-cli owner-only (dirs 0700, files 0600). Throws
-  // std::runtime_error on a symlink anywhere in the tree or a non-dir/non-file entry.
-  void ensure_lark_cli_credential_tree(const std::string& user_id) const;
+  // std::runtime_error on a symlink anywhere in the tree or a non-dir/non-file entry. The data
+  // directory is the sandbox's to write, so each entry is opened without following a link and
+  // its mode changed on that descriptor; the walk stops at kCredentialWalkMaxDepth levels and
+  // kCredentialWalkMaxEntries entries, and the report says where (the caller logs it).
+  CredentialTreeReport ensure_lark_cli_credential_tree(const std::string& user_id) const;
 
  private:
   std::vector<std::string> thread_parts(const std::string& thread_id,

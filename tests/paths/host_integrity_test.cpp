@@ -1,0 +1,217 @@
+// The host never follows a symbolic link inside a tree a sandbox can write (issue 20 A.1, A.2).
+//
+// A sandbox can write its conversation's user data (all of it through sandboxd-provisioner,
+// which mounts user-data whole), and the lark-cli data directory of its user. Code in it can put
+// a symlink anywhere there at any moment, so every mkdir, chmod and open the gateway makes in
+// those trees must act on what it opened without following links, and every walk is bounded.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "fs_fixtures.hpp"
+#include "sandboxd/core/paths.hpp"
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+namespace sandboxd::core {
+namespace {
+
+using sandboxd::testing::CleanPathEnvTest;
+using sandboxd::testing::mode_of;
+
+class HostIntegrityTest : public CleanPathEnvTest {
+ protected:
+  fs::path base() const { return tmp_.path() / "state"; }
+  fs::path thread_dir() const { return base() / "users" / "alice" / "threads" / "t1"; }
+  // A directory of the gateway's user outside the state directory, private, with a file.
+  fs::path outside() const { return tmp_.path() / "private"; }
+  void SetUp() override {
+    fs::create_directories(base());
+    fs::create_directories(outside());
+    std::ofstream(outside() / "secret") << "x";
+    fs::permissions(outside() / "secret", fs::perms::owner_read | fs::perms::owner_write,
+                    fs::perm_options::replace);
+    fs::permissions(outside(), fs::perms::owner_all, fs::perm_options::replace);
+  }
+  Paths paths() const { return Paths(base(), base().string()); }
+
+  // ensure_thread_dirs refuses, naming the link, and leaves what it points at alone.
+  void expect_refused_and_outside_untouched(const fs::path& link) {
+    try {
+      paths().ensure_thread_dirs("t1", std::string("alice"));
+      ADD_FAILURE() << "ensure_thread_dirs followed or ignored the symlink at " << link;
+    } catch (const std::runtime_error& e) {
+      EXPECT_THAT(e.what(), HasSubstr(link.string()));
+      EXPECT_THAT(e.what(), HasSubstr("symbolic link"));
+    }
+    EXPECT_EQ(mode_of(outside()), 0700u) << "a host directory outside the state was chmodded";
+    EXPECT_EQ(mode_of(outside() / "secret"), 0600u);
+    for (const char* name : {"workspace", "uploads", "outputs", ".upload-conversions",
+                             "acp-workspace", "user-data"}) {
+      EXPECT_FALSE(fs::exists(outside() / name)) << name << " was created through the link";
+    }
+  }
+};
+
+// Through sandboxd-provisioner the whole user-data directory is the sandbox's: it can replace
+// `workspace` by a link to any host path, and the next acquire used to chmod that path 0777.
+TEST_F(HostIntegrityTest, AThreadDirectoryReplacedByASymlinkIsNeverChmodded) {
+  for (const char* name : {"workspace", "uploads", "outputs", ".upload-conversions"}) {
+    SCOPED_TRACE(name);
+    fs::remove_all(thread_dir());
+    fs::create_directories(thread_dir() / "user-data");
+    fs::create_directory_symlink(outside(), thread_dir() / "user-data" / name);
+    expect_refused_and_outside_untouched(thread_dir() / "user-data" / name);
+  }
+}
+
+TEST_F(HostIntegrityTest, ALinkAnywhereOnTheWayToTheThreadDirectoryIsNotFollowed) {
+  fs::create_directories(thread_dir());
+  fs::create_directory_symlink(outside(), thread_dir() / "acp-workspace");
+  expect_refused_and_outside_untouched(thread_dir() / "acp-workspace");
+
+  fs::remove_all(base() / "users");
+  fs::create_directories(thread_dir());
+  fs::create_directory_symlink(outside(), thread_dir() / "user-data");
+  expect_refused_and_outside_untouched(thread_dir() / "user-data");
+
+  // A link planted higher up (a state directory someone else could write, A.2) is refused too.
+  fs::remove_all(base() / "users");
+  fs::create_directories(base() / "users" / "alice");
+  fs::create_directory_symlink(outside(), base() / "users" / "alice" / "threads");
+  expect_refused_and_outside_untouched(base() / "users" / "alice" / "threads");
+}
+
+TEST_F(HostIntegrityTest, ThreadDirectoriesAreStillCreatedWorldWritableWithoutLinks) {
+  paths().ensure_thread_dirs("t1", std::string("alice"));
+  for (const char* leaf : {"user-data/workspace", "user-data/uploads", "user-data/outputs",
+                           "user-data/.upload-conversions", "acp-workspace"}) {
+    EXPECT_EQ(mode_of(thread_dir() / leaf), 0777u) << leaf;
+  }
+  // Idempotent, and a mode the sandbox changed is put back.
+  fs::permissions(thread_dir() / "user-data" / "outputs", fs::perms::owner_all,
+                  fs::perm_options::replace);
+  paths().ensure_thread_dirs("t1", std::string("alice"));
+  EXPECT_EQ(mode_of(thread_dir() / "user-data" / "outputs"), 0777u);
+}
+
+TEST_F(HostIntegrityTest, AFileInPlaceOfAThreadDirectoryIsRefusedByName) {
+  fs::create_directories(thread_dir() / "user-data");
+  std::ofstream(thread_dir() / "user-data" / "uploads") << "x";
+  try {
+    paths().ensure_thread_dirs("t1", std::string("alice"));
+    ADD_FAILURE() << "expected a refusal";
+  } catch (const std::runtime_error& e) {
+    EXPECT_THAT(e.what(), HasSubstr((thread_dir() / "user-data" / "uploads").string()));
+  }
+}
+
+// The sandbox swaps an entry of its lark-cli data directory between a file and a symlink to a
+// host file while the gateway tightens the tree for another sandbox of the same user. The walk
+// used to check with fstatat(NOFOLLOW) and then chmod by name, following the link in between.
+TEST_F(HostIntegrityTest, ACredentialTreeRacedWithSymlinkSwapsNeverChmodsAHostFile) {
+  const fs::path root = base() / "users" / "alice" / "integrations" / "lark-cli";
+  fs::create_directories(root / "config");
+  fs::create_directories(root / "data");
+  const fs::path victim_file = outside() / "secret";
+  fs::permissions(outside(), fs::perms::owner_all | fs::perms::group_read |
+                                 fs::perms::group_exec | fs::perms::others_read |
+                                 fs::perms::others_exec,
+                  fs::perm_options::replace);
+  fs::permissions(victim_file, fs::perms::owner_read | fs::perms::owner_write |
+                                   fs::perms::group_read | fs::perms::others_read,
+                  fs::perm_options::replace);  // 0644
+  const fs::path victim_dir = tmp_.path() / "public";
+  fs::create_directories(victim_dir);
+  fs::permissions(victim_dir, fs::perms::owner_all | fs::perms::group_read |
+                                  fs::perms::group_exec | fs::perms::others_read |
+                                  fs::perms::others_exec,
+                  fs::perm_options::replace);  // 0755
+
+  std::atomic<bool> stop{false};
+  std::thread sandbox([&] {
+    const fs::path file_entry = root / "data" / "token";
+    const fs::path dir_entry = root / "data" / "cache";
+    const fs::path staged_file = root / "data" / ".staged-file";
+    const fs::path staged_dir = root / "data" / ".staged-dir";
+    while (!stop.load()) {
+      // A real file, then (by rename, atomically) a link to the host file, over and over.
+      { std::ofstream(staged_file) << "t"; }
+      ::chmod(staged_file.c_str(), 0644);
+      ::rename(staged_file.c_str(), file_entry.c_str());
+      ::symlink(victim_file.c_str(), staged_file.c_str());
+      ::rename(staged_file.c_str(), file_entry.c_str());
+      ::mkdir(staged_dir.c_str(), 0755);
+      ::rmdir(dir_entry.c_str());
+      ::unlink(dir_entry.c_str());
+      ::rename(staged_dir.c_str(), dir_entry.c_str());
+      ::symlink(victim_dir.c_str(), staged_dir.c_str());
+      ::unlink(dir_entry.c_str());
+      ::rmdir(dir_entry.c_str());
+      ::rename(staged_dir.c_str(), dir_entry.c_str());
+    }
+  });
+  const Paths p = paths();
+  int refusals = 0, passes = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(4);
+  while (std::chrono::steady_clock::now() < deadline && passes + refusals < 20000) {
+    try {
+      p.ensure_lark_cli_credential_tree("alice");
+      ++passes;
+    } catch (const std::exception&) {
+      ++refusals;  // a link seen and refused: what the gateway should do
+    }
+    if (mode_of(victim_file) != 0644u || mode_of(victim_dir) != 0755u) break;
+  }
+  stop.store(true);
+  sandbox.join();
+  std::cout << "[ host-integrity ] " << passes + refusals << " tightenings raced with symlink "
+            << "swaps (" << refusals << " refused a link); host file mode " << std::oct
+            << mode_of(victim_file) << ", host directory mode " << mode_of(victim_dir) << std::dec
+            << "\n";
+  EXPECT_EQ(mode_of(victim_file), 0644u) << "the walk chmodded a host file through a link";
+  EXPECT_EQ(mode_of(victim_dir), 0755u) << "the walk chmodded a host directory through a link";
+  EXPECT_GT(passes + refusals, 100);
+}
+
+// A sandbox can make its data directory as deep and as wide as it likes; the walk stops at its
+// bounds and says so instead of running for as long as the sandbox wants.
+TEST_F(HostIntegrityTest, TheCredentialWalkIsBoundedAndSaysWhereItStopped) {
+  const fs::path root = base() / "users" / "alice" / "integrations" / "lark-cli";
+  fs::path deep = root / "data";
+  for (int i = 0; i < kCredentialWalkMaxDepth + 5; ++i) deep /= "d";
+  fs::create_directories(deep);
+  std::ofstream(deep / "token") << "x";
+  ::chmod((deep / "token").c_str(), 0644);
+  const CredentialTreeReport report = paths().ensure_lark_cli_credential_tree("alice");
+  EXPECT_FALSE(report.complete);
+  EXPECT_THAT(report.note, HasSubstr("deeper than"));
+  EXPECT_EQ(mode_of(deep / "token"), 0644u) << "beyond the bound nothing is touched";
+  EXPECT_EQ(mode_of(root / "data" / "d"), 0700u) << "what is within the bound is tightened";
+
+  fs::remove_all(root / "data");
+  fs::create_directories(root / "data");
+  for (std::size_t i = 0; i < kCredentialWalkMaxEntries + 10; ++i) {
+    std::ofstream(root / "data" / ("f" + std::to_string(i))) << "x";
+  }
+  const CredentialTreeReport wide = paths().ensure_lark_cli_credential_tree("alice");
+  EXPECT_FALSE(wide.complete);
+  EXPECT_THAT(wide.note, HasSubstr(std::to_string(kCredentialWalkMaxEntries) + " entries"));
+
+  fs::remove_all(root / "data");
+  fs::create_directories(root / "data");
+  EXPECT_TRUE(paths().ensure_lark_cli_credential_tree("alice").complete);
+}
+
+}  // namespace
+}  // namespace sandboxd::core
