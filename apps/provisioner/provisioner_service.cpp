@@ -10,6 +10,7 @@
 
 #include "create_request.hpp"
 #include "sandboxd/errors.hpp"
+#include "sandboxd/host_fs.hpp"
 #include "state_directories.hpp"
 
 namespace sandboxd::provisioner {
@@ -81,13 +82,16 @@ bool ProvisionerService::authorized(std::string_view presented_key) const {
 }
 
 void ProvisionerService::prepare_state_roots() const {
+  // Everything the service makes for sandboxes lives below these roots, so each must be ours
+  // (made 0700 when missing): a root another user made could hold their links.
   for (const std::string& root :
        {settings_.roots.host_base_dir, settings_.roots.threads_host_path}) {
-    std::error_code error;
-    std::filesystem::create_directories(root, error);
-    if (error || !std::filesystem::is_directory(root)) {
-      throw std::runtime_error("cannot use state directory " + root + ": " +
-                               (error ? error.message() : std::string("not a directory")));
+    try {
+      const std::filesystem::path absolute = std::filesystem::absolute(root);
+      host_fs::require_trusted_links(absolute, "state root");
+      host_fs::ensure_trusted_dir(std::filesystem::weakly_canonical(absolute), "state root");
+    } catch (const std::filesystem::filesystem_error& error) {
+      throw std::runtime_error("cannot use state root " + root + ": " + error.code().message());
     }
   }
 }

@@ -154,7 +154,10 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   const double one_shot_ttl =
       core::with_lease_ttl_at_least(config, config.idle_timeout).ttl_seconds();
   const auto registry_file = registry_path(services.base_dir);
-  const std::string one_shot_owner = core::one_shot_owner_id(registry_file);
+  // check-config writes nothing in the state directory: before the first command has made
+  // the installation id, there is no owner id to show yet.
+  std::string one_shot_owner = core::one_shot_owner_id(registry_file, /*create=*/false);
+  if (one_shot_owner.empty()) one_shot_owner = "(made by the first command on this state directory)";
   if (json_output(context, vm)) {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);

@@ -1,5 +1,7 @@
 #include "http_server.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -15,8 +17,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <array>
+#include <cstring>
 #include <chrono>
 #include <stdexcept>
+
+#include "sandboxd/host_fs.hpp"
 
 namespace sandboxctl {
 
@@ -68,7 +73,41 @@ ListenAddress parse_listen_address(const std::string& text) {
   return address;
 }
 
+namespace {
+
+// Makes `path` ours to listen on, or throws naming who has it: an flock on "{path}.lock"
+// (held for the server's life, so two servers racing for one path cannot both win), then a
+// connect probe, so a socket some other program answers on is never unlinked from under it.
+// A socket file nobody answers on is stale (a killed server's) and is removed.
+sandboxd::host_fs::UniqueFd claim_socket_path(const std::string& path) {
+  const std::string lock_path = path + ".lock";
+  sandboxd::host_fs::UniqueFd lock(
+      ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+  if (!lock) {
+    throw std::runtime_error("cannot open " + lock_path + ": " + std::strerror(errno));
+  }
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    throw std::runtime_error(path + " is in use: another server holds " + lock_path);
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return lock;
+  if (!S_ISSOCK(st.st_mode)) throw std::runtime_error(path + " exists and is not a socket");
+  sandboxd::host_fs::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+  if (probe && ::connect(probe.get(), reinterpret_cast<const sockaddr*>(&address),
+                         sizeof address) == 0) {
+    throw std::runtime_error(path + " is in use: a process answers on it");
+  }
+  ::unlink(path.c_str());
+  return lock;
+}
+
+}  // namespace
+
 struct HttpServer::Impl {
+  sandboxd::host_fs::UniqueFd path_lock;  // held while a unix socket is ours
   Handler handler;
   std::shared_ptr<sandboxd::Logger> logger;
   std::size_t max_connections;
@@ -112,13 +151,7 @@ void HttpServer::bind() {
       ::getsockname(impl_->acceptor->native_handle(), bound.data(), &size);
       address_.port = bound.port();
     } else {
-      struct stat st {};
-      if (::lstat(address_.unix_path.c_str(), &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-          throw std::runtime_error(address_.unix_path + " exists and is not a socket");
-        }
-        ::unlink(address_.unix_path.c_str());  // stale: the caller holds the serve lock
-      }
+      impl_->path_lock = claim_socket_path(address_.unix_path);
       const asio::local::stream_protocol::endpoint endpoint(address_.unix_path);
       const mode_t old_mask = ::umask(0077);  // created 0600, never briefly wider
       try {

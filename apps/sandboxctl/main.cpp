@@ -16,6 +16,7 @@
 #include "sandboxd/core/one_shot_host.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/errors.hpp"
+#include "sandboxd/host_fs.hpp"
 
 namespace po = boost::program_options;
 using namespace sandboxd;
@@ -149,6 +150,8 @@ int main(int argc, char** argv) {
   } catch (const PluginConfigError& e) {
     return fail(kBadConfig, e.what(), as_json);
   } catch (const core::RegistryFileError& e) {
+    return fail(kBadConfig, e.what(), as_json);
+  } catch (const host_fs::UntrustedDirectoryError& e) {
     return fail(kBadConfig, e.what(), as_json);
   } catch (const SandboxBeingDestroyedError& e) {
     return fail(kOwnershipRefused, e.what(), as_json);

@@ -40,7 +40,8 @@ class ServeLock {
  public:
   explicit ServeLock(const std::filesystem::path& state_dir) {
     const auto path = state_dir / "serve.lock";
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    // O_NOFOLLOW: a link planted here must not make serve truncate another file.
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) {
       throw CliError(kBadConfig, "cannot open " + path.string() + ": " + std::strerror(errno));
     }

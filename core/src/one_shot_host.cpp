@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "sandboxd/core/owner_id.hpp"
+#include "sandboxd/host_fs.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/json.hpp"
@@ -37,7 +38,7 @@ std::string errno_text(int error) {
 class FileLock {
  public:
   FileLock(const std::filesystem::path& path, int operation) {
-    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) {
       throw RegistryFileError("cannot open lock file " + path.string() + ": " + errno_text(errno));
     }
@@ -70,6 +71,8 @@ void ensure_state_dir(const std::filesystem::path& dir) {
   } catch (const std::filesystem::filesystem_error& e) {
     throw RegistryFileError("cannot create state directory " + dir.string() + ": " +
                             e.code().message());
+  } catch (const host_fs::UntrustedDirectoryError& e) {
+    throw RegistryFileError(e.what());
   }
 }
 
@@ -109,9 +112,75 @@ void write_optional(Writer& w, const char* key, const std::optional<std::string>
 
 }  // namespace
 
-std::string one_shot_owner_id(const std::filesystem::path& registry_file) {
-  const std::string absolute = std::filesystem::absolute(registry_file).lexically_normal().string();
-  return host_name() + ":sandboxctl-" + sha256_hex(absolute).substr(0, 24);
+std::optional<std::string> installation_id(const std::filesystem::path& state_dir, bool create) {
+  const std::filesystem::path path = state_dir / kInstallationIdFile;
+  const auto read_back = [&]() -> std::optional<std::string> {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+      if (errno == ENOENT) return std::nullopt;
+      throw RegistryFileError("cannot read " + path.string() + ": " + errno_text(errno));
+    }
+    char text[128];
+    const ssize_t got = ::read(fd, text, sizeof text);
+    ::close(fd);
+    std::string id(text, got > 0 ? static_cast<std::size_t>(got) : 0);
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    if (id.size() < 16) {
+      throw RegistryFileError(path.string() + " does not hold an installation id (" +
+                              std::to_string(id.size()) +
+                              " characters); remove it to have a new one made");
+    }
+    return id;
+  };
+  if (auto existing = read_back()) return existing;
+  if (!create) return std::nullopt;
+  // Written to a private temporary file, then linked into place: two first commands at once
+  // agree on whichever link lands first, and nobody ever reads half an id.
+  ensure_state_dir(state_dir);
+  const std::string id = generate_owner_id().substr(host_name().size() + 1);
+  const std::filesystem::path temporary =
+      path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + id.substr(0, 8);
+  const int fd = ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
+                        0600);
+  if (fd < 0) throw RegistryFileError("cannot create " + temporary.string() + ": " + errno_text(errno));
+  const std::string line = id + "\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
+                       ::fsync(fd) == 0;
+  ::close(fd);
+  if (!written) {
+    ::unlink(temporary.c_str());
+    throw RegistryFileError("cannot write " + temporary.string() + ": " + errno_text(errno));
+  }
+  const bool linked = ::link(temporary.c_str(), path.c_str()) == 0;
+  const int link_error = errno;
+  ::unlink(temporary.c_str());
+  if (!linked && link_error != EEXIST) {
+    throw RegistryFileError("cannot create " + path.string() + ": " + errno_text(link_error));
+  }
+  if (auto made = read_back()) return made;
+  throw RegistryFileError(path.string() + " vanished while it was being made");
+}
+
+namespace {
+
+// /etc/machine-id when readable (a cloned VM whose machine id was regenerated becomes another
+// installation even with a copied state directory), else "".
+std::string machine_id() {
+  std::ifstream in("/etc/machine-id");
+  std::string id;
+  std::getline(in, id);
+  return id;
+}
+
+}  // namespace
+
+std::string one_shot_owner_id(const std::filesystem::path& registry_file, bool create) {
+  const std::filesystem::path absolute = std::filesystem::absolute(registry_file).lexically_normal();
+  const std::optional<std::string> installation = installation_id(absolute.parent_path(), create);
+  if (!installation) return "";
+  return host_name() + ":sandboxctl-" +
+         sha256_hex(*installation + ":" + machine_id() + ":" + absolute.filename().string())
+             .substr(0, 24);
 }
 
 SandboxConfig with_lease_ttl_at_least(SandboxConfig config, double ttl_seconds) {
@@ -298,8 +367,12 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
   w.EndObject();
   w.EndObject();
 
+  // Made afresh (a leftover of a crashed writer is removed first, under the lock), never
+  // through a link.
   const std::filesystem::path temporary = path_.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  ::unlink(temporary.c_str());
+  const int fd = ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
+                        0600);
   if (fd < 0) {
     throw RegistryFileError("cannot write " + temporary.string() + ": " + errno_text(errno));
   }
@@ -329,6 +402,16 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     ::unlink(temporary.c_str());
     throw RegistryFileError("cannot replace " + path_.string() + ": " + errno_text(error));
   }
+  // The rename is durable only once the directory entry is: without this, a power loss can
+  // bring the old registry back (issue 20 A.12).
+  const int dir_fd = ::open(path_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
+    const int error = errno;
+    if (dir_fd >= 0) ::close(dir_fd);
+    throw RegistryFileError("cannot make the new " + path_.string() + " durable (fsync of " +
+                            path_.parent_path().string() + "): " + errno_text(error));
+  }
+  ::close(dir_fd);
 }
 
 }  // namespace sandboxd::core

@@ -31,6 +31,7 @@ std::optional<std::string> non_empty_env(const char* name) {
 // Like Python's Path.resolve(strict=False): absolute, symlinks and ".." resolved as far as the
 // path exists, no trailing separator.
 fs::path resolve_path(const fs::path& path) {
+  host_fs::require_trusted_links(path, "state directory");
   fs::path resolved = fs::weakly_canonical(fs::absolute(path));
   if (!resolved.has_filename() && resolved.has_relative_path()) resolved = resolved.parent_path();
   return resolved;
@@ -63,15 +64,6 @@ const std::string& validate_short_id(const std::string& id, const char* what) {
 
 [[noreturn]] void refuse_symlink(const fs::path& path) {
   throw std::runtime_error("Lark CLI credential path must not be a symlink: " + path.string());
-}
-
-// mkdir with 0700 from the start, so a secret-bearing dir is never briefly group/world-readable.
-void make_private_dir(const fs::path& path) {
-  if (::mkdir(path.c_str(), 0700) == 0) return;
-  const int err = errno;
-  if (err == EEXIST && fs::is_directory(fs::symlink_status(path))) return;
-  throw fs::filesystem_error("cannot create directory", path,
-                             std::error_code(err, std::generic_category()));
 }
 
 using host_fs::throw_errno;
@@ -191,10 +183,7 @@ class CredentialWalk {
 }  // namespace
 
 void ensure_private_dir(const fs::path& dir) {
-  if (fs::is_directory(dir)) return;
-  if (dir.has_parent_path()) fs::create_directories(dir.parent_path());
-  make_private_dir(dir);
-  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);  // whatever the umask
+  host_fs::ensure_trusted_dir(fs::absolute(dir), "state directory");
 }
 
 fs::path resolve_base_dir(std::optional<std::string> explicit_dir) {
@@ -256,6 +245,12 @@ const std::string& validate_sandbox_id(const std::string& sandbox_id) {
 }
 
 const std::string& validate_user_id(const std::string& user_id) {
+  if (user_id.size() > kMaxUserIdLength) {
+    // The value is echoed only in part: a megabyte of it helps nobody in a log line.
+    throw std::invalid_argument("Invalid user_id " + python_repr(user_id.substr(0, 32)) + "... (" +
+                                std::to_string(user_id.size()) + " characters): at most " +
+                                std::to_string(kMaxUserIdLength) + " characters are allowed.");
+  }
   if (!is_safe_id(user_id, false)) {
     throw std::invalid_argument("Invalid user_id " + python_repr(user_id) +
                                 ": only alphanumeric characters, hyphens, and underscores are "

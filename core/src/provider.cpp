@@ -150,6 +150,8 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
                                                 const HostOptions& host) {
   for (const auto& warning : config.warnings) logger->warning(warning);
   auto paths = std::make_shared<const Paths>(Paths::from_environment(config.base_dir));
+  // The state directory must be ours before anything is created or opened in it.
+  ensure_private_dir(paths->base_dir());
   HostServices services;
   services.logger = logger;
   services.clock = std::make_shared<SystemClock>();

@@ -153,11 +153,23 @@ TEST(OneShotHost, ARenewalIntervalAboveADayIsRefused) {
 }
 
 TEST(OneShotHost, OwnerIdIsStablePerRegistryFileAndDistinctBetweenThem) {
-  const auto a = core::one_shot_owner_id("/var/lib/x/sandboxctl-registry.json");
-  EXPECT_EQ(a, core::one_shot_owner_id("/var/lib/x/sandboxctl-registry.json"));
-  EXPECT_EQ(a, core::one_shot_owner_id("/var/lib/x/../x/sandboxctl-registry.json"));
-  EXPECT_NE(a, core::one_shot_owner_id("/var/lib/y/sandboxctl-registry.json"));
+  testing::TempDir tmp;
+  const auto x = tmp.path() / "x";
+  EXPECT_EQ(core::one_shot_owner_id(x / "sandboxctl-registry.json", /*create=*/false), "");
+  EXPECT_FALSE(std::filesystem::exists(x)) << "asking without create made something";
+  const auto a = core::one_shot_owner_id(x / "sandboxctl-registry.json");
+  EXPECT_EQ(a, core::one_shot_owner_id(x / "sandboxctl-registry.json"));
+  EXPECT_EQ(a, core::one_shot_owner_id(x / ".." / "x" / "sandboxctl-registry.json", false));
+  EXPECT_NE(a, core::one_shot_owner_id(tmp.path() / "y" / "sandboxctl-registry.json"));
+  EXPECT_NE(a, core::one_shot_owner_id(x / "serve-registry.json"));
   EXPECT_NE(a.find(":sandboxctl-"), std::string::npos) << a;
+  // The identity is the installation's, not its path's: the same path holding another
+  // installation (a cloned machine, a container sharing the hostname) is another owner.
+  std::filesystem::rename(x, tmp.path() / "x-old");
+  EXPECT_NE(a, core::one_shot_owner_id(x / "sandboxctl-registry.json"));
+  struct stat st {};
+  ASSERT_EQ(::stat((x / core::kInstallationIdFile).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
 }
 
 // A listening unix socket at `path`, closed on destruction.

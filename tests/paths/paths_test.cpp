@@ -114,7 +114,12 @@ TEST(ValidateIdsTest, ThreadIdAcceptsUpTo64SafeCharacters) {
 }
 
 TEST(ValidateIdsTest, UserIdMessageUsesPythonRepr) {
-  EXPECT_NO_THROW(validate_user_id(std::string(200, 'u')));  // no length cap
+  // One bound wherever ids enter (issue 20 A.10; the seed's SPEC had none, DeerFlow's
+  // provisioner allows 128): the message shows only the start of a long value.
+  EXPECT_NO_THROW(validate_user_id(std::string(128, 'u')));
+  EXPECT_EQ(invalid_argument_message([] { validate_user_id(std::string(129, 'u')); }),
+            "Invalid user_id '" + std::string(32, 'u') +
+                "'... (129 characters): at most 128 characters are allowed.");
   EXPECT_EQ(invalid_argument_message([] { validate_user_id("a/b"); }),
             "Invalid user_id 'a/b': only alphanumeric characters, hyphens, and underscores are "
             "allowed.");

@@ -229,18 +229,16 @@ inline UniqueFd open_file(int dirfd, const std::string& name, int flags, mode_t 
   return file;
 }
 
-// Why `dir` (lstat'ed as `st`) may not hold our state, or "" when it may: it is a directory,
-// the effective user owns it, and neither group nor others can write it.
+// Why a directory (lstat'ed as `st`) may not hold our state, or "" when it may: it is a
+// directory, the effective user owns it, and neither group nor others can write it.
 inline std::string untrusted_reason(const struct stat& st) {
   if (S_ISLNK(st.st_mode)) return "is a symbolic link";
   if (!S_ISDIR(st.st_mode)) return "is not a directory";
   if (st.st_uid != ::geteuid()) {
-    return "is owned by " + describe_uid(st.st_uid) + ", not by this process's user " +
-           describe_uid(::geteuid());
+    return "belongs to another user than this process's (" + describe_uid(::geteuid()) + ")";
   }
   if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-    return "is writable by " + std::string((st.st_mode & S_IWOTH) ? "every user" : "its group") +
-           " (mode " + octal_mode(st.st_mode) + ")";
+    return std::string("is writable by ") + ((st.st_mode & S_IWOTH) ? "every user" : "its group");
   }
   return "";
 }
@@ -259,7 +257,7 @@ inline void require_trusted_dir(const std::filesystem::path& dir, std::string_vi
         std::string(what) + " " + dir.string() + " " + reason + " (owner " +
         describe_uid(st.st_uid) + ", mode " + octal_mode(st.st_mode) +
         "): refusing to keep state where someone else could plant links or files; use a "
-        "directory of your own that only you can write, e.g. chmod go-w " + dir.string());
+        "directory of your own that only you can write");
   }
   for (std::filesystem::path parent = dir.parent_path(); !parent.empty();
        parent = parent.parent_path()) {
@@ -269,14 +267,32 @@ inline void require_trusted_dir(const std::filesystem::path& dir, std::string_vi
     const bool others_write = (up.st_mode & (S_IWGRP | S_IWOTH)) != 0;
     if (!owner_ok || (others_write && !(up.st_mode & S_ISVTX))) {
       throw UntrustedDirectoryError(
-          std::string(what) + " " + dir.string() + " lies under " + parent.string() +
-          ", which " +
-          (owner_ok ? "others can write without the sticky bit"
-                    : "is owned by " + describe_uid(up.st_uid)) +
+          std::string(what) + " " + dir.string() + " lies under " + parent.string() + ", which " +
+          (owner_ok ? std::string("others can write and which has no sticky bit")
+                    : "belongs to " + describe_uid(up.st_uid)) +
           " (mode " + octal_mode(up.st_mode) +
           "): whoever can write it could swap the state directory for their own");
     }
     if (parent == parent.root_path()) break;
+  }
+}
+
+// Refuses a path whose resolution would follow a symbolic link that neither root nor the
+// effective user owns (the kernel's protected_symlinks rule, which realpath-style resolution
+// bypasses): someone who made /tmp/deer-flow a link into one of our private directories
+// must not get our state put there. `as_given` is the path before resolution.
+inline void require_trusted_links(const std::filesystem::path& as_given, std::string_view what) {
+  std::filesystem::path prefix;
+  for (const auto& part : std::filesystem::absolute(as_given)) {
+    prefix /= part;
+    struct stat st {};
+    if (::lstat(prefix.c_str(), &st) != 0) return;  // the rest does not exist yet
+    if (S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != ::geteuid()) {
+      throw UntrustedDirectoryError(
+          std::string(what) + " " + as_given.string() + " goes through the symbolic link " +
+          prefix.string() + ", which belongs to " + describe_uid(st.st_uid) +
+          ": refusing to follow another user's link to find where to keep state");
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "sandboxd/core/config.hpp"
@@ -19,9 +20,21 @@
 
 namespace sandboxd::core {
 
-// "{hostname}:sandboxctl-{24 hex}" derived from the registry file's absolute path: the same for
-// every process working on that state directory, distinct between state directories.
-std::string one_shot_owner_id(const std::filesystem::path& registry_file);
+// The file in a state directory that holds its installation id.
+inline constexpr const char* kInstallationIdFile = "instance-id";
+
+// The random id of the installation whose state directory is `state_dir`, kept in
+// {state_dir}/instance-id (mode 0600, never through a link), made by the first call with
+// `create` (nullopt when it does not exist and `create` is false). Throws RegistryFileError.
+std::optional<std::string> installation_id(const std::filesystem::path& state_dir, bool create);
+
+// "{hostname}:sandboxctl-{24 hex}" from the state directory's installation id (made when
+// missing), this machine's /etc/machine-id and the registry file's name: the same for every
+// process working on that state directory with that registry, distinct between state
+// directories, and distinct between two machines that share a hostname and a state path
+// (cloned VMs, containers in the host's UTS namespace) even when they share a lease store.
+// With `create` false, "" when the installation id has not been made yet.
+std::string one_shot_owner_id(const std::filesystem::path& registry_file, bool create = true);
 
 // The config with its lease timing raised so that TTL ≥ ttl_seconds (the renewal interval is
 // raised; the multiplier is kept). Unchanged when the TTL is already long enough.

@@ -21,11 +21,16 @@ inline constexpr std::string_view kLarkCliIntegrationId = "lark-cli";
 
 // SPEC §2.1: explicit → $DEER_FLOW_HOME → {$DEER_FLOW_PROJECT_ROOT or cwd}/.deer-flow, resolved
 // with weakly_canonical. A DEER_FLOW_PROJECT_ROOT that is not an existing directory throws
-// std::invalid_argument naming it. Empty values count as unset.
+// std::invalid_argument naming it. Empty values count as unset. A symbolic link on the way
+// that neither root nor the effective user owns throws host_fs::UntrustedDirectoryError
+// (another user's /tmp/deer-flow link must not choose where our state goes).
 std::filesystem::path resolve_base_dir(std::optional<std::string> explicit_dir = std::nullopt);
 
-// Creates `dir` (and its parents) with mode 0700 when it does not exist; an existing
-// directory is left as it is. Throws std::filesystem::filesystem_error naming the path.
+// Adopts `dir` as a state directory: creates it (and missing parents) with mode 0700 when it
+// does not exist, then requires it to be ours (host_fs::require_trusted_dir: owned by the
+// effective user, writable by nobody else, under ancestors nobody else can swap). Throws
+// host_fs::UntrustedDirectoryError naming the path, its owner and mode, or
+// std::filesystem::filesystem_error.
 void ensure_private_dir(const std::filesystem::path& dir);
 
 // SPEC §2.2: $DEER_FLOW_HOST_BASE_DIR verbatim if set and non-empty, else base_dir's text.
@@ -35,7 +40,11 @@ std::string host_base_dir(const std::filesystem::path& base_dir);
 // messages read the same as the reference's.
 std::string python_repr(std::string_view text);
 
-// Each returns its argument. Thread: ^[A-Za-z0-9_-]{1,64}$. User: ^[A-Za-z0-9_-]+$.
+// The longest user id accepted anywhere (DeerFlow's provisioner allows 128): a longer one would
+// fail later as a file name too long, or be refused by the provisioner.
+inline constexpr std::size_t kMaxUserIdLength = 128;
+
+// Each returns its argument. Thread: ^[A-Za-z0-9_-]{1,64}$. User: ^[A-Za-z0-9_-]{1,128}$.
 // Integration: ^[A-Za-z0-9_.-]+$ and not "." or "..". Sandbox ids (lock file names) follow the
 // thread id rule.
 const std::string& validate_thread_id(const std::string& thread_id);
