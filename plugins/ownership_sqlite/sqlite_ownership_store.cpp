@@ -9,15 +9,19 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 
+#include "sandboxd/host_fs.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
 
@@ -39,7 +43,13 @@ constexpr long long kApplicationId = 0x53424f57;
 // it into OwnershipBackendError and start-up into PluginConfigError.
 class SqliteFailure : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit SqliteFailure(const std::string& message, int code = SQLITE_ERROR)
+      : std::runtime_error(message), code_(code) {}
+  // Another connection held a lock longer than we waited (or SQLite would not wait at all).
+  bool busy() const { return code_ == SQLITE_BUSY || code_ == SQLITE_LOCKED; }
+
+ private:
+  int code_;
 };
 
 // SQLite's message, plus the OS's when SQLite recorded one (e.g. "unable to open database
@@ -49,6 +59,11 @@ std::string describe_error(sqlite3* db) {
   const int os_errno = db != nullptr ? sqlite3_system_errno(db) : 0;
   if (os_errno != 0) message += std::string(" (") + std::strerror(os_errno) + ")";
   return message;
+}
+
+// The connection's last error as a SqliteFailure that knows its primary result code.
+SqliteFailure failure_of(sqlite3* db) {
+  return SqliteFailure(describe_error(db), db != nullptr ? (sqlite3_errcode(db) & 0xff) : SQLITE_NOMEM);
 }
 
 struct ConnectionCloser {
@@ -66,7 +81,7 @@ Statement prepare(sqlite3* db, const char* sql, unsigned int flags = 0) {
   sqlite3_stmt* raw = nullptr;
   const int rc = sqlite3_prepare_v3(db, sql, -1, flags, &raw, nullptr);
   Statement statement(raw);
-  if (rc != SQLITE_OK) throw SqliteFailure(describe_error(db));
+  if (rc != SQLITE_OK) throw failure_of(db);
   return statement;
 }
 
@@ -97,7 +112,7 @@ class Execution {
     const int rc = sqlite3_step(statement_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    throw SqliteFailure(describe_error(db_));
+    throw failure_of(db_);
   }
   void run() {
     while (step()) {
@@ -113,7 +128,7 @@ class Execution {
 
  private:
   void check(int rc) {
-    if (rc != SQLITE_OK) throw SqliteFailure(describe_error(db_));
+    if (rc != SQLITE_OK) throw failure_of(db_);
   }
 
   sqlite3* db_;
@@ -143,7 +158,12 @@ void execute(sqlite3* db, const std::string& sql) {
 bool ensure_private_file(const std::string& path, const std::string& path_key,
                          const std::string& described_path) {
   struct stat info {};
-  if (::stat(path.c_str(), &info) == 0) {
+  if (::lstat(path.c_str(), &info) == 0) {
+    if (S_ISLNK(info.st_mode)) {
+      throw PluginConfigError(path_key, described_path +
+                                            " is a symbolic link; the lease database is never "
+                                            "opened through a link: name the file itself");
+    }
     if (S_ISDIR(info.st_mode)) {
       throw PluginConfigError(path_key, described_path +
                                             " is a directory; the path must name a database "
@@ -158,7 +178,7 @@ bool ensure_private_file(const std::string& path, const std::string& path_key,
     return false;
   }
   // O_EXCL: if another process creates the file between stat() and here, it is theirs.
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return false;
     throw PluginConfigError(path_key, "cannot create the ownership database " + described_path +
@@ -209,12 +229,27 @@ class SqliteOwnershipStore final : public OwnershipStore {
     }
 
     const bool created_file = ensure_private_file(path_, path_key, described_path);
-    try {
-      open_database(static_cast<int>(busy_timeout_ms), path_key, described_path, created_file);
-    } catch (const SqliteFailure& failure) {
-      // Members already built (connection, statements) are released by their destructors.
-      throw PluginConfigError(path_key, "cannot use " + described_path +
-                                            " as the ownership database: " + failure.what());
+    // Several gateway processes started together open one new file at once. Making it WAL can
+    // answer SQLITE_BUSY without ever calling the busy handler, so the busy timeout alone does
+    // not cover the open: the whole open is retried, with a little jitter, until that timeout.
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+    std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
+    for (int attempt = 1;; ++attempt) {
+      try {
+        open_database(static_cast<int>(busy_timeout_ms), path_key, described_path, created_file);
+        break;
+      } catch (const SqliteFailure& failure) {
+        close();  // statements, then the connection: the next attempt starts clean
+        if (!failure.busy() || std::chrono::steady_clock::now() >= deadline) {
+          throw PluginConfigError(path_key, "cannot use " + described_path +
+                                                " as the ownership database: " + failure.what() +
+                                                (attempt > 1 ? " (after " + std::to_string(attempt) +
+                                                                   " attempts)"
+                                                             : std::string()));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2 + jitter() % 20));
+      }
     }
     context.logger->info("Sandbox ownership store: sqlite " + path_ +
                          " (ttl=" + lease_rules::format_one_decimal(ttl_seconds_) + "s)");
@@ -306,9 +341,9 @@ class SqliteOwnershipStore final : public OwnershipStore {
     // NOMUTEX: mutex_ already serialises every use of this connection.
     const int rc =
         sqlite3_open_v2(path_.c_str(), &raw,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
     db_.reset(raw);  // a failed open still hands back a handle that must be closed
-    if (rc != SQLITE_OK) throw SqliteFailure(describe_error(db_.get()));
+    if (rc != SQLITE_OK) throw failure_of(db_.get());
     sqlite3* db = db_.get();
     // SQLite silently falls back to read-only when it cannot write the file.
     if (sqlite3_db_readonly(db, "main") == 1) {
@@ -317,7 +352,7 @@ class SqliteOwnershipStore final : public OwnershipStore {
                                             "access to the file and its directory");
     }
     if (sqlite3_busy_timeout(db, busy_timeout_ms) != SQLITE_OK) {
-      throw SqliteFailure(describe_error(db));
+      throw failure_of(db);
     }
 
     // WAL lets readers proceed while another process writes, and is what makes one file
@@ -344,9 +379,21 @@ class SqliteOwnershipStore final : public OwnershipStore {
     if (created_file) {
       for (const char* suffix : {"-wal", "-shm"}) {
         const std::string side_file = path_ + suffix;
-        if (::chmod(side_file.c_str(), 0600) != 0 && errno != ENOENT) {
+        // On the file itself, never through a link someone put in its place.
+        const host_fs::UniqueFd side(::open(side_file.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+        if (!side) {
+          if (errno == ENOENT) continue;
           throw PluginConfigError(path_key, "cannot make " + side_file +
                                                 " private (chmod 0600): " + std::strerror(errno));
+        }
+        struct stat side_stat {};
+        if (::fstat(side.get(), &side_stat) != 0 || !S_ISREG(side_stat.st_mode)) {
+          throw PluginConfigError(path_key, side_file + " is not a regular file");
+        }
+        try {
+          host_fs::set_mode(side.get(), 0600, side_file);
+        } catch (const std::exception& e) {
+          throw PluginConfigError(path_key, "cannot make " + side_file + " private: " + e.what());
         }
       }
     }

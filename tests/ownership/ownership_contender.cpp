@@ -14,6 +14,10 @@
 // mode "hold-own" / "hold-del": claim the first id (own or del), write "held <id>" to <output>
 // and sleep until killed (at most a minute, in case the parent died).
 //
+// mode "open": only open the store (for a new database file, its creation and WAL switch) and
+// exit 0. With CONTENDER_START_AT_NS set (a CLOCK_MONOTONIC instant), every mode first waits
+// for that instant, so several children open one file at the same moment.
+//
 // Exit status: 0 on success, 1 on a store error or bad arguments, 2 when the store broke an
 // invariant this process can see by itself.
 #include <time.h>
@@ -170,6 +174,11 @@ int main(int argc, char** argv) {
       options =
           std::string(R"("renewal_interval_seconds": )") + renewal + R"(, "ttl_multiplier": 4)";
     }
+    if (const char* start_at = std::getenv("CONTENDER_START_AT_NS")) {
+      const std::int64_t instant = std::stoll(start_at);
+      while (monotonic_ns() < instant) {
+      }
+    }
     sandboxd::PluginContext context;
     std::string use = "ownership_sqlite:SqliteOwnershipStore";
     if (db_path.rfind("redis://", 0) == 0) {
@@ -187,6 +196,7 @@ int main(int argc, char** argv) {
     const sandboxd::core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
     auto store = loader.load_ownership_store(use, context, "ownership_contender");
 
+    if (mode == "open") return 0;
     if (mode == "contend") return contend(*store, ids, duration_ms, output);
     if (mode == "hold-own") return hold(*store, ids.front(), false, output);
     if (mode == "hold-del") return hold(*store, ids.front(), true, output);

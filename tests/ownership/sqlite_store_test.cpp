@@ -241,6 +241,18 @@ TEST_F(SqliteStore, RejectsAPathThatIsADirectory) {
   EXPECT_THAT(message, HasSubstr("is a directory"));
 }
 
+// The lease file lives in the state directory; a link there (dangling or to another file) is
+// never followed, so nobody can make the store create or rewrite a file elsewhere.
+TEST_F(SqliteStore, RejectsAPathThatIsASymbolicLink) {
+  const std::string elsewhere = dir_.file("elsewhere.db");
+  const std::string path = dir_.file("leases.db");
+  std::filesystem::create_symlink(elsewhere, path);
+  const std::string message = load_error_for(path_option(path));
+  EXPECT_THAT(message, HasSubstr(path));
+  EXPECT_THAT(message, HasSubstr("symbolic link"));
+  EXPECT_FALSE(std::filesystem::exists(elsewhere)) << "the store created a file through the link";
+}
+
 TEST_F(SqliteStore, RejectsAPathInADirectoryThatDoesNotExist) {
   const std::string path = dir_.file("missing/leases.db");
   const std::string message = load_error_for(path_option(path));
