@@ -17,9 +17,21 @@ class ExtraMountRejected : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Where a sandbox's /mnt/user-data comes from.
+enum class UserDataLayout {
+  // {host_base_dir}/users/{user}/threads/{thread}/user-data: the gateway's own layout and
+  // DeerFlow's PVC layout, so what a gateway writes for its user is what the sandbox sees, and
+  // two users with the same thread id never share files.
+  per_user,
+  // {threads_host_path}/{thread}/user-data: DeerFlow's hostPath layout, shared by every user
+  // of a thread id. Only when a setting asks for it.
+  legacy,
+};
+
 struct StateRoots {
   std::string host_base_dir;      // DEER_FLOW_HOST_BASE_DIR (default /.deer-flow)
-  std::string threads_host_path;  // THREADS_HOST_PATH (default /.deer-flow/threads)
+  std::string threads_host_path;  // THREADS_HOST_PATH (default /.deer-flow/threads; legacy only)
+  UserDataLayout user_data_layout = UserDataLayout::per_user;
 };
 
 // Python `_validated_extra_mounts(mounts, thread_id, user_id)`: at most 10 mounts; absolute

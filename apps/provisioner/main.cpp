@@ -48,7 +48,12 @@ constexpr const char* kDetails =
     "  PROVISIONER_API_KEY      api_key            (empty: every /api/* request gets 401)\n"
     "  DEER_FLOW_HOST_BASE_DIR  host_base_dir      (/.deer-flow) root of skills views and\n"
     "                                              extra mounts\n"
-    "  THREADS_HOST_PATH        threads_host_path  ({host_base_dir}/threads) user data\n"
+    "  SANDBOXD_USER_DATA_LAYOUT user_data_layout  (per_user) per_user: a sandbox's\n"
+    "                                              /mnt/user-data is {host_base_dir}/users/\n"
+    "                                              {user}/threads/{thread}/user-data; legacy:\n"
+    "                                              {threads_host_path}/{thread}/user-data,\n"
+    "                                              shared by every user of a thread id\n"
+    "  THREADS_HOST_PATH        threads_host_path  ({host_base_dir}/threads) legacy only\n"
     "  SANDBOX_IMAGE            image              (the backend's own default)\n"
     "  SANDBOX_CONTAINER_PORT   container_port     (8080, the only port backends serve)\n"
     "File-only settings: listen (127.0.0.1:8002), mount_contract_version (2; 0 answers as a\n"
@@ -165,6 +170,11 @@ int main(int argc, char** argv) {
   if (vm.count("check-config")) {
     const std::string config_shown =
         config.source_file.empty() ? "<none: flags, environment, defaults>" : config.source_file;
+    const bool legacy = config.roots.user_data_layout == UserDataLayout::legacy;
+    const std::string user_data =
+        legacy ? config.roots.threads_host_path +
+                     "/{thread}/user-data (legacy: shared by every user of a thread id)"
+               : config.roots.host_base_dir + "/users/{user}/threads/{thread}/user-data";
     const std::string key_shown = config.api_key.empty() ? "none: every /api/* request gets 401"
                                                          : "set, from " + config.api_key_source;
     if (vm.count("json")) {
@@ -182,6 +192,8 @@ int main(int argc, char** argv) {
       w.Int(config.mount_contract_version);
       put("host_base_dir", config.roots.host_base_dir);
       put("threads_host_path", config.roots.threads_host_path);
+      put("user_data_layout", legacy ? "legacy" : "per_user");
+      put("user_data", user_data);
       w.Key("api_key_set");
       w.Bool(!config.api_key.empty());
       put("api_key_source", config.api_key.empty() ? "" : config.api_key_source);
@@ -194,7 +206,7 @@ int main(int argc, char** argv) {
               << "\nmount contract:  " << config.mount_contract_version
               << (config.mount_contract_version == 0 ? " (legacy)" : "")
               << "\nstate:           " << config.roots.host_base_dir
-              << "\nuser data:       " << config.roots.threads_host_path
+              << "\nuser data:       " << user_data
               << "\napi key:         " << key_shown << "\n";
     return 0;
   }
@@ -229,7 +241,10 @@ int main(int argc, char** argv) {
   }
   logger->info("sandboxd-provisioner: backend " + config.backend_use + ", mount contract " +
                std::to_string(config.mount_contract_version) + ", state " +
-               config.roots.host_base_dir + ", user data " + config.roots.threads_host_path +
+               config.roots.host_base_dir + ", user data " +
+                   (config.roots.user_data_layout == UserDataLayout::legacy
+                        ? config.roots.threads_host_path + "/{thread}/user-data (legacy layout)"
+                        : config.roots.host_base_dir + "/users/{user}/threads/{thread}/user-data") +
                ", API key from " + config.api_key_source);
 
   std::atomic<bool> stopped{false};

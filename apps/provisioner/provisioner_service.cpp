@@ -84,8 +84,11 @@ bool ProvisionerService::authorized(std::string_view presented_key) const {
 void ProvisionerService::prepare_state_roots() const {
   // Everything the service makes for sandboxes lives below these roots, so each must be ours
   // (made 0700 when missing): a root another user made could hold their links.
-  for (const std::string& root :
-       {settings_.roots.host_base_dir, settings_.roots.threads_host_path}) {
+  std::vector<std::string> roots = {settings_.roots.host_base_dir};
+  if (settings_.roots.user_data_layout == UserDataLayout::legacy) {
+    roots.push_back(settings_.roots.threads_host_path);
+  }
+  for (const std::string& root : roots) {
     try {
       const std::filesystem::path absolute = std::filesystem::absolute(root);
       host_fs::require_trusted_links(absolute, "state root");
@@ -131,15 +134,20 @@ std::vector<Mount> ProvisionerService::composed_mounts(const std::string& user_i
                                                        const std::string& thread_id,
                                                        const std::vector<Mount>& extra) const {
   const std::string& base = settings_.roots.host_base_dir;
+  const bool legacy_user_data = settings_.roots.user_data_layout == UserDataLayout::legacy;
+  const std::string user_data =
+      legacy_user_data ? join(settings_.roots.threads_host_path, {thread_id, "user-data"})
+                       : join(base, {"users", user_id, "threads", thread_id, "user-data"});
   std::vector<Mount> mounts = {
       {join(base, {"skills_view", "public"}), "/mnt/skills/public", true},
       {join(base, {"users", user_id, "skills_view", "custom"}), "/mnt/skills/custom", true},
       {join(base, {"users", user_id, "skills_view", "legacy"}), "/mnt/skills/legacy", true},
-      {join(settings_.roots.threads_host_path, {thread_id, "user-data"}), "/mnt/user-data", false},
+      {user_data, "/mnt/user-data", false},
   };
   for (const Mount& mount : mounts) {
-    const std::string& root =
-        mount.container_path == "/mnt/user-data" ? settings_.roots.threads_host_path : base;
+    const std::string& root = mount.container_path == "/mnt/user-data" && legacy_user_data
+                                  ? settings_.roots.threads_host_path
+                                  : base;
     ensure_directory_inside(mount.host_path, root,
                             "Sandbox mount source is outside DeerFlow state: " + mount.host_path);
   }
@@ -169,8 +177,9 @@ Reply ProvisionerService::create(std::string_view body) {
       const std::string message =
           "Extra mount host path is outside DeerFlow state: " + mount.host_path;
       if (mount.read_only) {
-        resolved_inside(mount.host_path, settings_.roots.host_base_dir, message);
-        if (!std::filesystem::is_directory(mount.host_path)) {
+        try {
+          require_directory_inside(mount.host_path, settings_.roots.host_base_dir, message);
+        } catch (const DirectoryMissing&) {
           return detail(400, "Extra mount host path does not exist: " + mount.host_path);
         }
       } else {
@@ -328,15 +337,26 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
           // The exact-instance lookup also finds one that runs but is not ready (no URL).
           SandboxDiscoveryResult found = backend->discover_for_reconciliation(sandbox_id);
           if (found.status == SandboxDiscoveryResult::Status::absent) return;
-          if (found.status == SandboxDiscoveryResult::Status::unknown) {
-            throw std::runtime_error("could not look it up");
-          }
           SandboxInfo info;
-          if (found.info) {
-            info = *found.info;
+          info.sandbox_id = sandbox_id;
+          if (found.status == SandboxDiscoveryResult::Status::found) {
+            if (found.info) {
+              info = *found.info;
+            } else {
+              info.container_id = found.incarnation_id;
+            }
+          } else if (std::optional<SandboxInfo> discovered = backend->discover(sandbox_id)) {
+            // A backend without exact-instance lookups (the SDK's default answers "unknown"):
+            // its own discovery, then its listing, then destroy by id, which every backend
+            // must accept ("already gone" counts as done).
+            info = *discovered;
           } else {
-            info.sandbox_id = sandbox_id;
-            info.container_id = found.incarnation_id;
+            for (SandboxInfo& running : backend->list_running()) {
+              if (running.sandbox_id == sandbox_id) {
+                info = std::move(running);
+                break;
+              }
+            }
           }
           backend->destroy(info);
         },

@@ -157,6 +157,24 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
         layered_string(file, "threads_host_path", env, "THREADS_HOST_PATH",
                        config.roots.host_base_dir + "/threads", &threads_source);
     require_absolute(config.roots.threads_host_path, threads_source);
+    std::string layout_source;
+    const std::string layout = layered_string(file, "user_data_layout", env,
+                                              "SANDBOXD_USER_DATA_LAYOUT", "per_user",
+                                              &layout_source);
+    if (layout == "legacy") {
+      config.roots.user_data_layout = UserDataLayout::legacy;
+    } else if (layout == "per_user") {
+      config.roots.user_data_layout = UserDataLayout::per_user;
+      if (threads_source != "the default") {
+        config.notes.push_back(threads_source +
+                               " is used only with user_data_layout \"legacy\" (every user of "
+                               "a thread id shares its user data); ignored: user data is "
+                               "{host_base_dir}/users/{user}/threads/{thread}/user-data");
+      }
+    } else {
+      throw ServiceConfigError(layout_source + ": expected \"per_user\" or \"legacy\", got '" +
+                               layout.substr(0, 40) + "'");
+    }
 
     if (auto port = file.optional_integer("container_port")) {
       if (*port < 1 || *port > 65535) {

@@ -5,7 +5,8 @@
 //      "listen": "127.0.0.1:8002",
 //      "api_key": "…",                       // else PROVISIONER_API_KEY
 //      "host_base_dir": "/.deer-flow",       // else DEER_FLOW_HOST_BASE_DIR
-//      "threads_host_path": "/.deer-flow/threads",  // else THREADS_HOST_PATH
+//      "user_data_layout": "per_user",       // else SANDBOXD_USER_DATA_LAYOUT; or "legacy"
+//      "threads_host_path": "/.deer-flow/threads",  // else THREADS_HOST_PATH (legacy only)
 //      "image": "…",                          // else SANDBOX_IMAGE; the backend's "image"
 //      "container_port": 8080,               // else SANDBOX_CONTAINER_PORT
 //      "mount_contract_version": 2,          // 0: answer as a legacy provisioner

@@ -2,6 +2,9 @@
 
 #include <filesystem>
 #include <system_error>
+#include <vector>
+
+#include "sandboxd/host_fs.hpp"
 
 namespace sandboxd::provisioner {
 namespace {
@@ -38,18 +41,45 @@ std::string resolved_inside(const std::string& path, const std::string& root,
   return real.string();
 }
 
+namespace {
+
+// Opens `path` from `root` down, component by component, without following a link; with
+// `create`, missing directories are made (0755 minus the umask).
+void walk_inside(const std::string& path, const std::string& root,
+                 const std::string& escape_message, bool create) {
+  resolved_inside(path, root, escape_message);
+  const fs::path normal_root = fs::path(root).lexically_normal();
+  std::vector<std::string> parts;
+  for (const auto& part : fs::path(path).lexically_normal().lexically_relative(normal_root)) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") throw PathEscapesRoot(escape_message);
+    parts.push_back(part.string());
+  }
+  try {
+    const host_fs::UniqueFd top = host_fs::open_trusted_dir(normal_root);
+    host_fs::DirOptions options;
+    if (create) options.create_mode = 0755;
+    host_fs::open_dirs(top.get(), parts, normal_root, options);
+  } catch (const host_fs::UnsafePathError& unsafe) {
+    throw PathEscapesRoot(escape_message + ": " + unsafe.what());
+  } catch (const fs::filesystem_error& error) {
+    if (!create && error.code() == std::errc::no_such_file_or_directory) {
+      throw DirectoryMissing(path);
+    }
+    throw DirectoryUnavailable("cannot create directory " + path + ": " + error.code().message());
+  }
+}
+
+}  // namespace
+
 void ensure_directory_inside(const std::string& path, const std::string& root,
                              const std::string& escape_message) {
-  resolved_inside(path, root, escape_message);
-  std::error_code error;
-  fs::create_directories(path, error);
-  if (error) {
-    throw DirectoryUnavailable("cannot create directory " + path + ": " + error.message());
-  }
-  if (!fs::is_directory(path, error)) {
-    throw DirectoryUnavailable("cannot use " + path + " as a mount source: not a directory");
-  }
-  resolved_inside(path, root, escape_message);
+  walk_inside(path, root, escape_message, /*create=*/true);
+}
+
+void require_directory_inside(const std::string& path, const std::string& root,
+                              const std::string& escape_message) {
+  walk_inside(path, root, escape_message, /*create=*/false);
 }
 
 }  // namespace sandboxd::provisioner

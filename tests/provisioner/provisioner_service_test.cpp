@@ -132,12 +132,19 @@ class ProvisionerServiceTest : public ::testing::Test {
  protected:
   void start(int contract_version = kSandboxMountContractVersion, std::string key = kKey,
              double backend_timeout = 10.0, std::size_t max_body = 1024 * 1024) {
+    start_with([&](ServiceSettings& settings) {
+      settings.api_key = std::move(key);
+      settings.mount_contract_version = contract_version;
+      settings.backend_timeout_seconds = backend_timeout;
+    }, max_body);
+  }
+  template <class Adjust>
+  void start_with(Adjust adjust, std::size_t max_body = 1024 * 1024) {
     ServiceSettings settings;
-    settings.api_key = std::move(key);
+    settings.api_key = kKey;
     settings.roots.host_base_dir = base();
     settings.roots.threads_host_path = base() + "/threads";
-    settings.mount_contract_version = contract_version;
-    settings.backend_timeout_seconds = backend_timeout;
+    adjust(settings);
     service_ = std::make_unique<ProvisionerService>(settings, backend_, logger_);
     service_->prepare_state_roots();
     server_ = std::make_unique<ProvisionerHttpServer>(*service_, logger_, max_body, 4);
@@ -284,7 +291,7 @@ TEST_F(ProvisionerServiceTest, CreateComposesOwnedMountsAndIsIdempotent) {
       {base() + "/skills_view/public", "/mnt/skills/public", true},
       {base() + "/users/alice/skills_view/custom", "/mnt/skills/custom", true},
       {base() + "/users/alice/skills_view/legacy", "/mnt/skills/legacy", true},
-      {base() + "/threads/thread-1/user-data", "/mnt/user-data", false},
+      {base() + "/users/alice/threads/thread-1/user-data", "/mnt/user-data", false},
       {base() + "/acp", "/mnt/acp-workspace", true},
   };
   EXPECT_EQ(request.extra_mounts, expected);
@@ -299,7 +306,66 @@ TEST_F(ProvisionerServiceTest, ANullThreadIdDefaultsToTheSandboxId) {
   rapidjson::Document doc = parse(created->body);
   EXPECT_EQ(std::string(doc["thread_id"].GetString()), "sb-7");
   EXPECT_EQ(std::string(doc["user_id"].GetString()), "default");
-  EXPECT_TRUE(fs::is_directory(base() + "/threads/sb-7/user-data"));
+  EXPECT_TRUE(fs::is_directory(base() + "/users/default/threads/sb-7/user-data"));
+}
+
+// Issue 20 A.6: alice's and bob's thread t1 used to share {threads_host_path}/t1/user-data
+// (workspace, uploads, outputs), and it was not where the gateway keeps users/{user}/threads.
+TEST_F(ProvisionerServiceTest, UsersWithTheSameThreadIdNeverShareUserData) {
+  start();
+  auto alice = post(R"({"sandbox_id":"sb-a","thread_id":"t1","user_id":"alice"})");
+  auto bob = post(R"({"sandbox_id":"sb-b","thread_id":"t1","user_id":"bob"})");
+  ASSERT_EQ(alice->status, 200) << alice->body;
+  ASSERT_EQ(bob->status, 200) << bob->body;
+  ASSERT_EQ(creates(), 2u);
+  auto user_data_of = [](const CreateRequest& request) {
+    for (const Mount& mount : request.extra_mounts) {
+      if (mount.container_path == "/mnt/user-data") return mount.host_path;
+    }
+    return std::string("<none>");
+  };
+  EXPECT_EQ(user_data_of(backend_->creates[0]), base() + "/users/alice/threads/t1/user-data");
+  EXPECT_EQ(user_data_of(backend_->creates[1]), base() + "/users/bob/threads/t1/user-data");
+}
+
+// The shared layout stays for a deployment that asks for it by name.
+TEST_F(ProvisionerServiceTest, TheLegacyLayoutIsUsedOnlyWhenAskedFor) {
+  start_with([](ServiceSettings& s) { s.roots.user_data_layout = UserDataLayout::legacy; });
+  auto created = post(R"({"sandbox_id":"sb-a","thread_id":"t1","user_id":"alice"})");
+  ASSERT_EQ(created->status, 200) << created->body;
+  EXPECT_EQ(backend_->creates[0].extra_mounts[3],
+            (Mount{base() + "/threads/t1/user-data", "/mnt/user-data", false}));
+}
+
+// A sandbox writes its user data (the provisioner mounts user-data whole), so it can leave a
+// link there for the next sandbox of its conversation: alice's .upload-conversions pointing at
+// bob's user data resolves inside the state root, and used to be handed to the engine, which
+// follows it and mounts bob's files into alice's sandbox. The service never follows a link in
+// a mount source.
+TEST_F(ProvisionerServiceTest, ALinkInAMountSourceIsRefusedEvenWhenItPointsInsideTheState) {
+  start();
+  const std::string alice = base() + "/users/alice/threads/thread-1/user-data";
+  fs::create_directories(alice);
+  fs::create_directories(base() + "/users/bob/threads/thread-1/user-data");
+  fs::create_directory_symlink("../../../../bob/threads/thread-1/user-data",
+                               alice + "/.upload-conversions");
+  auto result = create_alice(R"([{"host_path":")" + alice +
+                             R"(/.upload-conversions","container_path":)"
+                             R"("/mnt/user-data/.upload-conversions","read_only":true}])");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 400) << result->body;
+  EXPECT_NE(detail_of(result).find("symbolic link"), std::string::npos) << detail_of(result);
+  EXPECT_EQ(creates(), 0u);
+
+  // The same for a writable one the service makes, and for its own user-data mount.
+  fs::create_directories(base() + "/users/alice/threads/thread-2");
+  fs::create_directory_symlink("../../../bob/threads/thread-1/user-data",
+                               base() + "/users/alice/threads/thread-2/user-data");
+  auto own = post(R"({"sandbox_id":"sb-2","thread_id":"thread-2","user_id":"alice"})");
+  ASSERT_TRUE(own);
+  EXPECT_EQ(own->status, 400) << own->body;
+  EXPECT_NE(detail_of(own).find("symbolic link"), std::string::npos) << detail_of(own);
+  EXPECT_EQ(creates(), 0u);
 }
 
 // SPEC §10.8's validation table, every row through HTTP, plus the service's own rows for
@@ -512,6 +578,24 @@ TEST_F(ProvisionerServiceTest, BackendFailuresAreTheirNamedMessages) {
   auto instance = get("/api/sandboxes/sb-1/instance");
   EXPECT_EQ(instance->status, 503);
   EXPECT_EQ(detail_of(instance), "Could not tell whether sandbox 'sb-1' exists");
+}
+
+// Issue 20 A.7: a backend that keeps the SDK's default discover_for_reconciliation (which can
+// never tell) made every DELETE a 500 "could not look it up", and the sandbox kept running.
+TEST_F(ProvisionerServiceTest, DeleteWorksWithABackendThatCannotLookUpExactInstances) {
+  start();
+  ASSERT_EQ(create_alice()->status, 200);
+  backend_->locked([](RecordingBackend& b) { b.lookups_unknown = true; });
+  auto deleted = client_->Delete("/api/sandboxes/sb-1", key());
+  ASSERT_TRUE(deleted);
+  EXPECT_EQ(deleted->status, 200) << deleted->body;
+  ASSERT_EQ(backend_->destroyed.size(), 1u);
+  EXPECT_EQ(backend_->destroyed[0].container_name, "c-sb-1") << "destroyed what discover found";
+  EXPECT_EQ(parse(get("/api/sandboxes")->body)["count"].GetInt(), 0);
+  // One it cannot find is destroyed by id: the backend decides, "already gone" is done.
+  EXPECT_EQ(client_->Delete("/api/sandboxes/sb-9", key())->status, 200);
+  ASSERT_EQ(backend_->destroyed.size(), 2u);
+  EXPECT_EQ(backend_->destroyed[1].sandbox_id, "sb-9");
 }
 
 TEST_F(ProvisionerServiceTest, ABackendThatHangsIs504AfterTheBoundAndItsCallFinishesLater) {

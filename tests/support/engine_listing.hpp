@@ -5,6 +5,8 @@
 #include <curl/curl.h>
 #include <gtest/gtest.h>
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -68,6 +70,63 @@ inline std::vector<std::string> containers_left_after_removal(const std::string&
     left = engine_containers(prefix, true);
   }
   return left;
+}
+
+// One POST with a JSON body to the test engine; the answer's body ("" on a transport error).
+inline std::string engine_post(const std::string& path, const std::string& json_body) {
+  CURL* curl = curl_easy_init();
+  std::string body;
+  const std::string url = "http://d" + path;
+  curl_slist* headers = curl_slist_append(nullptr, "Content-Type: application/json");
+  curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path().c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, json_body.c_str());
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  const CURLcode code = curl_easy_perform(curl);
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  EXPECT_EQ(code, CURLE_OK) << curl_easy_strerror(code);
+  return body;
+}
+
+// Runs `sh -c script` in a running container through the engine's exec API (both engines
+// answer /exec/{id}/start with the multiplexed stream when nobody asks for an upgrade) and
+// returns what it wrote on stdout and stderr, frame headers removed.
+inline std::string engine_exec(const std::string& container, const std::string& script) {
+  rapidjson::Document command;
+  command.SetObject();
+  auto& alloc = command.GetAllocator();
+  rapidjson::Value cmd(rapidjson::kArrayType);
+  cmd.PushBack("sh", alloc).PushBack("-c", alloc);
+  cmd.PushBack(rapidjson::Value(script.c_str(), alloc), alloc);
+  command.AddMember("Cmd", cmd, alloc);
+  command.AddMember("AttachStdout", true, alloc);
+  command.AddMember("AttachStderr", true, alloc);
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
+  command.Accept(writer);
+  rapidjson::Document created;
+  const std::string answer = engine_post("/containers/" + container + "/exec", buffer.GetString());
+  created.Parse(answer.c_str());
+  if (!created.IsObject() || !created.HasMember("Id")) {
+    ADD_FAILURE() << "exec create failed: " << answer;
+    return "";
+  }
+  const std::string raw = engine_post(std::string("/exec/") + created["Id"].GetString() + "/start",
+                                      R"({"Detach": false, "Tty": false})");
+  std::string out;
+  for (std::size_t at = 0; at + 8 <= raw.size();) {
+    const std::size_t size = (static_cast<unsigned char>(raw[at + 4]) << 24) |
+                             (static_cast<unsigned char>(raw[at + 5]) << 16) |
+                             (static_cast<unsigned char>(raw[at + 6]) << 8) |
+                             static_cast<unsigned char>(raw[at + 7]);
+    out += raw.substr(at + 8, size);
+    at += 8 + size;
+  }
+  return out;
 }
 
 }  // namespace sandboxd::testing
