@@ -85,7 +85,10 @@ class Client:
             body["thread_id"] = thread_id
         if user_id is not None:
             body["user_id"] = user_id
-        answer = self._call("POST", "/v1/sandboxes/acquire", body)
+        # Naming the conversation makes an acquire idempotent (the same sandbox comes back);
+        # an anonymous one makes a new sandbox each time it is served.
+        answer = self._call("POST", "/v1/sandboxes/acquire", body,
+                            idempotent=thread_id is not None)
         return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
 
     def get(self, sandbox_id: str) -> dict[str, Any]:
@@ -116,7 +119,11 @@ class Client:
             self._local.connection = connection
         return connection
 
-    def _request(self, method: str, path: str, body: Any) -> tuple[int, bytes]:
+    def _request(self, method: str, path: str, body: Any,
+                 idempotent: bool = True) -> tuple[int, bytes]:
+        """One request. A kept-alive connection the server closed is retried once, but only
+        for an idempotent call: a request that is not is sent on a fresh connection, once, and
+        a broken connection then says it may have been served."""
         headers = {"Accept": "application/json"}
         payload = None
         if body is not None:
@@ -124,7 +131,9 @@ class Client:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        for attempt in (1, 2):  # a kept-alive connection the server closed is retried once
+        if not idempotent:
+            self._drop()
+        for attempt in (1, 2) if idempotent else (2,):
             connection = self._connection()
             try:
                 self.requests_sent += 1
@@ -137,7 +146,11 @@ class Client:
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self._drop()
                 if attempt == 2:
-                    raise ConnectionFailed(f"sandboxd at {self.address} closed the connection")
+                    raise ConnectionFailed(
+                        f"sandboxd at {self.address} closed the connection"
+                        + ("" if idempotent else
+                           f" after {method} {path} was sent; it may have been served (not "
+                           "retried: it is not idempotent)"))
             except OSError as e:
                 self._drop()
                 raise ConnectionFailed(f"cannot reach sandboxd at {self.address}: {e}") from e
@@ -149,8 +162,9 @@ class Client:
             connection.close()
             self._local.connection = None
 
-    def _call(self, method: str, path: str, body: Any = None) -> dict[str, Any]:
-        status, data = self._request(method, path, body)
+    def _call(self, method: str, path: str, body: Any = None,
+              idempotent: bool = True) -> dict[str, Any]:
+        status, data = self._request(method, path, body, idempotent)
         try:
             document = json.loads(data.decode() or "{}")
         except ValueError as e:

@@ -157,3 +157,65 @@ def test_a_slow_create_never_holds_up_another_conversation(process_serve):
     slow.join(timeout=60)
     assert not slow.is_alive()
     assert slow_result and slow_result[0].path == "created"
+
+
+class _HangUpServer:
+    """A unix-socket server that reads each request whole and closes the connection without
+    answering: what a client sees when the daemon served its request and the connection broke
+    before the answer arrived. Counts the requests that reached it."""
+
+    def __init__(self, path: Path) -> None:
+        import socket as socket_module
+        self.path = path
+        self.requests: list[bytes] = []
+        self._listener = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+        self._listener.bind(str(path))
+        self._listener.listen(8)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            with connection:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = connection.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                head, _, body = data.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(body) < length:
+                    body += connection.recv(65536)
+                self.requests.append(head.split(b"\r\n")[0])
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def test_only_idempotent_calls_are_retried_after_a_broken_connection(tmp_path):
+    """Issue 20 A.12: an anonymous acquire whose connection broke after the daemon read it may
+    have made a sandbox; sending it again would make a second one. It is sent once and fails
+    saying so; calls that name their conversation or sandbox are retried once."""
+    server = _HangUpServer(tmp_path / "hangup.sock")
+    try:
+        client = sandboxd.Client(str(server.path), timeout=5)
+        with pytest.raises(sandboxd.ConnectionFailed) as anonymous:
+            client.acquire()
+        assert len(server.requests) == 1, server.requests
+        assert "may have been served" in anonymous.value.message
+        for call in (lambda: client.acquire("t-1", user_id="alice"), lambda: client.get("abc"),
+                     lambda: client.release("abc"), lambda: client.destroy("abc"), client.list):
+            before = len(server.requests)
+            with pytest.raises(sandboxd.ConnectionFailed):
+                call()
+            assert len(server.requests) == before + 2, server.requests[before:]
+    finally:
+        server.close()
