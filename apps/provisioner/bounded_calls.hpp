@@ -2,7 +2,10 @@
 // HTTP request waiting on it must not. Each call runs on its own thread; the request waits at
 // most the deadline and then answers 504, while the call goes on to its end in the background
 // (a create that finishes late leaves a sandbox that the gateway's retry of the same idempotent
-// request finds). drain() waits for every call still running, so nothing outlives the backend.
+// request finds). At most `max_running` calls run at once (calls stuck in a hung backend would
+// otherwise pile up a thread each): past that, and when no thread can be started, run() throws
+// NoCallSlot, which the service answers 503. drain() waits for every call still running, so
+// nothing outlives the backend; drain_until() gives up at a deadline.
 //
 // Lock story: `mutex_` guards `running_`; a call's outcome travels through its own Outcome,
 // guarded by that Outcome's mutex.
@@ -17,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 
@@ -27,9 +31,15 @@ class BackendTimeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// No thread for a backend call: too many still run, or none could be started.
+class NoCallSlot : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class BoundedCalls {
  public:
-  BoundedCalls() = default;
+  explicit BoundedCalls(int max_running = 256) : max_running_(max_running) {}
   BoundedCalls(const BoundedCalls&) = delete;
   BoundedCalls& operator=(const BoundedCalls&) = delete;
   ~BoundedCalls() { drain(); }
@@ -46,11 +56,17 @@ class BoundedCalls {
   std::invoke_result_t<Call> run(Call call, double seconds, const std::string& what) {
     using Result = std::invoke_result_t<Call>;
     auto outcome = std::make_shared<Outcome<Result>>();
-    {
-      std::lock_guard lock(mutex_);
-      ++running_;
+    std::unique_lock slot(mutex_);
+    if (running_ >= max_running_) {
+      throw NoCallSlot(std::to_string(running_) +
+                       " backend calls are still running (the backend is slow or stuck); try "
+                       "again shortly");
     }
-    std::thread([this, outcome, call = std::move(call)]() mutable {
+    // Counted only once its thread exists (under the lock, so drain() never sees a call that
+    // will not run): a start that fails must not leave drain() waiting forever.
+    std::thread worker;
+    try {
+      worker = std::thread([this, outcome, call = std::move(call)]() mutable {
       Value<Result> value;
       std::exception_ptr error;
       try {
@@ -72,7 +88,14 @@ class BoundedCalls {
       outcome->finished.notify_all();
       std::lock_guard lock(mutex_);
       if (--running_ == 0) idle_.notify_all();
-    }).detach();
+      });
+    } catch (const std::system_error& error) {
+      throw NoCallSlot(std::string("no thread for the backend call could be started: ") +
+                       error.what());
+    }
+    ++running_;
+    slot.unlock();
+    worker.detach();
 
     Value<Result> value;
     std::exception_ptr error;
@@ -96,6 +119,12 @@ class BoundedCalls {
     std::unique_lock lock(mutex_);
     idle_.wait(lock, [this] { return running_ == 0; });
   }
+  // Waits until no call is running or `deadline`; the calls still running.
+  int drain_until(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock lock(mutex_);
+    idle_.wait_until(lock, deadline, [this] { return running_ == 0; });
+    return running_;
+  }
 
  private:
   // What a call produced: its value (an empty marker for void), or nothing when it threw.
@@ -112,6 +141,7 @@ class BoundedCalls {
     std::exception_ptr error;
   };
 
+  const int max_running_;
   std::mutex mutex_;
   std::condition_variable idle_;
   int running_ = 0;

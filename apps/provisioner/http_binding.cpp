@@ -1,120 +1,100 @@
 #include "http_binding.hpp"
 
-#include <httplib.h>
-
 namespace sandboxd::provisioner {
 namespace {
 
-void answer(httplib::Response& res, const Reply& reply) {
-  res.status = reply.status;
-  res.set_content(reply.body, reply.content_type.c_str());
+door::Response answer(const Reply& reply, std::string route) {
+  return {reply.status, reply.content_type, reply.body, {}, std::move(route)};
+}
+
+// "{id}" of /api/sandboxes/{id}[/instance], or "" when `path` is not one of them.
+std::string sandbox_id_in(const std::string& path, bool instance) {
+  static const std::string kPrefix = "/api/sandboxes/";
+  static const std::string kInstance = "/instance";
+  if (path.rfind(kPrefix, 0) != 0) return "";
+  std::string rest = path.substr(kPrefix.size());
+  if (instance) {
+    if (rest.size() <= kInstance.size() ||
+        rest.compare(rest.size() - kInstance.size(), kInstance.size(), kInstance) != 0) {
+      return "";
+    }
+    rest.resize(rest.size() - kInstance.size());
+  }
+  return rest.find('/') == std::string::npos ? rest : "";
 }
 
 }  // namespace
 
-std::string loggable_path(const std::string& path) {
-  std::string out = path.substr(0, 200);
-  for (char& c : out) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+door::Response route_request(ProvisionerService& service, const door::Request& request) {
+  const std::string& method = request.head.method;
+  const std::string& path = request.head.path;
+  if (method == "GET" && path == "/health") return answer(service.health(), path);
+  if (method == "GET" && path == "/api/capabilities") return answer(service.capabilities(), path);
+  if (path == "/api/sandboxes") {
+    if (method == "POST") return answer(service.create(request.body), path);
+    if (method == "GET") return answer(service.list(), path);
   }
-  if (path.size() > 200) out += "...";
-  return out;
+  if (const std::string id = sandbox_id_in(path, /*instance=*/true); !id.empty() && method == "GET") {
+    return answer(service.instance(id), "/api/sandboxes/{id}/instance");
+  }
+  if (const std::string id = sandbox_id_in(path, /*instance=*/false); !id.empty()) {
+    if (method == "GET") return answer(service.get(id), "/api/sandboxes/{id}");
+    if (method == "DELETE") return answer(service.remove(id), "/api/sandboxes/{id}");
+  }
+  return answer(detail(404, "Not Found"), "");
 }
 
 ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
                                              std::shared_ptr<Logger> logger,
                                              std::size_t max_request_bytes, int worker_threads)
-    : server_(std::make_unique<httplib::Server>()) {
-  httplib::Server& server = *server_;
-  const auto workers = static_cast<std::size_t>(worker_threads);
-  server.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
-  server.set_payload_max_length(max_request_bytes);
-  server.set_read_timeout(30, 0);
-  server.set_write_timeout(30, 0);
-  server.set_keep_alive_timeout(5);
+    : ProvisionerHttpServer(service, std::move(logger),
+                            HttpSettings{max_request_bytes,
+                                         static_cast<std::size_t>(worker_threads), 1024, 10.0}) {}
 
-  server.set_pre_routing_handler(
-      [&service, logger](const httplib::Request& req, httplib::Response& res) {
-        if (req.path.rfind("/api/", 0) != 0) return httplib::Server::HandlerResponse::Unhandled;
-        if (service.authorized(req.get_header_value("X-API-Key"))) {
-          return httplib::Server::HandlerResponse::Unhandled;
-        }
-        logger->warning("provisioner auth rejected: " + req.method + " " + loggable_path(req.path));
-        res.status = 401;
-        res.set_content("Unauthorized", "text/plain");
-        return httplib::Server::HandlerResponse::Handled;
-      });
-
-  server.Get("/health", [&service](const httplib::Request&, httplib::Response& res) {
-    answer(res, service.health());
-  });
-  server.Get("/api/capabilities", [&service](const httplib::Request&, httplib::Response& res) {
-    answer(res, service.capabilities());
-  });
-  server.Post("/api/sandboxes", [&service](const httplib::Request& req, httplib::Response& res) {
-    answer(res, service.create(req.body));
-  });
-  server.Get("/api/sandboxes", [&service](const httplib::Request&, httplib::Response& res) {
-    answer(res, service.list());
-  });
-  server.Get(R"(/api/sandboxes/([^/]+)/instance)",
-             [&service](const httplib::Request& req, httplib::Response& res) {
-               answer(res, service.instance(req.matches[1]));
-             });
-  server.Get(R"(/api/sandboxes/([^/]+))",
-             [&service](const httplib::Request& req, httplib::Response& res) {
-               answer(res, service.get(req.matches[1]));
-             });
-  server.Delete(R"(/api/sandboxes/([^/]+))",
-                [&service](const httplib::Request& req, httplib::Response& res) {
-                  answer(res, service.remove(req.matches[1]));
-                });
-
-  server.set_error_handler([max_request_bytes](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 413) {
-      answer(res, detail(413, "Request body larger than " + std::to_string(max_request_bytes) +
-                                  " bytes"));
-    } else if (res.status == 404) {
-      answer(res, detail(404, "Not Found"));
-    }
-  });
-  server.set_exception_handler(
-      [logger](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
-        std::string what = "unknown error";
-        try {
-          std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        logger->error("Internal error answering " + req.method + " " + loggable_path(req.path) +
-                      ": " + what);
-        answer(res, detail(500, "Internal error: " + what));
-      });
+ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
+                                             std::shared_ptr<Logger> logger,
+                                             const HttpSettings& settings) {
+  options_.name = "sandboxd-provisioner";
+  options_.limits.max_body_bytes = settings.max_request_bytes;
+  options_.limits.worker_threads = settings.worker_threads;
+  options_.limits.max_connections = settings.max_connections;
+  options_.limits.shutdown_grace =
+      std::chrono::milliseconds(static_cast<long long>(settings.shutdown_grace_seconds * 1000));
+  options_.admit = [&service, logger](const door::RequestHead& head) -> std::optional<door::Response> {
+    if (head.path.rfind("/api/", 0) != 0) return std::nullopt;
+    if (service.authorized(head.header("x-api-key"))) return std::nullopt;
+    logger->warning("provisioner auth rejected: " + head.method + " " +
+                    door::loggable_path(head.target));
+    return door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)};
+  };
+  options_.handle = [&service](const door::Request& request) {
+    return route_request(service, request);
+  };
+  options_.error_body = [](int status, const std::string&, const std::string& message) {
+    door::Response response = answer(detail(status, message), "");
+    if (status == 503) response.headers.emplace_back("Retry-After", "1");
+    return response;
+  };
+  options_.logger = std::move(logger);
 }
 
 ProvisionerHttpServer::~ProvisionerHttpServer() = default;
 
 int ProvisionerHttpServer::bind(const std::string& host, int port) {
-  if (port == 0) {
-    const int bound = server_->bind_to_any_port(host);
-    if (bound < 0) throw std::runtime_error("cannot listen on " + host + ": bind failed");
-    return bound;
-  }
-  if (!server_->bind_to_port(host, port)) {
-    throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) +
-                             ": the address is in use or not available here");
-  }
-  return port;
+  options_.address.tcp = true;
+  options_.address.host = host;
+  options_.address.port = port;
+  server_ = std::make_unique<door::Server>(options_);
+  server_->bind();
+  return server_->bound().port;
 }
 
-void ProvisionerHttpServer::run() {
-  server_->listen_after_bind();
+std::size_t ProvisionerHttpServer::run() {
+  return server_->run();
 }
 
 void ProvisionerHttpServer::stop() {
-  server_->stop();
+  if (server_) server_->stop();
 }
 
 }  // namespace sandboxd::provisioner

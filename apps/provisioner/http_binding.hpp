@@ -1,47 +1,57 @@
-// ProvisionerService over HTTP/1.1 (cpp-httplib). Thread model: httplib's acceptor runs in
-// run(), requests on a pool of `worker_threads`; a request body beyond `max_request_bytes` is
-// answered 413 before any handler runs; reads and writes time out after 30 s, so a client that
-// stops sending holds a worker for at most that long.
+// ProvisionerService over HTTP/1.1, on the doors' server (apps/door/http_door.hpp): deadlines
+// on every read and write, the X-API-Key checked as soon as a request's headers are in (before
+// its body is read), connections that cost no thread, handlers on a bounded worker pool, 503
+// when no worker or memory is to be had. A body beyond `max_request_bytes` is answered 413
+// before any handler runs.
 //
 // Every /api/* request must carry X-API-Key equal to the configured key; a refusal is 401
 // "Unauthorized" and one warning line with the method and path (never the key). /health is
-// open.
+// open. The server's own errors use the service's {"detail": ...} shape.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <string>
 
+#include "http_door.hpp"
 #include "provisioner_service.hpp"
 #include "sandboxd/logger.hpp"
 
-namespace httplib {
-class Server;
-}
-
 namespace sandboxd::provisioner {
+
+struct HttpSettings {
+  std::size_t max_request_bytes = 1024 * 1024;
+  std::size_t worker_threads = 16;
+  std::size_t max_connections = 1024;
+  double shutdown_grace_seconds = 10.0;
+};
 
 class ProvisionerHttpServer {
  public:
+  ProvisionerHttpServer(ProvisionerService& service, std::shared_ptr<Logger> logger,
+                        const HttpSettings& settings);
+  // The older signature, for tests that only set the body cap and the workers.
   ProvisionerHttpServer(ProvisionerService& service, std::shared_ptr<Logger> logger,
                         std::size_t max_request_bytes, int worker_threads);
   ~ProvisionerHttpServer();
   ProvisionerHttpServer(const ProvisionerHttpServer&) = delete;
   ProvisionerHttpServer& operator=(const ProvisionerHttpServer&) = delete;
 
-  // Binds host:port (0: a free port) and returns the port; throws std::runtime_error naming
+  // Binds host:port (0: a free port) and returns the port; throws door::ListenError naming
   // the address.
   int bind(const std::string& host, int port);
-  // Serves until stop(); returns once the workers are done.
-  void run();
+  // Serves until stop() and the graceful shutdown; returns how many requests were still
+  // running in the backend when the grace period ended (0: none).
+  std::size_t run();
   // From any thread, idempotent.
   void stop();
 
  private:
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<door::Server> server_;
+  door::ServerOptions options_;
 };
 
-// A request path as a log line may show it: at most 200 characters, control bytes as '?'.
-std::string loggable_path(const std::string& path);
+// What a route answers: the service's reply for a request the key let through.
+door::Response route_request(ProvisionerService& service, const door::Request& request);
 
 }  // namespace sandboxd::provisioner

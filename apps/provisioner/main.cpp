@@ -58,10 +58,17 @@ constexpr const char* kDetails =
     "  SANDBOX_CONTAINER_PORT   container_port     (8080, the only port backends serve)\n"
     "File-only settings: listen (127.0.0.1:8002), mount_contract_version (2; 0 answers as a\n"
     "legacy provisioner), backend_timeout_seconds (120), max_request_bytes (1048576),\n"
-    "worker_threads (16), plugin_dirs, backend {\"use\": \"module:Class\", ...options}.\n"
+    "worker_threads (16), max_connections (1024), shutdown_grace_seconds (10), plugin_dirs,\n"
+    "backend {\"use\": \"module:Class\", ...options}.\n"
+    "\n"
+    "Every client has deadlines (10 s for a request's line and headers, 30 s for its body and\n"
+    "for taking the answer, 30 s between kept-alive requests); X-API-Key is checked as soon as\n"
+    "the headers are in. Connections cost no thread; when no worker or thread is to be had the\n"
+    "answer is 503 and the service keeps going.\n"
     "\n"
     "Once listening it prints one line on stdout: \"listening on http://HOST:PORT\".\n"
-    "SIGINT or SIGTERM stops it after the requests in flight.\n"
+    "SIGINT or SIGTERM stops it: it stops accepting, lets requests in flight finish within\n"
+    "shutdown_grace_seconds, then closes what is left and exits.\n"
     "\n"
     "Exit codes: 0 stopped by a signal, 2 bad usage, 3 bad config or plugin, 4 cannot listen.\n"
     "\n"
@@ -228,7 +235,12 @@ int main(int argc, char** argv) {
         "request will be refused with 401");
   }
 
-  ProvisionerHttpServer server(service, logger, config.max_request_bytes, config.worker_threads);
+  HttpSettings http;
+  http.max_request_bytes = config.max_request_bytes;
+  http.worker_threads = static_cast<std::size_t>(config.worker_threads);
+  http.max_connections = static_cast<std::size_t>(config.max_connections);
+  http.shutdown_grace_seconds = config.shutdown_grace_seconds;
+  ProvisionerHttpServer server(service, logger, http);
   int port = 0;
   try {
     port = server.bind(config.listen_host, config.listen_port);
@@ -254,19 +266,30 @@ int main(int argc, char** argv) {
     if (stopped.load()) return;
     logger->info(std::string("Stopping on ") + (signal == SIGINT ? "SIGINT" : "SIGTERM") +
                  " after the requests in flight");
-    // stop() before the accept loop has started would be lost, so repeat until run() is over.
-    while (!stopped.load()) {
-      server.stop();
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    server.stop();  // taken even before run() starts serving
   });
-  std::cout << "listening on http://" << config.listen_host << ":" << port << std::endl;
-  server.run();
+  const std::string shown_host =
+      config.listen_host.find(':') != std::string::npos ? "[" + config.listen_host + "]"
+                                                        : config.listen_host;
+  std::cout << "listening on http://" << shown_host << ":" << port << std::endl;
+  const std::size_t handlers_left = server.run();
   stopped.store(true);
-  service.drain();
   if (signal_watcher.joinable()) {
     pthread_kill(signal_watcher.native_handle(), SIGTERM);  // wakes sigwait if still waiting
     signal_watcher.join();
+  }
+  // Backend calls that outlived their requests (504s) get the grace period too; one stuck in
+  // a backend that never returns must not keep the process alive, and must not have the
+  // backend destroyed under it: then the process leaves as it is.
+  const int calls_left = service.drain_until(
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<long long>(config.shutdown_grace_seconds * 1000)));
+  if (handlers_left > 0 || calls_left > 0) {
+    logger->warning("sandboxd-provisioner stopped with " + std::to_string(calls_left) +
+                    " backend calls still running; leaving without waiting for them");
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(0);
   }
   logger->info("sandboxd-provisioner stopped");
   return 0;

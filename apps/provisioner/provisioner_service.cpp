@@ -210,6 +210,8 @@ Reply ProvisionerService::create(std::string_view body) {
   try {
     existing = calls_.run([backend = backend_, id] { return backend->discover(id); },
                           settings_.backend_timeout_seconds, "Looking up sandbox '" + id + "'");
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
@@ -259,6 +261,8 @@ Reply ProvisionerService::create(std::string_view body) {
     logger_->info("Created sandbox " + id + " for user " + request.user_id + ", thread " +
                   request.thread_id + ": " + info.sandbox_url);
     return {200, sandbox_json(info)};
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
   } catch (const BackendTimeout& timeout) {
     logger_->error(timeout.what());
     return detail(504, timeout.what());
@@ -276,6 +280,8 @@ Reply ProvisionerService::get(const std::string& sandbox_id) {
                    settings_.backend_timeout_seconds, "Looking up sandbox '" + sandbox_id + "'");
     if (!info || info->sandbox_url.empty()) return not_found(sandbox_id);
     return {200, sandbox_json(*info)};
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
@@ -291,7 +297,9 @@ Reply ProvisionerService::instance(const std::string& sandbox_id) {
           calls_.run([backend = backend_,
                       sandbox_id] { return backend->discover_for_reconciliation(sandbox_id); },
                      settings_.backend_timeout_seconds, "Looking up sandbox '" + sandbox_id + "'");
-    } catch (const BackendTimeout& timeout) {
+    } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
+  } catch (const BackendTimeout& timeout) {
       return detail(504, timeout.what());
     } catch (const std::exception& error) {
       return detail(503,
@@ -361,6 +369,8 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
           backend->destroy(info);
         },
         settings_.backend_timeout_seconds, "Deleting sandbox '" + sandbox_id + "'");
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
@@ -376,6 +386,8 @@ Reply ProvisionerService::list() {
   try {
     running = calls_.run([backend = backend_] { return backend->list_running(); },
                          settings_.backend_timeout_seconds, "Listing sandboxes");
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {

@@ -55,6 +55,10 @@ class ProvisionerService {
   // Makes sure the state roots exist (start-up); throws std::runtime_error naming the path.
   void prepare_state_roots() const;
   void drain() { calls_.drain(); }
+  // Waits for backend calls until `deadline`; how many still run.
+  int drain_until(std::chrono::steady_clock::time_point deadline) {
+    return calls_.drain_until(deadline);
+  }
 
  private:
   std::string sandbox_json(const SandboxInfo& info) const;

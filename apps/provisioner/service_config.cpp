@@ -220,6 +220,17 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
       file.reject("worker_threads", "expected 1 to 1024, got " + std::to_string(workers));
     }
     config.worker_threads = static_cast<int>(workers);
+    const long long connections = file.get_integer("max_connections", 1024);
+    if (connections < 1 || connections > 1'000'000) {
+      file.reject("max_connections", "expected 1 to 1000000, got " + std::to_string(connections));
+    }
+    config.max_connections = static_cast<int>(connections);
+    config.shutdown_grace_seconds = file.get_number("shutdown_grace_seconds", 10.0);
+    if (!(config.shutdown_grace_seconds >= 0.0 && config.shutdown_grace_seconds <= 3600.0)) {
+      std::ostringstream shown;
+      shown << config.shutdown_grace_seconds;
+      file.reject("shutdown_grace_seconds", "expected seconds from 0 to 3600, got " + shown.str());
+    }
     config.plugin_dirs = file.get_string_list("plugin_dirs");
 
     std::string image_source;

@@ -12,7 +12,9 @@
 //      "mount_contract_version": 2,          // 0: answer as a legacy provisioner
 //      "backend_timeout_seconds": 120,
 //      "max_request_bytes": 1048576,
-//      "worker_threads": 16,
+//      "worker_threads": 16,                 // requests handled at once
+//      "max_connections": 1024,              // open at once (no thread each)
+//      "shutdown_grace_seconds": 10,         // for requests in flight after SIGTERM
 //      "plugin_dirs": [],
 //      "backend": {"use": "local_docker:LocalContainerBackend", …its options}}}
 //
@@ -52,6 +54,8 @@ struct ServiceConfig {
   double backend_timeout_seconds = 120.0;
   std::size_t max_request_bytes = 1024 * 1024;
   int worker_threads = 16;
+  int max_connections = 1024;
+  double shutdown_grace_seconds = 10.0;
   std::vector<std::string> plugin_dirs;
   std::string backend_use = kDefaultBackendUse;
   std::string backend_json = "{}";  // the backend section as a JSON object ("use" included)

@@ -6,8 +6,10 @@
 #include <rapidjson/document.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,7 +19,8 @@
 #include <thread>
 
 #include "commands.hpp"
-#include "http_server.hpp"
+#include "http_door.hpp"
+#include "listen_address.hpp"
 #include "metrics.hpp"
 #include "operations.hpp"
 #include "sandboxd/core/logging.hpp"
@@ -110,16 +113,20 @@ int http_status_of(int exit_code) {
   }
 }
 
-HttpResponse json_response(int status, const std::function<void(JsonWriter&)>& members) {
+using door::Request;
+using door::RequestHead;
+using door::Response;
+
+Response json_response(int status, const std::function<void(JsonWriter&)>& members) {
   rapidjson::StringBuffer buffer;
   JsonWriter w(buffer);
   w.StartObject();
   members(w);
   w.EndObject();
-  return {status, "application/json", std::string(buffer.GetString()) + "\n"};
+  return {status, "application/json", std::string(buffer.GetString()) + "\n", {}, ""};
 }
 
-HttpResponse error_response(int status, const std::string& kind, const std::string& message) {
+Response error_response(int status, const std::string& kind, const std::string& message) {
   return json_response(status, [&](JsonWriter& w) {
     w.Key("error");
     w.StartObject();
@@ -145,9 +152,24 @@ void parse_acquire_body(const std::string& body, std::optional<std::string>& use
   }
 }
 
-std::string path_of(const std::string& target) {
-  const auto query = target.find('?');
-  return query == std::string::npos ? target : target.substr(0, query);
+// Request bodies of the control API are small JSON objects.
+constexpr std::size_t kMaxBodyBytes = 64 * 1024;
+
+// Each open connection is a descriptor: the soft limit is raised towards the hard one so
+// --max-connections can be reached, and a warning says when it cannot.
+void raise_descriptor_limit(std::size_t connections, const std::shared_ptr<Logger>& logger) {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(connections) + 256;  // the provider's own files
+  if (limit.rlim_cur < wanted && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = std::min(wanted, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (limit.rlim_cur < wanted) {
+    logger->warning("serve: the open-file limit is " + std::to_string(limit.rlim_cur) +
+                    ", below --max-connections " + std::to_string(connections) +
+                    " plus serve's own files; connections past it wait in the backlog");
+  }
 }
 
 class ControlApi {
@@ -160,24 +182,30 @@ class ControlApi {
         token_(std::move(token)),
         token_on_socket_(token_required_on_socket) {}
 
-  HttpResponse handle(const HttpRequest& request) {
-    const auto start = std::chrono::steady_clock::now();
+  // On the I/O thread, with the head only: the token is checked before any body byte is read.
+  std::optional<Response> admit(const RequestHead& head) const {
+    if (head.method == "GET" && head.path == "/v1/health") return std::nullopt;
+    if ((head.over_tcp || token_on_socket_) &&
+        !token_matches(head.header("authorization"), token_)) {
+      Response refused = error_response(401, "unauthorized", "missing or wrong bearer token");
+      refused.headers.emplace_back("WWW-Authenticate", "Bearer");
+      return refused;
+    }
+    return std::nullopt;
+  }
+
+  // On a worker thread.
+  Response handle(const Request& request) {
     std::string route = "?";
-    HttpResponse response = dispatch(request, route);
-    metrics_.record_request(response.status);
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    char line[512];
-    std::snprintf(line, sizeof line, "serve: %s %s %d %.1fms", request.method.c_str(),
-                  route.c_str(), response.status, ms);
-    logger_->info(line);
+    Response response = dispatch(request, route);
+    response.route = route;
     return response;
   }
 
  private:
-  HttpResponse dispatch(const HttpRequest& request, std::string& route) {
-    const std::string path = path_of(request.target);
-    const std::string& method = request.method;
+  Response dispatch(const Request& request, std::string& route) {
+    const std::string& path = request.head.path;
+    const std::string& method = request.head.method;
     if (method == "GET" && path == "/v1/health") {
       route = "/v1/health";
       const auto counts = session_.provider().counts();
@@ -192,28 +220,26 @@ class ControlApi {
         w.Bool(session_.provider().uses_thread_data_mounts());
       });
     }
-    if ((request.over_tcp || token_on_socket_) && !token_matches(request.authorization, token_)) {
-      route = path;
-      return error_response(401, "unauthorized", "missing or wrong bearer token");
-    }
     try {
       return route_authorized(method, path, request.body, route);
     } catch (const CliError& e) {
       if (e.code() == kBackendFailure) metrics_.record_backend_error();
       return error_response(http_status_of(e.code()), exit_code_name(e.code()), e.what());
+    } catch (const std::bad_alloc&) {
+      throw;  // the server answers 503
     } catch (const std::exception& e) {
       logger_->error(std::string("serve: ") + method + " " + route + ": " + e.what());
       return error_response(500, "internal", e.what());
     }
   }
 
-  HttpResponse route_authorized(const std::string& method, const std::string& path,
+  Response route_authorized(const std::string& method, const std::string& path,
                                 const std::string& body, std::string& route) {
     core::Provider& provider = session_.provider();
     const std::string where = "this serve (" + session_.where() + ")";
     if (path == "/metrics" && method == "GET") {
       route = "/metrics";
-      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(provider)};
+      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(provider), {}, ""};
     }
     if (path == "/v1/sandboxes/acquire" && method == "POST") {
       route = "/v1/sandboxes/acquire";
@@ -295,17 +321,26 @@ class ControlApi {
 int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   const CommandHelp help{
       "sandboxctl [--config FILE] serve [--listen ADDR] [--token-file FILE | --token-env NAME]\n"
-      "                                 [--on-exit leave|destroy] [--max-connections N] [--json]",
+      "                                 [--on-exit leave|destroy] [--max-connections N]\n"
+      "                                 [--workers N] [--shutdown-grace SECONDS] [--json]",
       "Hosts one provider in the foreground and answers the HTTP/JSON control API of\n"
       "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
       "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/health, GET /metrics.\n"
       "It listens on {state dir}/serve.sock (mode 0600) unless --listen says otherwise; a bearer\n"
-      "token is required on TCP (and on the socket when one is given). One serve per state\n"
-      "directory: a second one exits 6. When it is listening it prints one line (--json: one\n"
-      "document) naming the address. SIGTERM or SIGINT stop it: it stops accepting, lets the\n"
-      "requests in flight finish, then (--on-exit leave, the default) leaves every sandbox\n"
-      "running for the next serve on this state directory, which takes them over at once, or\n"
-      "(--on-exit destroy) destroys what it tracks.\n\n"
+      "token is required on TCP (and on the socket when one is given), checked as soon as the\n"
+      "headers are in. One serve per state directory: a second one exits 6, and so does one\n"
+      "whose --listen socket another process answers on. When it is listening it prints one\n"
+      "line (--json: one document) naming the address.\n\n"
+      "Every client has deadlines: 10 s for a request's line and headers, 30 s for its body\n"
+      "and for taking the answer, 30 s between kept-alive requests. Connections cost no thread;\n"
+      "past --max-connections the oldest unauthenticated or idle one is closed for a new one.\n"
+      "Requests run on --workers threads (a slow create holds one); when none is free and the\n"
+      "queue is full, or no thread can be started, the answer is 503 and serve keeps going.\n\n"
+      "SIGTERM or SIGINT stop it: it stops accepting, closes idle connections, lets requests in\n"
+      "flight finish within --shutdown-grace seconds, then closes what is left, writes its\n"
+      "registry and (--on-exit leave, the default) leaves every sandbox running for the next\n"
+      "serve on this state directory, which takes them over at once, or (--on-exit destroy)\n"
+      "destroys what it tracks.\n\n"
       "Example:\n  sandboxctl serve --listen 127.0.0.1:8765 --token-file /etc/sandboxd/token\n"};
   po::options_description options("Options");
   options.add_options()("listen", po::value<std::string>(),
@@ -314,24 +349,41 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "token-env", po::value<std::string>(), "environment variable holding the bearer token")(
       "on-exit", po::value<std::string>()->default_value("leave"),
       "leave (sandboxes keep running for the next serve) or destroy")(
-      "max-connections", po::value<int>()->default_value(256),
-      "connections served at once (each has its own thread)");
+      "max-connections", po::value<int>()->default_value(1024),
+      "connections open at once (no thread each)")(
+      "workers", po::value<int>()->default_value(64), "requests handled at once")(
+      "shutdown-grace", po::value<double>()->default_value(10.0),
+      "seconds requests in flight get to finish after SIGTERM");
   const auto vm = parse_args(help, options, args);
   const std::string on_exit = vm["on-exit"].as<std::string>();
   if (on_exit != "leave" && on_exit != "destroy") {
     throw CliError(kUsage, "--on-exit: expected leave or destroy, got '" + on_exit + "'");
   }
-  const int max_connections = vm["max-connections"].as<int>();
-  if (max_connections < 1) {
-    throw CliError(kUsage,
-                   "--max-connections: must be at least 1, got " + std::to_string(max_connections));
+  const auto positive = [&](const char* name, int low, int high) {
+    const int value = vm[name].as<int>();
+    if (value < low || value > high) {
+      throw CliError(kUsage, std::string("--") + name + ": expected " + std::to_string(low) +
+                                 " to " + std::to_string(high) + ", got " +
+                                 std::to_string(value));
+    }
+    return static_cast<std::size_t>(value);
+  };
+  door::Limits limits;
+  limits.max_connections = positive("max-connections", 1, 1'000'000);
+  limits.worker_threads = positive("workers", 1, 4096);
+  const double grace = vm["shutdown-grace"].as<double>();
+  if (!(grace >= 0.0 && grace <= 3600.0)) {
+    throw CliError(kUsage, "--shutdown-grace: expected 0 to 3600 seconds, got " +
+                               std::to_string(grace));
   }
+  limits.shutdown_grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
+  limits.max_body_bytes = kMaxBodyBytes;
   if (vm.count("token-file") && vm.count("token-env")) {
     throw CliError(kUsage, "--token-file and --token-env: give one of them");
   }
 
-  // Every thread started from here on (provider, server, connections) inherits this mask, so
-  // the stop signals reach only the waiter below.
+  // Every thread started from here on (provider, server, workers) inherits this mask, so the
+  // stop signals reach only the waiter below.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
@@ -347,7 +399,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   const auto state_dir = core::resolve_base_dir(config.base_dir);
   core::ensure_private_dir(state_dir);
   const ServeLock lock(state_dir);
-  const ListenAddress address =
+  const door::ListenAddress address =
       parse_listen_address(vm.count("listen") ? vm["listen"].as<std::string>()
                                               : "unix:" + (state_dir / "serve.sock").string());
   const std::string token = read_token(vm);
@@ -355,8 +407,34 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     throw CliError(kUsage, "--listen " + address.display() +
                                ": a bearer token is required on TCP (--token-file or --token-env)");
   }
+  raise_descriptor_limit(limits.max_connections, context.logger);
 
+  // The address is claimed before the provider starts: a serve that cannot listen must not
+  // reconcile, renew or reap anything.
   ServeMetrics metrics;
+  ControlApi* api = nullptr;  // set once the session is up; nothing is served before run()
+  door::ServerOptions server_options;
+  server_options.name = "serve";
+  server_options.address = address;
+  server_options.limits = limits;
+  server_options.admit = [&api](const RequestHead& head) { return api->admit(head); };
+  server_options.handle = [&api](const Request& request) { return api->handle(request); };
+  server_options.error_body = [](int status, const std::string& kind, const std::string& message) {
+    Response response = error_response(status, kind, message);
+    if (status == 503) response.headers.emplace_back("Retry-After", "1");
+    return response;
+  };
+  server_options.on_answered = [&metrics](const door::Answered& answered) {
+    metrics.record_request(answered.status);
+  };
+  server_options.logger = context.logger;
+  door::Server server(std::move(server_options));
+  try {
+    server.bind();
+  } catch (const door::ListenError& error) {
+    throw CliError(error.in_use() ? kOwnershipRefused : kBadConfig, error.what());
+  }
+
   core::ProviderHooks hooks;
   hooks.wait_until_ready = [&metrics](const std::string& url, double timeout) {
     const auto start = std::chrono::steady_clock::now();
@@ -366,11 +444,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     return ready;
   };
   Session session(config, context.logger, std::move(hooks), SessionKind::daemon);
-  ControlApi api(session, metrics, context.logger, token, !token.empty());
-  HttpServer server(
-      address, [&api](const HttpRequest& request) { return api.handle(request); }, context.logger,
-      static_cast<std::size_t>(max_connections));
-  server.bind();
+  ControlApi control(session, metrics, context.logger, token, !token.empty());
+  api = &control;
 
   std::thread waiter([&server, &stop_signals, logger = context.logger] {
     int signal_number = 0;
@@ -401,8 +476,9 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   }
   std::cout.flush();
 
+  std::size_t still_running = 0;
   try {
-    server.run();
+    still_running = server.run();
   } catch (...) {
     pthread_kill(waiter.native_handle(), SIGTERM);
     waiter.join();
@@ -421,6 +497,16 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   }
   session.commit();
   if (!address.tcp) ::unlink(address.unix_path.c_str());
+  if (still_running > 0) {
+    // A handler still inside a backend call uses the provider, which must not be destroyed
+    // under it: the registry is written, so leave now. What such a call creates is adopted by
+    // the next serve's reconciliation once its lease lapses.
+    context.logger->warning("serve: leaving with " + std::to_string(still_running) +
+                            " requests still inside backend calls; the registry is written");
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(kOk);
+  }
   return kOk;
 }
 
