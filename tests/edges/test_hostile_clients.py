@@ -155,18 +155,46 @@ def test_slow_clients_without_the_key_never_starve_the_provisioner(binaries, tmp
         assert process.stop() == 0
 
 
-# ── A.4: a client that never reads keeps nobody from stopping ──────────────────────────────
+# ── A.4 and C: SIGTERM under abuse ──────────────────────────────────────────────────────
 
-def test_a_client_that_never_reads_does_not_keep_serve_from_stopping(binaries, tmp_path, serves):
-    served = start_serve(tmp_path, serves, "--shutdown-grace", "2", listen_tcp=False,
-                         on_exit="leave")
-    # One sandbox to hand over to the next serve.
-    status, acquired, _ = request(served.listen, "POST", "/v1/sandboxes/acquire",
-                                  {"user_id": "u1", "thread_id": "t1"})
-    assert status == 200, acquired
-    # Pipelined requests whose answers are never read: serve's writes block once the socket's
-    # buffers are full.
-    greedy = raw_socket(served.listen)
+def test_sigterm_under_abuse_exits_within_the_grace_and_hands_every_sandbox_over(binaries, tmp_path, serves):
+    """Stuck readers (slowloris), a writer that never reads (pipelined requests whose answers
+    fill the socket), and a create in flight that finishes during the grace period: serve
+    exits within the grace plus one second, answers the create, writes its registry, and the
+    next serve takes every sandbox over."""
+    gate = tmp_path / "gate"
+    waiting = tmp_path / "waiting"
+    wrapper = tmp_path / "gated-httpd"
+    wrapper.write_text("#!/bin/sh\n"
+                       f"touch {waiting}\n"
+                       f"while [ ! -e {gate} ]; do sleep 0.02; done\n"
+                       'exec busybox httpd "$@"\n')
+    wrapper.chmod(0o755)
+    section = process_section(tmp_path, tmp_path / "state")
+    section["backend"]["httpd_command"] = str(wrapper)
+    config = write_config(tmp_path / "cfg.json", section)
+    served = serves(config, "--shutdown-grace", "3", log=tmp_path / "serve.log")
+    listen = served.listen
+    gate.touch()
+    status, first, _ = request(listen, "POST", "/v1/sandboxes/acquire",
+                               {"user_id": "u1", "thread_id": "t1"})
+    assert status == 200, first
+    gate.unlink()
+    waiting.unlink()
+
+    in_flight: list = []
+    creator = threading.Thread(target=lambda: in_flight.append(request(
+        listen, "POST", "/v1/sandboxes/acquire", {"user_id": "u1", "thread_id": "t2"},
+        timeout=30)))
+    creator.start()
+    for _ in range(500):
+        if waiting.exists():
+            break
+        time.sleep(0.01)
+    assert waiting.exists(), "the second create never started"
+
+    slow = SlowClients(listen, 50, interval=0.5)
+    greedy = raw_socket(listen)
     greedy.setblocking(False)
     pipeline = b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n" * 5000
     sent = 0
@@ -177,22 +205,30 @@ def test_a_client_that_never_reads_does_not_keep_serve_from_stopping(binaries, t
         except BlockingIOError:
             time.sleep(0.05)
     time.sleep(0.5)
+
     started = time.monotonic()
     served.process.send_signal(signal.SIGTERM)
+    time.sleep(1.0)
+    gate.touch()  # the create in flight finishes inside the grace period
     try:
         rc = served.process.wait(timeout=15)
     except subprocess.TimeoutExpired:
-        pytest.fail("serve was still running 15 s after SIGTERM with a client that never reads")
+        pytest.fail("serve was still running 15 s after SIGTERM")
     took = time.monotonic() - started
+    creator.join(timeout=10)
+    slow.close()
     greedy.close()
+    print(f"[ shutdown under abuse ] exit {rc} {took:.2f}s after SIGTERM (grace 3 s) with 50 "
+          f"slow readers, a writer that never reads and a create in flight")
     assert rc == 0
-    assert took < 2 + 1.5, f"stopping took {took:.1f}s with a 2 s grace"
+    assert took < 3 + 1, f"stopping took {took:.1f}s with a 3 s grace"
+    assert in_flight and in_flight[0][0] == 200, in_flight
+    second = in_flight[0][1]["sandbox_id"]
     registry = json.loads((tmp_path / "state" / "serve-registry.json").read_text())
-    assert [s["sandbox_id"] for s in registry["sandboxes"]] == [acquired["sandbox_id"]]
-    # The next serve takes the sandbox over.
-    config = tmp_path / "cfg.json"
-    nxt = type(served)(config, "--on-exit", "destroy", log=tmp_path / "serve2.log")
-    assert nxt.info["inherited_active"] == 1
+    assert sorted(s["sandbox_id"] for s in registry["sandboxes"]) == sorted(
+        [first["sandbox_id"], second])
+    nxt = serves(config, "--on-exit", "destroy", log=tmp_path / "serve2.log")
+    assert nxt.info["inherited_active"] == 2
     assert nxt.stop() == 0
 
 

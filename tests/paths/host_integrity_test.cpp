@@ -16,8 +16,11 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <map>
+#include <vector>
 
 #include "fs_fixtures.hpp"
+#include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 
 namespace fs = std::filesystem;
@@ -182,6 +185,101 @@ TEST_F(HostIntegrityTest, ACredentialTreeRacedWithSymlinkSwapsNeverChmodsAHostFi
   EXPECT_EQ(mode_of(victim_file), 0644u) << "the walk chmodded a host file through a link";
   EXPECT_EQ(mode_of(victim_dir), 0755u) << "the walk chmodded a host directory through a link";
   EXPECT_GT(passes + refusals, 100);
+}
+
+// What a host tree looks like to the gateway's user: every entry's type, mode, owner and
+// content, so any change a walk made through a link shows.
+std::map<std::string, std::string> fingerprint(const fs::path& root) {
+  std::map<std::string, std::string> out;
+  for (const auto& entry : fs::recursive_directory_iterator(root)) {
+    struct stat st {};
+    ::lstat(entry.path().c_str(), &st);
+    std::string line = std::to_string(st.st_mode) + " " + std::to_string(st.st_uid) + " " +
+                       std::to_string(st.st_gid);
+    if (S_ISREG(st.st_mode)) {
+      std::ifstream in(entry.path());
+      line += " " + std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    out[entry.path().string()] = line;
+  }
+  struct stat st {};
+  ::lstat(root.c_str(), &st);
+  out[root.string()] = std::to_string(st.st_mode);
+  return out;
+}
+
+// Issue 20 C: a thread plays alice's sandbox of thread t1 on every mount it can write (its
+// whole user-data, as sandboxd-provisioner mounts it, and alice's lark-cli data) and swaps
+// entries between directories, files and links to host paths outside the state, while the
+// gateway composes the mounts of sandboxes for alice's conversations (t1 again and new ones),
+// exactly as an acquisition does. Nothing outside the state may change.
+TEST_F(HostIntegrityTest, ASandboxRacingLinksInEveryWritableMountChangesNothingOutside) {
+  const fs::path victim = tmp_.path() / "host";
+  fs::create_directories(victim / "etc");
+  std::ofstream(victim / "etc" / "shadow") << "root:x\n";
+  ::chmod((victim / "etc" / "shadow").c_str(), 0640);
+  ::chmod((victim / "etc").c_str(), 0755);
+  ::chmod(victim.c_str(), 0711);
+  const auto before = fingerprint(victim);
+
+  auto paths = std::make_shared<const Paths>(base(), base().string());
+  MountComposerOptions options;
+  options.ambient_user = [] { return std::optional<std::string>("alice"); };
+  const MountComposer composer(paths, options);
+  composer.compose_extra_mounts("t1", std::string("alice"), true);  // t1 exists, as after a turn
+
+  const fs::path user_data = thread_dir() / "user-data";
+  const fs::path lark_data = base() / "users/alice/integrations/lark-cli/data";
+  const std::vector<fs::path> writable = {
+      user_data / "workspace", user_data / "uploads", user_data / "outputs",
+      user_data / ".upload-conversions", lark_data / "token", lark_data / "cache"};
+  const std::vector<fs::path> targets = {victim, victim / "etc", victim / "etc" / "shadow"};
+  std::atomic<bool> stop{false};
+  std::atomic<long> swaps{0};
+  std::thread sandbox([&] {
+    std::size_t turn = 0;
+    std::error_code ignored;
+    while (!stop.load()) {
+      for (const fs::path& entry : writable) {
+        const fs::path staged = entry.string() + ".staged";
+        const fs::path old = entry.string() + ".old";
+        fs::remove_all(staged, ignored);
+        fs::remove_all(old, ignored);
+        if (turn++ % 4 != 3) {
+          // A link to a host path, swapped in atomically (a directory there is moved aside
+          // first: a link cannot be renamed over a directory).
+          ::symlink(targets[turn % targets.size()].c_str(), staged.c_str());
+          if (::rename(staged.c_str(), entry.c_str()) != 0) {
+            ::rename(entry.c_str(), old.c_str());
+            ::rename(staged.c_str(), entry.c_str());
+          }
+        } else {  // back to an innocent directory now and then
+          ::mkdir(staged.c_str(), 0700);
+          ::unlink(entry.c_str());
+          ::rename(staged.c_str(), entry.c_str());
+        }
+        ++swaps;
+      }
+    }
+  });
+  int composed = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (int i = 0; std::chrono::steady_clock::now() < deadline; ++i) {
+    const std::string thread = (i % 2 == 0) ? "t1" : "t" + std::to_string(i);
+    try {
+      composer.compose_extra_mounts(thread, std::string("alice"), true);
+    } catch (const std::exception&) {
+      // A refused link makes that acquisition fail; the gateway never follows it.
+    }
+    ++composed;
+  }
+  stop.store(true);
+  sandbox.join();
+  std::cout << "[ host-integrity ] " << composed << " mount compositions for alice raced "
+            << swaps.load() << " link swaps in her sandbox's writable mounts; host tree "
+            << (fingerprint(victim) == before ? "unchanged" : "CHANGED") << "\n";
+  EXPECT_EQ(fingerprint(victim), before) << "a host path outside the state changed";
+  EXPECT_GT(composed, 50);
 }
 
 // A sandbox can make its data directory as deep and as wide as it likes; the walk stops at its
