@@ -10,6 +10,8 @@
 #include <set>
 #include <sstream>
 
+#include "plugin_metadata.hpp"
+
 namespace sandboxd::core {
 namespace {
 
@@ -119,6 +121,8 @@ PluginLoader::PluginLoader(std::vector<std::string> config_plugin_dirs) {
 }
 
 std::vector<PluginClassInfo> PluginLoader::list() const {
+  // Everything comes from the library files themselves (their symbol tables and metadata
+  // sections): no library is mapped, so no plugin code runs.
   std::vector<PluginClassInfo> out;
   std::set<std::string> modules_seen;
   for (const auto& dir : search_path_) {
@@ -138,29 +142,39 @@ std::vector<PluginClassInfo> PluginLoader::list() const {
         continue;  // not a shared library we can read: not a plugin
       }
       if (classes.empty() || !modules_seen.insert(module).second) continue;
-      std::shared_ptr<boost::dll::shared_library> library;
-      std::string load_problem;
+      std::map<std::string, PluginMetadata> metadata;
+      std::string read_problem;
       try {
-        library = open_library(file.string(), "sandboxctl plugins");
+        for (auto& record : read_plugin_metadata(file.string())) {
+          metadata.emplace(record.class_name, std::move(record));
+        }
       } catch (const std::exception& e) {
-        load_problem = e.what();
+        read_problem = e.what();
       }
       for (const auto& class_name : classes) {
         PluginClassInfo info;
         info.module = module;
         info.class_name = class_name;
         info.path = file.string();
-        info.problem = load_problem;
-        if (library) {
-          const auto& descriptor =
-              library->get_alias<const PluginDescriptor>(kDescriptorSymbolPrefix + class_name);
-          info.abi_version = descriptor.abi_version;
-          if (descriptor.abi_version != kSdkAbiVersion) {
-            info.problem = "built for SDK ABI " + std::to_string(descriptor.abi_version) +
+        info.problem = read_problem;
+        auto record = metadata.find(class_name);
+        if (record == metadata.end()) {
+          if (info.problem.empty()) {
+            info.problem = "no metadata record (built against an SDK older than this host's "
+                           "ABI " + std::to_string(kSdkAbiVersion) + "; rebuild it)";
+          }
+        } else {
+          info.abi_version = record->second.abi_version;
+          if (record->second.abi_version != kSdkAbiVersion) {
+            info.problem = "built for SDK ABI " + std::to_string(record->second.abi_version) +
                            ", this host uses ABI " + std::to_string(kSdkAbiVersion);
+          } else if (record->second.kind != "backend" &&
+                     record->second.kind != "ownership_store") {
+            info.problem = "declares an unknown kind '" + record->second.kind + "'";
           } else {
-            info.kind = static_cast<PluginKind>(descriptor.kind);
-            info.description = descriptor.description ? descriptor.description : "";
+            info.kind = record->second.kind == "backend" ? PluginKind::backend
+                                                         : PluginKind::ownership_store;
+            info.description = record->second.description;
           }
         }
         out.push_back(std::move(info));
@@ -215,6 +229,23 @@ ResolvedClass resolve(const std::vector<std::string>& search_path, const std::st
         where + ": module '" + use.module + "' (" + path + ") does not export a class '" +
         use.class_name + "'; it exports: " +
         (classes.empty() ? std::string("nothing (not a sandboxd plugin)") : join(classes, ", ")));
+  }
+
+  // The file's own metadata first: a plugin built for another ABI is refused without mapping
+  // it, so none of its code runs (a library without metadata is checked on its descriptor).
+  try {
+    for (const PluginMetadata& record : read_plugin_metadata(path)) {
+      if (record.class_name == use.class_name && record.abi_version != kSdkAbiVersion) {
+        throw PluginLoadError(
+            where + ": plugin '" + use_text + "' (" + path + ") was built for sandboxd SDK ABI " +
+            std::to_string(record.abi_version) + ", but this host uses ABI " +
+            std::to_string(kSdkAbiVersion) + "; rebuild the plugin against this SDK");
+      }
+    }
+  } catch (const PluginLoadError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PluginLoadError(where + ": " + e.what());
   }
 
   ResolvedClass resolved;

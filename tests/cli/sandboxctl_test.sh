@@ -4,6 +4,7 @@ set -u
 ctl="$1"
 example_dir="$2"
 examples="$3"
+static_init_dir="$4"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -23,6 +24,12 @@ for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=1 +/' \
             'process_backend:ProcessSandboxBackend +backend +abi=1 +.*process_backend.so'; do
   contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
 done
+# Listing reads the libraries' own metadata: a plugin whose static initialiser writes a file is
+# listed, and the file never appears (no plugin code runs).
+out=$(SANDBOXD_TEST_STATIC_INIT_MARKER="$work/static-init-ran" SANDBOXD_PLUGIN_PATH="$static_init_dir" \
+      "$ctl" plugins 2>&1); rc=$?
+contains "$out" 'static_init:MarkerBackend +backend +abi=1'; check "plugins lists the static-init plugin" $? "$out"
+[ ! -e "$work/static-init-ran" ]; check "listing ran no plugin code" $? "$(cat "$work/static-init-ran" 2>&1)"
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins --json 2>&1)
 contains "$out" '"use": "process_backend:ProcessSandboxBackend"'; check "plugins --json" $? "$out"
 

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -146,7 +148,7 @@ TEST(PluginLoaderTest, AbiMismatchIsRefusedBeforeTheFactoryRuns) {
   const std::string message =
       load_error([&] { loader.load_backend("abi_mismatch:FutureBackend", make_context(), "w"); });
   EXPECT_THAT(message,
-              AllOf(HasSubstr("built for sandboxd SDK ABI " + std::to_string(kSdkAbiVersion + 998)),
+              AllOf(HasSubstr("built for sandboxd SDK ABI 999"),
                     HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
                     HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
 }
@@ -203,8 +205,33 @@ TEST(PluginLoaderTest, ListShowsEveryClassWithKindAbiAndPath) {
   ASSERT_TRUE(by_use.count("loader_fixture:TinyStore"));
   EXPECT_EQ(by_use["loader_fixture:TinyStore"].kind, PluginKind::ownership_store);
   ASSERT_TRUE(by_use.count("abi_mismatch:FutureBackend"));
-  EXPECT_THAT(by_use["abi_mismatch:FutureBackend"].problem, HasSubstr("built for SDK ABI"));
+  EXPECT_THAT(by_use["abi_mismatch:FutureBackend"].problem, HasSubstr("built for SDK ABI 999"));
+  ASSERT_TRUE(by_use.count("abi_mismatch:OldBackend"));
+  EXPECT_THAT(by_use["abi_mismatch:OldBackend"].problem, HasSubstr("no metadata record"));
   EXPECT_EQ(by_use.count("not_a_plugin:Foo"), 0u);
+}
+
+// Listing reads what a library declares from the file; it never maps it, so no static
+// initialiser or factory of a plugin runs (issue 21: it used to dlopen every module).
+TEST(PluginLoaderTest, ListingRunsNoPluginCode) {
+  sandboxd::testing::TempDir tmp;
+  const std::string marker = (tmp.path() / "ran").string();
+  ScopedEnv env("SANDBOXD_TEST_STATIC_INIT_MARKER", marker);
+  const PluginLoader loader({STATIC_INIT_PLUGIN_DIR});
+  std::vector<PluginClassInfo> listed;
+  for (auto& info : loader.list()) {
+    if (info.module == "static_init") listed.push_back(info);
+  }
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].use_string(), "static_init:MarkerBackend");
+  EXPECT_EQ(listed[0].kind, PluginKind::backend);
+  EXPECT_EQ(listed[0].abi_version, kSdkAbiVersion);
+  EXPECT_EQ(listed[0].description, "writes a file when its library is loaded");
+  EXPECT_EQ(listed[0].problem, "");
+  EXPECT_FALSE(std::filesystem::exists(marker)) << "listing ran the plugin's static initialiser";
+  // Loading it does run its code: the marker proves the plugin works as a probe.
+  loader.load_backend("static_init:MarkerBackend", make_context(), "test");
+  EXPECT_TRUE(std::filesystem::exists(marker));
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 namespace sandboxd {
 
-inline constexpr std::uint32_t kSdkAbiVersion = 1;
+// A macro too, so a plugin's metadata record (plugin.hpp) can carry it as text.
+#define SANDBOXD_SDK_ABI_VERSION 1
+inline constexpr std::uint32_t kSdkAbiVersion = SANDBOXD_SDK_ABI_VERSION;
 
 }  // namespace sandboxd

@@ -12,8 +12,10 @@
 // "lib" and ".so" (or a path to the library file).
 //
 // Each macro emits a plain descriptor whose first field is the SDK ABI version, under an
-// unmangled name in the "sandboxd" section of the library. The host lists classes from that
-// section without running plugin code and compares ABI versions before it calls any factory.
+// unmangled name in the "sandboxd" section of the library, and a metadata record (ABI, kind,
+// class, description as NUL-separated text) in the "sandboxd_meta" section. The host reads the
+// records from the file itself, so listing plugins and checking a plugin's ABI run none of its
+// code; it compares ABI versions again on the descriptor before it calls any factory.
 #pragma once
 
 #include <boost/dll/alias.hpp>
@@ -64,12 +66,25 @@ struct PluginDescriptor {
   OwnershipStore* (*create_ownership_store)(const PluginContext&);  // kind == ownership_store
 };
 
+// The metadata section, and the first field of each record in it.
+inline constexpr const char* kMetadataSection = "sandboxd_meta";
+inline constexpr const char* kMetadataRecordStart = "sandboxd-plugin";
+
 // Prefix of the exported alias names; the rest is the class name.
 inline constexpr const char* kDescriptorSymbolPrefix = "sandboxd_plugin_";
 // Section holding the aliases (at most 8 characters, a Boost.DLL limit).
 inline constexpr const char* kDescriptorSection = "sandboxd";
 
 }  // namespace sandboxd
+
+#define SANDBOXD_DETAIL_TEXT2(x) #x
+#define SANDBOXD_DETAIL_TEXT(x) SANDBOXD_DETAIL_TEXT2(x)
+// One metadata record: "sandboxd-plugin\0abi=N\0kind=K\0class=C\0description=D\0".
+#define SANDBOXD_DETAIL_METADATA(Class, KindText, Description)                             \
+  extern "C" __attribute__((used, section("sandboxd_meta"), aligned(1))) const char         \
+      sandboxd_meta_##Class[] = "sandboxd-plugin\0abi=" SANDBOXD_DETAIL_TEXT(              \
+          SANDBOXD_SDK_ABI_VERSION) "\0kind=" KindText "\0class=" #Class                   \
+                                    "\0description=" Description "\0";
 
 #define SANDBOXD_DETAIL_EXPORT(Class, KindValue, Description, BackendFactory, StoreFactory) \
   extern "C" const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class;                \
@@ -84,6 +99,7 @@ inline constexpr const char* kDescriptorSection = "sandboxd";
 
 // Registers a SandboxBackend subclass constructible from `const PluginContext&`.
 #define SANDBOXD_EXPORT_BACKEND(Class, Description)                           \
+  SANDBOXD_DETAIL_METADATA(Class, "backend", Description)                     \
   SANDBOXD_DETAIL_EXPORT(                                                     \
       Class, ::sandboxd::PluginKind::backend, Description,                    \
       [](const ::sandboxd::PluginContext& c) -> ::sandboxd::SandboxBackend* { \
@@ -93,6 +109,7 @@ inline constexpr const char* kDescriptorSection = "sandboxd";
 
 // Registers an OwnershipStore subclass constructible from `const PluginContext&`.
 #define SANDBOXD_EXPORT_OWNERSHIP_STORE(Class, Description)                                      \
+  SANDBOXD_DETAIL_METADATA(Class, "ownership_store", Description)                                \
   SANDBOXD_DETAIL_EXPORT(Class, ::sandboxd::PluginKind::ownership_store, Description, nullptr,   \
                          [](const ::sandboxd::PluginContext& c) -> ::sandboxd::OwnershipStore* { \
                            return new Class(c);                                                  \
