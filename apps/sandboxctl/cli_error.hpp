@@ -1,32 +1,28 @@
-// sandboxctl's exit codes and the error that carries one. Every failure a user can act on is
-// one sentence on stderr (and, with --json, one {"error": …} document on stdout).
+// sandboxctl's exit codes: one table from an error's kind (core/service_errors.hpp) to the
+// code the process exits with. Every failure a user can act on is one sentence on stderr
+// (and, with --json, one {"error": …} document on stdout).
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include "sandboxd/core/service_errors.hpp"
 
 namespace sandboxctl {
 
 enum ExitCode : int {
   kOk = 0,
-  kInternal = 1,         // a bug or an unexpected failure of this machine
-  kUsage = 2,            // bad command line: unknown command or option, bad id, missing value
-  kBadConfig = 3,        // config file, plugin or state directory unusable
-  kBackendFailure = 4,   // the backend (engine, provisioner) failed or could not be reached
-  kNotFound = 5,         // the sandbox id is not tracked by this state directory
-  kOwnershipRefused = 6  // a peer's lease (or teardown) refused it, or the store cannot answer
+  kInternal = 1,          // a bug or an unexpected failure of this machine
+  kUsage = 2,             // bad command line: unknown command or option, bad id, missing value
+  kBadConfig = 3,         // config file, plugin or state directory unusable
+  kBackendFailure = 4,    // the backend (engine, provisioner) failed or could not be reached
+  kNotFound = 5,          // the sandbox id is not tracked by this state directory
+  kOwnershipRefused = 6,  // a peer's lease (or teardown) refused it, or the store cannot answer
+  kCapacity = 7,          // a capacity ceiling refused it; try again later
 };
 
-// "usage", "config", ... as printed in --json error documents.
-const char* exit_code_name(int code);
+// The one table: kind → exit code.
+int exit_code(sandboxd::core::ErrorKind kind);
 
-class CliError : public std::runtime_error {
- public:
-  CliError(int code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  int code() const { return code_; }
-
- private:
-  int code_;
-};
+// A command's failure: the provider's typed errors and sandboxctl's own are one type.
+using CliError = sandboxd::core::ServiceError;
+using sandboxd::core::ErrorKind;
 
 }  // namespace sandboxctl

@@ -13,7 +13,8 @@
 #include <sstream>
 
 #include "cli_error.hpp"
-#include "operations.hpp"
+#include "sandboxd/core/service_json.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/owner_id.hpp"
@@ -100,13 +101,13 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
     w.StartArray();
     for (const auto& c : classes) {
       w.StartObject();
-      write_string(w, "use", c.use_string());
-      write_string(w, "kind", c.problem.empty() ? to_string(c.kind) : "unusable");
+      write_json_member(w, "use", c.use_string());
+      write_json_member(w, "kind", c.problem.empty() ? to_string(c.kind) : "unusable");
       w.Key("abi");
       w.Uint(c.abi_version);
-      write_string(w, "path", c.path);
-      write_string(w, "description", c.description);
-      if (!c.problem.empty()) write_string(w, "problem", c.problem);
+      write_json_member(w, "path", c.path);
+      write_json_member(w, "description", c.description);
+      if (!c.problem.empty()) write_json_member(w, "problem", c.problem);
       w.EndObject();
     }
     w.EndArray();
@@ -117,7 +118,7 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
   if (classes.empty()) {
     std::string searched;
     for (const auto& dir : loader.search_path()) searched += " " + dir;
-    throw CliError(kInternal, "no plugins found; searched:" + searched);
+    throw CliError(ErrorKind::internal, "no plugins found; searched:" + searched);
   }
   for (const auto& c : classes) {
     std::printf("%-45s  %-9s  abi=%u  %s%s\n", c.use_string().c_str(),
@@ -164,15 +165,15 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     w.StartObject();
     w.Key("config");
     w.RawValue(rendered.c_str(), rendered.size(), rapidjson::kObjectType);
-    write_string(w, "source", config.source_file);
-    write_string(w, "backend", config.backend.use);
-    write_string(w, "ownership", config.ownership.use);
+    write_json_member(w, "source", config.source_file);
+    write_json_member(w, "backend", config.backend.use);
+    write_json_member(w, "ownership", config.ownership.use);
     w.Key("lease_ttl_seconds");
     w.Double(ttl);
     w.Key("cross_process");
     w.Bool(cross_process);
-    write_string(w, "sandboxctl_registry", registry_file.string());
-    write_string(w, "sandboxctl_owner_id", one_shot_owner);
+    write_json_member(w, "sandboxctl_registry", registry_file.string());
+    write_json_member(w, "sandboxctl_owner_id", one_shot_owner);
     w.Key("sandboxctl_lease_ttl_seconds");
     w.Double(one_shot_ttl);
     w.EndObject();
@@ -217,33 +218,15 @@ int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
   };
   Session session(load_command_config(context.config_file), context.logger, std::move(hooks));
   progress->start("acquiring a sandbox for " + who);
-  const Acquired acquired =
-      acquire_conversation(session.provider(), user, thread, "--user", "--thread");
+  const core::Acquired acquired = session.service().acquire({user, thread, "--user", "--thread"});
   progress->stop();
   session.commit();
-  const core::AcquireResult& result = acquired.result;
-  const auto& tracked = acquired.tracked;
-  const std::string url = tracked ? tracked->info.sandbox_url : std::string();
   if (json_output(context, vm)) {
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    write_string(w, "sandbox_id", result.sandbox_id);
-    write_string(w, "sandbox_url", url);
-    write_string(w, "path", core::to_string(result.path));
-    write_optional(w, "user_id",
-                   tracked && tracked->conversation ? std::optional(tracked->conversation->user_id)
-                                                    : std::nullopt);
-    write_optional(w, "thread_id",
-                   tracked && tracked->conversation
-                       ? std::optional(tracked->conversation->thread_id)
-                       : std::nullopt);
-    w.EndObject();
-    emit(buffer);
+    std::cout << core::to_json(acquired) << "\n";
   } else {
-    std::cout << "sandbox_id:  " << result.sandbox_id << "\n"
-              << "sandbox_url: " << url << "\n"
-              << "path:        " << core::to_string(result.path) << "\n";
+    std::cout << "sandbox_id:  " << acquired.sandbox_id << "\n"
+              << "sandbox_url: " << acquired.sandbox_url << "\n"
+              << "path:        " << core::to_string(acquired.path) << "\n";
   }
   return kOk;
 }
@@ -258,33 +241,22 @@ po::positional_options_description id_positional() {
 
 std::string required_id(const po::variables_map& vm, const char* command) {
   if (!vm.count("sandbox-id")) {
-    throw CliError(kUsage, std::string(command) + " needs a sandbox id (sandboxctl " + command +
+    throw CliError(ErrorKind::invalid_argument, std::string(command) + " needs a sandbox id (sandboxctl " + command +
                                " ID; sandboxctl list shows them)");
   }
   return vm["sandbox-id"].as<std::string>();
 }
 
-void print_one(const GlobalContext& context, const po::variables_map& vm,
-               const core::TrackedSandbox& t, const char* result) {
-  if (json_output(context, vm)) {
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    write_tracked(w, t);
-    if (result) write_string(w, "result", result);
-    w.EndObject();
-    emit(buffer);
-    return;
-  }
-  const std::string conversation =
-      t.conversation ? t.conversation->user_id + "/" + t.conversation->thread_id : "-";
-  std::cout << "sandbox_id:   " << t.info.sandbox_id << "\n"
-            << "sandbox_url:  " << t.info.sandbox_url << "\n"
-            << "state:        " << (t.warm ? "warm" : "active") << "\n"
+// One sandbox as text: its view, then the result of what was done ("" for a get).
+void print_one(const core::SandboxView& t, const std::string& result) {
+  const std::string conversation = t.thread_id ? t.user_id.value_or("") + "/" + *t.thread_id : "-";
+  std::cout << "sandbox_id:   " << t.sandbox_id << "\n"
+            << "sandbox_url:  " << t.sandbox_url << "\n"
+            << "state:        " << t.state << "\n"
             << "conversation: " << conversation << "\n"
-            << (t.warm ? "released:     " : "last used:    ") << seconds_text(wall_now() - t.since)
-            << " ago\n";
-  if (result) std::cout << "result:       " << result << "\n";
+            << (t.state == "warm" ? "released:     " : "last used:    ")
+            << seconds_text(core::wall_clock_now() - t.since) << " ago\n";
+  if (!result.empty()) std::cout << "result:       " << result << "\n";
 }
 
 int cmd_release(GlobalContext& context, const std::vector<std::string>& args) {
@@ -300,9 +272,13 @@ int cmd_release(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args, &positional);
   const std::string id = required_id(vm, "release");
   Session session(load_command_config(context.config_file), context.logger);
-  const Released released = release_sandbox(session.provider(), id, session.where());
+  const core::Released released = session.service().release(id);
   session.commit();
-  print_one(context, vm, released.tracked, released.result);
+  if (json_output(context, vm)) {
+    std::cout << core::to_json(released) << "\n";
+  } else {
+    print_one(released.sandbox, released.result);
+  }
   return kOk;
 }
 
@@ -320,10 +296,14 @@ int cmd_destroy(GlobalContext& context, const std::vector<std::string>& args) {
   const std::string id = required_id(vm, "destroy");
   Session session(load_command_config(context.config_file), context.logger);
   context.progress->start("stopping sandbox " + id);
-  const core::TrackedSandbox destroyed = destroy_sandbox(session.provider(), id, session.where());
+  const core::Destroyed destroyed = session.service().destroy(id);
   context.progress->stop();
   session.commit();
-  print_one(context, vm, destroyed, "destroyed");
+  if (json_output(context, vm)) {
+    std::cout << core::to_json(destroyed) << "\n";
+  } else {
+    print_one(destroyed.sandbox, "destroyed");
+  }
   return kOk;
 }
 
@@ -339,9 +319,13 @@ int cmd_get(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args, &positional);
   const std::string id = required_id(vm, "get");
   Session session(load_command_config(context.config_file), context.logger);
-  const core::TrackedSandbox tracked = get_sandbox(session.provider(), id, session.where());
+  const core::SandboxView tracked = session.service().get(id);
   session.commit();
-  print_one(context, vm, tracked, nullptr);
+  if (json_output(context, vm)) {
+    std::cout << core::to_json(tracked) << "\n";
+  } else {
+    print_one(tracked, "");
+  }
   return kOk;
 }
 
@@ -359,18 +343,13 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
   Session session(load_command_config(context.config_file), context.logger);
-  const Listing listing = list_sandboxes(session.provider());
+  const core::Listing listing = session.service().list();
   const std::string& me = listing.owner_id;
-  const double now = wall_now();
+  const double now = core::wall_clock_now();
   session.commit();
 
   if (json_output(context, vm)) {
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    write_listing(w, listing, session.state_dir().string());
-    w.EndObject();
-    emit(buffer);
+    std::cout << core::to_json(listing) << "\n";
   } else {
     std::cout << "state directory " << session.state_dir().string() << ", owner " << me << "\n";
     std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", "SANDBOX", "STATE", "RUNNING",
@@ -395,7 +374,7 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
     }
   }
   if (!listing.backend_error.empty()) {
-    throw CliError(kBackendFailure,
+    throw CliError(ErrorKind::unavailable,
                    "the backend could not list its containers: " + listing.backend_error);
   }
   return kOk;
@@ -415,27 +394,17 @@ int cmd_reconcile(GlobalContext& context, const std::vector<std::string>& args) 
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
   Session session(load_command_config(context.config_file), context.logger);
-  const core::ReconcileReport report = session.provider().reconcile_orphans();
+  const core::ReconcileReport report = [&] {
+    try {
+      return session.service().reconcile();
+    } catch (...) {
+      session.commit();  // what the pass changed (first sightings) is kept either way
+      throw;
+    }
+  }();
   session.commit();
-  if (!report.listed) {
-    throw CliError(kBackendFailure,
-                   "the backend could not list its containers (see the log "
-                   "line above); nothing was adopted");
-  }
   if (json_output(context, vm)) {
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("adopted");
-    w.Int(report.adopted);
-    w.Key("skipped");
-    w.Int(report.skipped);
-    w.Key("deferred");
-    w.Int(report.deferred);
-    w.Key("found");
-    w.Int(report.found);
-    w.EndObject();
-    emit(buffer);
+    std::cout << core::to_json(report) << "\n";
   } else {
     std::cout << report.adopted << " adopted, " << report.skipped << " skipped (live peer), "
               << report.deferred << " deferred (owned or within the grace), " << report.found
@@ -455,37 +424,16 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args);
   Session session(load_command_config(context.config_file), context.logger);
   const int idle_timeout = session.config().idle_timeout;
-  std::vector<std::string> reaped;
-  if (idle_timeout > 0) {
-    const auto before = session.provider().export_registry();
-    session.provider().cleanup_idle_sandboxes(idle_timeout);  // logs its own failures
-    for (const auto& t : before.sandboxes) {
-      if (!session.provider().find(t.info.sandbox_id)) reaped.push_back(t.info.sandbox_id);
-    }
-  }
-  const auto left = session.provider().counts();
+  const core::Reaped result = session.service().reap(idle_timeout);
+  const std::vector<std::string>& reaped = result.reaped;
   session.commit();
   if (json_output(context, vm)) {
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("idle_timeout");
-    w.Int(idle_timeout);
-    w.Key("reaped");
-    w.StartArray();
-    for (const auto& id : reaped) w.String(id.c_str());
-    w.EndArray();
-    w.Key("active");
-    w.Uint64(left.active);
-    w.Key("warm");
-    w.Uint64(left.warm);
-    w.EndObject();
-    emit(buffer);
+    std::cout << core::to_json(result) << "\n";
   } else if (idle_timeout <= 0) {
     std::cout << "idle reaping is disabled (idle_timeout: 0); nothing reaped\n";
   } else {
     std::cout << reaped.size() << " reaped (idle longer than " << idle_timeout << "s), "
-              << left.active << " active and " << left.warm << " warm left\n";
+              << result.active << " active and " << result.warm << " warm left\n";
   }
   return kOk;
 }
@@ -523,7 +471,7 @@ int run_command(const Command& command, GlobalContext& context,
   } catch (const HelpShown&) {
     return kOk;
   } catch (const po::error& e) {
-    throw CliError(kUsage, std::string(command.name) + ": " + e.what() + " (see sandboxctl " +
+    throw CliError(ErrorKind::invalid_argument, std::string(command.name) + ": " + e.what() + " (see sandboxctl " +
                                command.name + " --help)");
   }
 }

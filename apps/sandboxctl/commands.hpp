@@ -2,6 +2,7 @@
 // and --json), calls the core, and prints; none holds lifecycle logic of its own.
 #pragma once
 
+#include <rapidjson/prettywriter.h>
 #include <rapidjson/stringbuffer.h>
 
 #include <boost/program_options.hpp>
@@ -14,6 +15,8 @@
 #include "sandboxd/logger.hpp"
 
 namespace sandboxctl {
+
+using JsonWriter = rapidjson::PrettyWriter<rapidjson::StringBuffer>;
 
 struct GlobalContext {
   std::optional<std::string> config_file;  // --config; nothing → the built-in default

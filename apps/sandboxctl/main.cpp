@@ -15,6 +15,7 @@
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/one_shot_host.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/service_json.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
 
@@ -34,7 +35,8 @@ constexpr const char* kExitCodes =
     "  4  backend failure (the engine or provisioner failed or is unreachable)\n"
     "  5  not found (the sandbox id is not tracked by this state directory)\n"
     "  6  ownership refused (another instance holds the lease or is tearing the sandbox\n"
-    "     down) or the lease store cannot answer\n";
+    "     down) or the lease store cannot answer\n"
+    "  7  capacity: a ceiling (replicas, per user, a quota) refused it; try again later\n";
 
 void print_usage(const po::options_description& global) {
   std::cout << "Usage: sandboxctl [--config FILE] [--log-level LEVEL] [--json] COMMAND [ARGS]\n"
@@ -55,25 +57,12 @@ void print_usage(const po::options_description& global) {
          "  sandboxctl release SANDBOX_ID\n";
 }
 
-// The one-sentence message on stderr, plus {"error": …} on stdout for --json callers.
-int fail(int code, const std::string& message, bool as_json) {
+// The one-sentence message on stderr, plus {"error": …} on stdout for --json callers; the
+// exit code comes from the kind (cli_error.hpp's one table).
+int fail(ErrorKind kind, const std::string& message, bool as_json) {
+  const int code = exit_code(kind);
   std::cerr << "sandboxctl: " << message << "\n";
-  if (as_json) {
-    rapidjson::StringBuffer buffer;
-    rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
-    w.StartObject();
-    w.Key("error");
-    w.StartObject();
-    w.Key("code");
-    w.Int(code);
-    w.Key("kind");
-    w.String(exit_code_name(code));
-    w.Key("message");
-    w.String(message.c_str(), static_cast<rapidjson::SizeType>(message.size()));
-    w.EndObject();
-    w.EndObject();
-    std::cout << buffer.GetString() << "\n";
-  }
+  if (as_json) std::cout << core::error_json(kind, message, code) << "\n";
   return code;
 }
 
@@ -114,11 +103,11 @@ int main(int argc, char** argv) {
     }
     if (!vm.count("command")) {
       print_usage(global);
-      return kUsage;
+      return exit_code(ErrorKind::invalid_argument);
     }
     const auto level = core::parse_log_level(vm["log-level"].as<std::string>());
     if (!level) {
-      return fail(kUsage,
+      return fail(ErrorKind::invalid_argument,
                   "--log-level: unknown level '" + vm["log-level"].as<std::string>() +
                       "' (use debug, info, warning or error)",
                   as_json);
@@ -137,32 +126,16 @@ int main(int argc, char** argv) {
     for (const auto& command : commands()) {
       if (name == command.name) return run_command(command, context, rest);
     }
-    return fail(kUsage, "unknown command '" + name + "' (sandboxctl --help lists them)", as_json);
-  } catch (const CliError& e) {
-    if (context.progress) context.progress->stop();
-    return fail(e.code(), e.what(), as_json);
+    return fail(ErrorKind::invalid_argument,
+                "unknown command '" + name + "' (sandboxctl --help lists them)", as_json);
   } catch (const po::error& e) {
-    return fail(kUsage, std::string(e.what()) + " (see sandboxctl --help)", as_json);
-  } catch (const core::ConfigError& e) {
-    return fail(kBadConfig, e.what(), as_json);
-  } catch (const core::PluginLoadError& e) {
-    return fail(kBadConfig, e.what(), as_json);
-  } catch (const PluginConfigError& e) {
-    return fail(kBadConfig, e.what(), as_json);
-  } catch (const core::RegistryFileError& e) {
-    return fail(kBadConfig, e.what(), as_json);
-  } catch (const host_fs::UntrustedDirectoryError& e) {
-    return fail(kBadConfig, e.what(), as_json);
-  } catch (const SandboxBeingDestroyedError& e) {
-    return fail(kOwnershipRefused, e.what(), as_json);
-  } catch (const SandboxIdentityCollisionError& e) {
-    return fail(kOwnershipRefused, e.what(), as_json);
-  } catch (const OwnershipBackendError& e) {
-    return fail(kOwnershipRefused, std::string("the lease store cannot answer: ") + e.what(),
+    return fail(ErrorKind::invalid_argument, std::string(e.what()) + " (see sandboxctl --help)",
                 as_json);
-  } catch (const std::invalid_argument& e) {
-    return fail(kUsage, e.what(), as_json);
   } catch (const std::exception& e) {
-    return fail(kInternal, e.what(), as_json);
+    // ServiceError keeps its kind; config, plugin, state-directory, lease and id errors are
+    // classified; anything else is internal.
+    if (context.progress) context.progress->stop();
+    const core::ServiceError error = core::as_service_error(e);
+    return fail(error.kind(), error.what(), as_json);
   }
 }

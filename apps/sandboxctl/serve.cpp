@@ -22,7 +22,9 @@
 #include "http_door.hpp"
 #include "listen_address.hpp"
 #include "metrics.hpp"
-#include "operations.hpp"
+#include "cli_error.hpp"
+#include "error_status.hpp"
+#include "sandboxd/core/service_json.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/json.hpp"
@@ -46,13 +48,13 @@ class ServeLock {
     // O_NOFOLLOW: a link planted here must not make serve truncate another file.
     fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) {
-      throw CliError(kBadConfig, "cannot open " + path.string() + ": " + std::strerror(errno));
+      throw CliError(ErrorKind::config, "cannot open " + path.string() + ": " + std::strerror(errno));
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       char pid[32] = {0};
       const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
       ::close(fd_);
-      throw CliError(kOwnershipRefused, "another sandboxctl serve (pid " +
+      throw CliError(ErrorKind::conflict, "another sandboxctl serve (pid " +
                                             std::string(n > 0 ? pid : "?") +
                                             ") is serving state directory " + state_dir.string());
     }
@@ -73,18 +75,18 @@ std::string read_token(const po::variables_map& vm) {
   if (vm.count("token-file")) {
     const std::string path = vm["token-file"].as<std::string>();
     std::ifstream in(path);
-    if (!in) throw CliError(kBadConfig, "--token-file " + path + ": cannot be read");
+    if (!in) throw CliError(ErrorKind::config, "--token-file " + path + ": cannot be read");
     std::string token;
     std::getline(in, token);
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-    if (token.empty()) throw CliError(kBadConfig, "--token-file " + path + ": the file is empty");
+    if (token.empty()) throw CliError(ErrorKind::config, "--token-file " + path + ": the file is empty");
     return token;
   }
   if (vm.count("token-env")) {
     const std::string name = vm["token-env"].as<std::string>();
     const char* value = std::getenv(name.c_str());
     if (!value || !*value) {
-      throw CliError(kBadConfig, "--token-env " + name + ": the environment variable is not set");
+      throw CliError(ErrorKind::config, "--token-env " + name + ": the environment variable is not set");
     }
     return value;
   }
@@ -98,42 +100,19 @@ bool token_matches(const std::string& authorization, const std::string& token) {
   return CRYPTO_memcmp(authorization.data() + kBearer.size(), token.data(), token.size()) == 0;
 }
 
-int http_status_of(int exit_code) {
-  switch (exit_code) {
-    case kUsage:
-      return 400;
-    case kNotFound:
-      return 404;
-    case kOwnershipRefused:
-      return 409;
-    case kBackendFailure:
-      return 502;
-    default:
-      return 500;
-  }
-}
-
 using door::Request;
 using door::RequestHead;
 using door::Response;
 
-Response json_response(int status, const std::function<void(JsonWriter&)>& members) {
-  rapidjson::StringBuffer buffer;
-  JsonWriter w(buffer);
-  w.StartObject();
-  members(w);
-  w.EndObject();
-  return {status, "application/json", std::string(buffer.GetString()) + "\n", {}, ""};
+// A rendered document (service_json.hpp) as an answer.
+Response document(int status, const std::string& json) {
+  return {status, "application/json", json + "\n", {}, ""};
 }
 
-Response error_response(int status, const std::string& kind, const std::string& message) {
-  return json_response(status, [&](JsonWriter& w) {
-    w.Key("error");
-    w.StartObject();
-    write_string(w, "kind", kind);
-    write_string(w, "message", message);
-    w.EndObject();
-  });
+Response error_response(core::ErrorKind kind, const std::string& message) {
+  Response response = document(door::http_status(kind), core::error_json(kind, message));
+  if (kind == core::ErrorKind::capacity) response.headers.emplace_back("Retry-After", "1");
+  return response;
 }
 
 // The body of an acquire: {"user_id"?: string, "thread_id"?: string}.
@@ -142,12 +121,14 @@ void parse_acquire_body(const std::string& body, std::optional<std::string>& use
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) return;
   rapidjson::Document doc;
   if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
-    throw CliError(kUsage, "the request body is not a JSON object");
+    throw CliError(ErrorKind::invalid_argument, "the request body is not a JSON object");
   }
   for (auto& [key, target] : {std::pair{"user_id", &user}, std::pair{"thread_id", &thread}}) {
     auto it = doc.FindMember(key);
     if (it == doc.MemberEnd() || it->value.IsNull()) continue;
-    if (!it->value.IsString()) throw CliError(kUsage, std::string(key) + ": must be a string");
+    if (!it->value.IsString()) {
+      throw CliError(ErrorKind::invalid_argument, std::string(key) + ": must be a string");
+    }
     *target = std::string(it->value.GetString(), it->value.GetStringLength());
   }
 }
@@ -172,6 +153,8 @@ void raise_descriptor_limit(std::size_t connections, const std::shared_ptr<Logge
   }
 }
 
+// The control API's routes over the session's SandboxService; every answer is the renderer's
+// document, every error the one error shape with its kind's status.
 class ControlApi {
  public:
   ControlApi(Session& session, ServeMetrics& metrics, std::shared_ptr<Logger> logger,
@@ -187,7 +170,18 @@ class ControlApi {
     if (head.method == "GET" && head.path == "/v1/health") return std::nullopt;
     if ((head.over_tcp || token_on_socket_) &&
         !token_matches(head.header("authorization"), token_)) {
-      Response refused = error_response(401, "unauthorized", "missing or wrong bearer token");
+      Response refused = document(401, [] {
+        rapidjson::StringBuffer buffer;
+        JsonWriter w(buffer);
+        w.StartObject();
+        w.Key("error");
+        w.StartObject();
+        write_json_member(w, "kind", "unauthorized");
+        write_json_member(w, "message", "missing or wrong bearer token");
+        w.EndObject();
+        w.EndObject();
+        return std::string(buffer.GetString());
+      }());
       refused.headers.emplace_back("WWW-Authenticate", "Bearer");
       return refused;
     }
@@ -197,116 +191,82 @@ class ControlApi {
   // On a worker thread.
   Response handle(const Request& request) {
     std::string route = "?";
-    Response response = dispatch(request, route);
+    Response response;
+    try {
+      response = route_request(request, route);
+    } catch (const std::bad_alloc&) {
+      throw;  // the server answers 503
+    } catch (const std::exception& e) {
+      const core::ServiceError error = core::as_service_error(e);
+      if (error.kind() == core::ErrorKind::unavailable) metrics_.record_backend_error();
+      if (error.kind() == core::ErrorKind::internal) {
+        logger_->error("serve: " + request.head.method + " " + route + ": " + error.what());
+      }
+      response = error_response(error.kind(), error.what());
+    }
     response.route = route;
     return response;
   }
 
  private:
-  Response dispatch(const Request& request, std::string& route) {
+  Response route_request(const Request& request, std::string& route) {
     const std::string& path = request.head.path;
     const std::string& method = request.head.method;
+    core::SandboxService& service = session_.service();
     if (method == "GET" && path == "/v1/health") {
       route = "/v1/health";
-      const auto counts = session_.provider().counts();
-      return json_response(200, [&](JsonWriter& w) {
-        write_string(w, "status", "ok");
-        write_string(w, "owner_id", session_.provider().owner_id());
-        w.Key("active");
-        w.Uint64(counts.active);
-        w.Key("warm");
-        w.Uint64(counts.warm);
-        w.Key("uses_thread_data_mounts");
-        w.Bool(session_.provider().uses_thread_data_mounts());
-      });
+      return document(200, core::to_json(service.health()));
     }
-    try {
-      return route_authorized(method, path, request.body, route);
-    } catch (const CliError& e) {
-      if (e.code() == kBackendFailure) metrics_.record_backend_error();
-      return error_response(http_status_of(e.code()), exit_code_name(e.code()), e.what());
-    } catch (const std::bad_alloc&) {
-      throw;  // the server answers 503
-    } catch (const std::exception& e) {
-      logger_->error(std::string("serve: ") + method + " " + route + ": " + e.what());
-      return error_response(500, "internal", e.what());
-    }
-  }
-
-  Response route_authorized(const std::string& method, const std::string& path,
-                                const std::string& body, std::string& route) {
-    core::Provider& provider = session_.provider();
-    const std::string where = "this serve (" + session_.where() + ")";
     if (path == "/metrics" && method == "GET") {
       route = "/metrics";
-      return {200, "text/plain; version=0.0.4; charset=utf-8", metrics_.render(provider), {}, ""};
+      return {200, "text/plain; version=0.0.4; charset=utf-8",
+              metrics_.render(session_.provider()), {}, ""};
     }
     if (path == "/v1/sandboxes/acquire" && method == "POST") {
       route = "/v1/sandboxes/acquire";
-      std::optional<std::string> user, thread;
-      parse_acquire_body(body, user, thread);
+      core::AcquireRequest acquire;
+      parse_acquire_body(request.body, acquire.user_id, acquire.thread_id);
       const auto start = std::chrono::steady_clock::now();
-      Acquired acquired;
+      core::Acquired acquired;
       try {
-        acquired = acquire_conversation(provider, user, thread, "user_id", "thread_id");
-      } catch (const CliError& e) {
-        metrics_.record_acquire_failure(exit_code_name(e.code()));
+        acquired = service.acquire(acquire);
+      } catch (const std::exception& e) {
+        metrics_.record_acquire_failure(core::kind_name(core::as_service_error(e).kind()));
         throw;
       }
       metrics_.record_acquire(
-          acquired.result.path,
+          acquired.path,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      return json_response(200, [&](JsonWriter& w) {
-        write_string(w, "sandbox_id", acquired.result.sandbox_id);
-        write_string(w, "sandbox_url",
-                     acquired.tracked ? acquired.tracked->info.sandbox_url : std::string());
-        write_string(w, "path", core::to_string(acquired.result.path));
-      });
+      return document(200, core::to_json(acquired));
     }
     if (path == "/v1/sandboxes" && method == "GET") {
       route = "/v1/sandboxes";
-      const Listing listing = list_sandboxes(provider);
-      return json_response(
-          200, [&](JsonWriter& w) { write_listing(w, listing, session_.state_dir().string()); });
+      return document(200, core::to_json(service.list()));
     }
     static const std::string kPrefix = "/v1/sandboxes/";
     if (path.rfind(kPrefix, 0) == 0) {
-      std::string rest = path.substr(kPrefix.size());
-      const bool release = rest.size() > 8 && rest.compare(rest.size() - 8, 8, "/release") == 0;
-      if (release) rest.resize(rest.size() - 8);
-      const std::string& id = rest;
-      try {
-        core::validate_sandbox_id(id);
-      } catch (const std::invalid_argument& e) {
-        route = kPrefix + "{id}";
-        throw CliError(kUsage, std::string("sandbox id: ") + e.what());
-      }
+      std::string id = path.substr(kPrefix.size());
+      const bool release = id.size() > 8 && id.compare(id.size() - 8, 8, "/release") == 0;
+      if (release) id.resize(id.size() - 8);
       if (release && method == "POST") {
         route = kPrefix + "{id}/release";
-        const Released released = release_sandbox(provider, id, where);
+        const core::Released released = service.release(id);
         metrics_.record_release();
-        return json_response(200, [&](JsonWriter& w) {
-          write_tracked(w, released.tracked);
-          write_string(w, "result", released.result);
-        });
+        return document(200, core::to_json(released));
       }
       if (!release && method == "GET") {
         route = kPrefix + "{id}";
-        const core::TrackedSandbox tracked = get_sandbox(provider, id, where);
-        return json_response(200, [&](JsonWriter& w) { write_tracked(w, tracked); });
+        return document(200, core::to_json(service.get(id)));
       }
       if (!release && method == "DELETE") {
         route = kPrefix + "{id}";
-        const core::TrackedSandbox destroyed = destroy_sandbox(provider, id, where);
+        const core::Destroyed destroyed = service.destroy(id);
         metrics_.record_destroy();
-        return json_response(200, [&](JsonWriter& w) {
-          write_tracked(w, destroyed);
-          write_string(w, "result", "destroyed");
-        });
+        return document(200, core::to_json(destroyed));
       }
     }
     route = path;
-    return error_response(404, "not_found", "no route " + method + " " + path);
+    return error_response(core::ErrorKind::not_found, "no route " + method + " " + path);
   }
 
   Session& session_;
@@ -357,12 +317,12 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   const auto vm = parse_args(help, options, args);
   const std::string on_exit = vm["on-exit"].as<std::string>();
   if (on_exit != "leave" && on_exit != "destroy") {
-    throw CliError(kUsage, "--on-exit: expected leave or destroy, got '" + on_exit + "'");
+    throw CliError(ErrorKind::invalid_argument, "--on-exit: expected leave or destroy, got '" + on_exit + "'");
   }
   const auto positive = [&](const char* name, int low, int high) {
     const int value = vm[name].as<int>();
     if (value < low || value > high) {
-      throw CliError(kUsage, std::string("--") + name + ": expected " + std::to_string(low) +
+      throw CliError(ErrorKind::invalid_argument, std::string("--") + name + ": expected " + std::to_string(low) +
                                  " to " + std::to_string(high) + ", got " +
                                  std::to_string(value));
     }
@@ -373,13 +333,13 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   limits.worker_threads = positive("workers", 1, 4096);
   const double grace = vm["shutdown-grace"].as<double>();
   if (!(grace >= 0.0 && grace <= 3600.0)) {
-    throw CliError(kUsage, "--shutdown-grace: expected 0 to 3600 seconds, got " +
+    throw CliError(ErrorKind::invalid_argument, "--shutdown-grace: expected 0 to 3600 seconds, got " +
                                std::to_string(grace));
   }
   limits.shutdown_grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
   limits.max_body_bytes = kMaxBodyBytes;
   if (vm.count("token-file") && vm.count("token-env")) {
-    throw CliError(kUsage, "--token-file and --token-env: give one of them");
+    throw CliError(ErrorKind::invalid_argument, "--token-file and --token-env: give one of them");
   }
 
   // Every thread started from here on (provider, server, workers) inherits this mask, so the
@@ -404,7 +364,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
                                               : "unix:" + (state_dir / "serve.sock").string());
   const std::string token = read_token(vm);
   if (address.tcp && token.empty()) {
-    throw CliError(kUsage, "--listen " + address.display() +
+    throw CliError(ErrorKind::invalid_argument, "--listen " + address.display() +
                                ": a bearer token is required on TCP (--token-file or --token-env)");
   }
   raise_descriptor_limit(limits.max_connections, context.logger);
@@ -420,7 +380,17 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   server_options.admit = [&api](const RequestHead& head) { return api->admit(head); };
   server_options.handle = [&api](const Request& request) { return api->handle(request); };
   server_options.error_body = [](int status, const std::string& kind, const std::string& message) {
-    Response response = error_response(status, kind, message);
+    // The server's own answers (400, 413, 431, 503) in the same {"error": …} shape.
+    rapidjson::StringBuffer buffer;
+    JsonWriter w(buffer);
+    w.StartObject();
+    w.Key("error");
+    w.StartObject();
+    write_json_member(w, "kind", kind);
+    write_json_member(w, "message", message);
+    w.EndObject();
+    w.EndObject();
+    Response response = document(status, buffer.GetString());
     if (status == 503) response.headers.emplace_back("Retry-After", "1");
     return response;
   };
@@ -432,7 +402,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   try {
     server.bind();
   } catch (const door::ListenError& error) {
-    throw CliError(error.in_use() ? kOwnershipRefused : kBadConfig, error.what());
+    throw CliError(error.in_use() ? ErrorKind::conflict : ErrorKind::config, error.what());
   }
 
   core::ProviderHooks hooks;
@@ -459,10 +429,10 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
     w.StartObject();
-    write_string(w, "listen", server.bound().display());
+    write_json_member(w, "listen", server.bound().display());
     w.Key("pid");
     w.Int(::getpid());
-    write_string(w, "owner_id", session.provider().owner_id());
+    write_json_member(w, "owner_id", session.provider().owner_id());
     w.Key("inherited_active");
     w.Uint64(counts.active);
     w.Key("inherited_warm");

@@ -37,6 +37,7 @@ Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logg
   host.start = false;
   provider_ = core::Provider::from_config(config_, logger_, std::move(hooks), host);
   provider_->import_registry(loaded_);
+  service_ = std::make_unique<core::SandboxService>(*provider_, state_dir_.string(), where());
   // A daemon starts its background work only once what it inherited is in place, so the first
   // reconciliation does not adopt its own sandboxes as orphans.
   if (kind == SessionKind::daemon) provider_->start();

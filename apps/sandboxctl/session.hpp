@@ -13,6 +13,7 @@
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/one_shot_host.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/sandbox_service.hpp"
 
 namespace sandboxctl {
 
@@ -43,6 +44,8 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   sandboxd::core::Provider& provider() { return *provider_; }
+  // The operations every door offers, over this session's provider.
+  sandboxd::core::SandboxService& service() { return *service_; }
   const sandboxd::core::SandboxConfig& config() const { return config_; }
   const std::filesystem::path& state_dir() const { return state_dir_; }
   // "state directory PATH", for messages.
@@ -60,6 +63,7 @@ class Session {
   sandboxd::core::RegistryFile registry_;
   sandboxd::core::RegistrySnapshot loaded_;
   std::unique_ptr<sandboxd::core::Provider> provider_;
+  std::unique_ptr<sandboxd::core::SandboxService> service_;
   bool committed_ = false;
 };
 

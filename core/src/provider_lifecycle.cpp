@@ -124,13 +124,43 @@ class ScopeExit {
 
 // ── release (SPEC §5.12) ─────────────────────────────────────────────────────
 
-void Provider::release(const std::string& sandbox_id) {
+const char* to_string(ReleaseOutcome outcome) {
+  switch (outcome) {
+    case ReleaseOutcome::released:
+      return "released";
+    case ReleaseOutcome::already_warm:
+      return "already warm";
+    case ReleaseOutcome::not_tracked:
+      return "not tracked";
+    case ReleaseOutcome::lease_lost:
+      return "lease lost";
+  }
+  return "?";
+}
+
+const char* to_string(DestroyOutcome outcome) {
+  switch (outcome) {
+    case DestroyOutcome::destroyed:
+      return "destroyed";
+    case DestroyOutcome::not_tracked:
+      return "not tracked";
+    case DestroyOutcome::refused:
+      return "refused";
+    case DestroyOutcome::skipped:
+      return "skipped";
+  }
+  return "?";
+}
+
+ReleaseOutcome Provider::release(const std::string& sandbox_id) {
   ClientPtr client;
   InfoPtr info;
+  bool was_warm = false;
   // The acquisition this release ends: a `forget` below must not drop a newer one.
   std::optional<std::uint64_t> epoch;
   {
     std::lock_guard lock(mutex_);
+    was_warm = registry_.warm_pool.count(sandbox_id) > 0;
     std::optional<ThreadKey> identity;
     if (auto it = registry_.active.find(sandbox_id); it != registry_.active.end()) {
       client = std::move(it->second.client);
@@ -148,36 +178,42 @@ void Provider::release(const std::string& sandbox_id) {
     }
   }
   close_client(client, [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
+  ReleaseOutcome outcome = info        ? ReleaseOutcome::released
+                           : was_warm  ? ReleaseOutcome::already_warm
+                                       : ReleaseOutcome::not_tracked;
   if (info) {
     if (!refresh_ownership(sandbox_id)) {
       log(LogLevel::warning, "Sandbox " + sandbox_id +
                                  " is owned by another instance; releasing it from this warm pool");
       forget(sandbox_id, epoch);
+      outcome = ReleaseOutcome::lease_lost;
     }
   }
   log_lazily(LogLevel::info, [&] {
     return "Released sandbox " + sandbox_id + " to warm pool (container still running)";
   });
+  return outcome;
 }
 
 // ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
 
-void Provider::destroy(const std::string& sandbox_id) {
-  destroy_tracked(sandbox_id, [] { return true; });
+DestroyOutcome Provider::destroy(const std::string& sandbox_id) {
+  return destroy_tracked(sandbox_id, [] { return true; });
 }
 
-void Provider::destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable) {
+DestroyOutcome Provider::destroy_tracked(const std::string& sandbox_id,
+                                         const Predicate& still_reapable) {
   if (!reserve_local_teardown(sandbox_id, still_reapable)) {
     log(LogLevel::info, "Skipping destroy of sandbox " + sandbox_id +
                             ": re-acquired by this instance or already being torn down");
-    return;
+    return DestroyOutcome::skipped;
   }
   ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
   // Claim before untracking: a refused claim must not leave a running, untracked container.
   if (!claim_ownership(sandbox_id, true)) {
     log(LogLevel::warning,
         "Refusing to destroy sandbox " + sandbox_id + ": owned by another instance");
-    return;
+    return DestroyOutcome::refused;
   }
   Removed removed = remove_tracked(sandbox_id, nullptr);
   close_client(removed.client,
@@ -185,9 +221,10 @@ void Provider::destroy_tracked(const std::string& sandbox_id, const Predicate& s
   if (removed.info) {
     with_held_teardown_lease(sandbox_id, [&] { backend_->destroy(*removed.info); });
     log(LogLevel::info, "Destroyed sandbox " + sandbox_id);
-  } else {
-    release_ownership(sandbox_id);  // leave no `del` marker behind
+    return DestroyOutcome::destroyed;
   }
+  release_ownership(sandbox_id);  // leave no `del` marker behind
+  return DestroyOutcome::not_tracked;
 }
 
 // ── shutdown (SPEC §5.15) ────────────────────────────────────────────────────

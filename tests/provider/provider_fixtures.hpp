@@ -505,12 +505,13 @@ class TestProvider final : public Provider {
   }
 
   std::function<void(const std::string&, const Predicate&)> destroy_tracked_fn;
-  void destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable) override {
+  core::DestroyOutcome destroy_tracked(const std::string& sandbox_id,
+                                       const Predicate& still_reapable) override {
     if (destroy_tracked_fn) {
       destroy_tracked_fn(sandbox_id, still_reapable);
-    } else {
-      Provider::destroy_tracked(sandbox_id, still_reapable);
+      return core::DestroyOutcome::destroyed;
     }
+    return Provider::destroy_tracked(sandbox_id, still_reapable);
   }
 
   std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>

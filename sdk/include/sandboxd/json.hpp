@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace sandboxd {
@@ -50,6 +51,37 @@ inline bool parse_json(rapidjson::Document& doc, std::string_view text) {
   }
   doc.Parse<ExtraFlags | rapidjson::kParseIterativeFlag>(text.data(), text.size());
   return !doc.HasParseError();
+}
+
+// Writing: a string of any length and content (NUL bytes included) as one JSON string, and a
+// member whose value is a string or null, for any RapidJSON writer.
+template <class Writer>
+void write_json_string(Writer& w, std::string_view value) {
+  w.String(value.data(), static_cast<rapidjson::SizeType>(value.size()));
+}
+template <class Writer>
+void write_json_member(Writer& w, const char* key, std::string_view value) {
+  w.Key(key);
+  write_json_string(w, value);
+}
+template <class Writer>
+void write_json_optional(Writer& w, const char* key, const std::optional<std::string>& value) {
+  w.Key(key);
+  if (value) {
+    write_json_string(w, *value);
+  } else {
+    w.Null();
+  }
+}
+// A string member that may be absent in the model: null when `value` is empty.
+template <class Writer>
+void write_json_member_or_null(Writer& w, const char* key, const std::string& value) {
+  w.Key(key);
+  if (value.empty()) {
+    w.Null();
+  } else {
+    write_json_string(w, value);
+  }
 }
 
 }  // namespace sandboxd

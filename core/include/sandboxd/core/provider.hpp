@@ -160,6 +160,23 @@ struct AcquireResult {
   AcquirePath path = AcquirePath::created;
 };
 
+// What release() did.
+enum class ReleaseOutcome {
+  released,      // active → warm pool (it keeps running)
+  already_warm,  // it was in the warm pool already
+  not_tracked,   // this instance does not track it
+  lease_lost,    // parked, then dropped: a peer holds its lease now (it keeps running there)
+};
+// What destroy() did.
+enum class DestroyOutcome {
+  destroyed,    // stopped under a teardown lease and forgotten
+  not_tracked,  // nothing tracked here under that id (no container was touched)
+  refused,      // a peer holds its lease, or the store could not grant the teardown lease
+  skipped,      // this instance is already tearing it down, or re-acquired it meanwhile
+};
+const char* to_string(ReleaseOutcome outcome);
+const char* to_string(DestroyOutcome outcome);
+
 // One sandbox as the registry tracks it, for hosts that keep the registry between processes
 // (sandboxctl runs one command per process and persists this in its state directory).
 struct TrackedSandbox {
@@ -254,9 +271,10 @@ class Provider {
   // The client of an active sandbox; in-memory only (safe on an event loop).
   ClientPtr get(const std::string& sandbox_id);
   // Close the client and park the sandbox in the warm pool (it keeps running).
-  void release(const std::string& sandbox_id);
-  // Close the client and stop the sandbox, under a teardown lease.
-  void destroy(const std::string& sandbox_id);
+  ReleaseOutcome release(const std::string& sandbox_id);
+  // Close the client and stop the sandbox, under a teardown lease. A backend failure to stop
+  // it throws.
+  DestroyOutcome destroy(const std::string& sandbox_id);
   // Destroy everything this instance tracks and stop background work. Idempotent.
   void shutdown();
   // Stop background work and close the ownership store, leaving every sandbox running and its
@@ -420,7 +438,8 @@ class Provider {
   void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch);
 
   // ── teardown and health (SPEC §5.13, §5.16, §6.2) ──
-  virtual void destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable);
+  virtual DestroyOutcome destroy_tracked(const std::string& sandbox_id,
+                                         const Predicate& still_reapable);
   virtual bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
                                   const std::string& reason, const Predicate& still_reapable);
   std::optional<bool> check_alive(const std::string& sandbox_id, const SandboxInfo& info);

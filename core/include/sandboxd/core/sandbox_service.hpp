@@ -1,0 +1,123 @@
+// The operations every door offers (sandboxctl's commands, `sandboxctl serve`'s routes, an
+// embedding gateway), once, in the core: each drives the Provider and returns a result struct
+// or throws a ServiceError with a kind (service_errors.hpp). The doors only parse their input,
+// call one of these, and render the result with service_json.hpp, so their documents are the
+// same by construction.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/service_errors.hpp"
+#include "sandboxd/ownership.hpp"
+
+namespace sandboxd::core {
+
+// One tracked sandbox as every door shows it.
+struct SandboxView {
+  std::string sandbox_id;
+  std::string sandbox_url;
+  std::string state;  // "active" or "warm"
+  std::optional<std::string> user_id;
+  std::optional<std::string> thread_id;
+  std::optional<std::string> container_name;
+  double since = 0.0;  // wall clock: last activity (active) or release time (warm)
+
+  static SandboxView of(const TrackedSandbox& tracked);
+};
+
+struct AcquireRequest {
+  std::optional<std::string> user_id;
+  std::optional<std::string> thread_id;
+  // How the door names the inputs in its messages ("--user", "user_id").
+  std::string user_label = "user_id";
+  std::string thread_label = "thread_id";
+};
+
+struct Acquired {
+  std::string sandbox_id;
+  std::string sandbox_url;
+  AcquirePath path = AcquirePath::created;
+  std::optional<std::string> user_id;
+  std::optional<std::string> thread_id;
+};
+
+struct Released {
+  SandboxView sandbox;  // now warm
+  std::string result;   // "released" or "already warm"
+};
+
+struct Destroyed {
+  SandboxView sandbox;  // as it was
+};
+
+// A row of the listing: tracked sandboxes, then the backend's containers nobody here tracks.
+struct ListedSandbox {
+  std::string id, state, url, user, thread;  // state: active, warm or orphan
+  std::optional<bool> running;               // unknown when the backend could not list
+  std::optional<double> since;
+  std::optional<LeaseRecord> lease;
+  std::string lease_error;
+};
+
+struct Listing {
+  std::string state_dir;
+  std::string owner_id;
+  std::vector<ListedSandbox> sandboxes;
+  bool wall_clock_leases = false;  // lease expiry is comparable with the wall clock
+  std::string backend_error;       // "" when the backend listed its containers
+};
+
+struct Reaped {
+  int idle_timeout = 0;
+  std::vector<std::string> reaped;
+  std::size_t active = 0;
+  std::size_t warm = 0;
+};
+
+struct Health {
+  std::string owner_id;
+  std::size_t active = 0;
+  std::size_t warm = 0;
+  bool uses_thread_data_mounts = false;
+};
+
+class SandboxService {
+ public:
+  // `state_dir` names where this provider keeps its state, in messages ("is not tracked by
+  // state directory X") and listings.
+  SandboxService(Provider& provider, std::string state_dir, std::string where);
+
+  // Validates the ids (invalid_argument naming the door's label and the value), then acquires.
+  Acquired acquire(const AcquireRequest& request);
+  // not_found when `id` is not tracked here; conflict when a peer's lease refuses it (naming
+  // the holder); unavailable when the engine fails.
+  Released release(const std::string& id);
+  Destroyed destroy(const std::string& id);
+  // An active sandbox's last activity is refreshed (a get is a use).
+  SandboxView get(const std::string& id);
+  // Tracked sandboxes, the backend's own containers (untracked ones are orphans) and leases;
+  // a backend that cannot list is reported in `backend_error`, not thrown.
+  Listing list();
+  ReconcileReport reconcile();
+  Reaped reap(int idle_timeout);
+  Health health();
+
+  Provider& provider() { return provider_; }
+
+ private:
+  TrackedSandbox require_tracked(const std::string& id) const;
+  std::string lease_holder(const std::string& id) const;
+
+  Provider& provider_;
+  const std::string state_dir_;
+  const std::string where_;
+};
+
+// Wall-clock seconds since the epoch, as SandboxView::since and lease expiries count them.
+double wall_clock_now();
+
+}  // namespace sandboxd::core

@@ -1,0 +1,218 @@
+#include "sandboxd/core/sandbox_service.hpp"
+
+#include <chrono>
+#include <set>
+
+#include "sandboxd/core/paths.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+// Runs a provider call; what it throws becomes a ServiceError of its kind.
+template <typename Call>
+auto typed(Call&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (const ServiceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw as_service_error(e, ErrorKind::unavailable);  // what else fails is the backend
+  }
+}
+
+void validate_id(const std::string& id) {
+  try {
+    validate_sandbox_id(id);
+  } catch (const std::invalid_argument& e) {
+    throw ServiceError(ErrorKind::invalid_argument, std::string("sandbox id: ") + e.what());
+  }
+}
+
+}  // namespace
+
+double wall_clock_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+SandboxView SandboxView::of(const TrackedSandbox& tracked) {
+  SandboxView view;
+  view.sandbox_id = tracked.info.sandbox_id;
+  view.sandbox_url = tracked.info.sandbox_url;
+  view.state = tracked.warm ? "warm" : "active";
+  if (tracked.conversation) {
+    view.user_id = tracked.conversation->user_id;
+    view.thread_id = tracked.conversation->thread_id;
+  }
+  view.container_name = tracked.info.container_name;
+  view.since = tracked.since;
+  return view;
+}
+
+SandboxService::SandboxService(Provider& provider, std::string state_dir, std::string where)
+    : provider_(provider), state_dir_(std::move(state_dir)), where_(std::move(where)) {}
+
+TrackedSandbox SandboxService::require_tracked(const std::string& id) const {
+  auto tracked = provider_.find(id);
+  if (!tracked) {
+    throw ServiceError(ErrorKind::not_found, "sandbox '" + id + "' is not tracked by " + where_ +
+                                                 " (sandboxctl list shows what is)");
+  }
+  return *tracked;
+}
+
+std::string SandboxService::lease_holder(const std::string& id) const {
+  try {
+    if (auto lease = provider_.ownership()->inspect(id)) {
+      return lease->owner_id + (lease->destroying ? " (tearing it down)" : "");
+    }
+    return "nobody";
+  } catch (const std::exception& e) {
+    return std::string("unknown (") + e.what() + ")";
+  }
+}
+
+Acquired SandboxService::acquire(const AcquireRequest& request) {
+  try {
+    if (request.user_id) validate_user_id(*request.user_id);
+  } catch (const std::invalid_argument& e) {
+    throw ServiceError(ErrorKind::invalid_argument, request.user_label + ": " + e.what());
+  }
+  try {
+    if (request.thread_id) validate_thread_id(*request.thread_id);
+  } catch (const std::invalid_argument& e) {
+    throw ServiceError(ErrorKind::invalid_argument, request.thread_label + ": " + e.what());
+  }
+  const AcquireResult result =
+      typed([&] { return provider_.acquire_traced(request.thread_id, request.user_id); });
+  Acquired acquired;
+  acquired.sandbox_id = result.sandbox_id;
+  acquired.path = result.path;
+  if (auto tracked = provider_.find(result.sandbox_id)) {
+    acquired.sandbox_url = tracked->info.sandbox_url;
+    if (tracked->conversation) {
+      acquired.user_id = tracked->conversation->user_id;
+      acquired.thread_id = tracked->conversation->thread_id;
+    }
+  }
+  return acquired;
+}
+
+Released SandboxService::release(const std::string& id) {
+  validate_id(id);
+  const TrackedSandbox before = require_tracked(id);
+  const ReleaseOutcome outcome = typed([&] { return provider_.release(id); });
+  if (outcome == ReleaseOutcome::lease_lost) {
+    throw ServiceError(ErrorKind::conflict,
+                       "sandbox " + id + " was released, but its lease belongs to " +
+                           lease_holder(id) +
+                           " now; it keeps running and is no longer tracked here");
+  }
+  if (outcome == ReleaseOutcome::not_tracked) require_tracked(id);  // gone meanwhile
+  auto after = provider_.find(id);
+  if (!after) require_tracked(id);
+  return {SandboxView::of(*after), before.warm ? "already warm" : "released"};
+}
+
+Destroyed SandboxService::destroy(const std::string& id) {
+  validate_id(id);
+  const TrackedSandbox before = require_tracked(id);
+  const DestroyOutcome outcome = typed([&] { return provider_.destroy(id); });
+  switch (outcome) {
+    case DestroyOutcome::destroyed:
+      return {SandboxView::of(before)};
+    case DestroyOutcome::refused:
+      throw ServiceError(ErrorKind::conflict, "refusing to destroy sandbox " + id +
+                                                  ": its lease is held by " + lease_holder(id));
+    case DestroyOutcome::skipped:
+      throw ServiceError(ErrorKind::conflict,
+                         "sandbox " + id + " is already being torn down by " + where_);
+    case DestroyOutcome::not_tracked:
+      break;
+  }
+  require_tracked(id);
+  return {SandboxView::of(before)};
+}
+
+SandboxView SandboxService::get(const std::string& id) {
+  validate_id(id);
+  provider_.get(id);  // an active sandbox's last activity is refreshed
+  return SandboxView::of(require_tracked(id));
+}
+
+Listing SandboxService::list() {
+  Listing listing;
+  listing.state_dir = state_dir_;
+  const RegistrySnapshot registry = provider_.export_registry();
+  std::optional<std::vector<SandboxInfo>> running;
+  try {
+    running = provider_.backend()->list_running();
+  } catch (const std::exception& e) {
+    listing.backend_error = e.what();
+  }
+  std::set<std::string> running_ids, tracked_ids;
+  if (running) {
+    for (const auto& info : *running) running_ids.insert(info.sandbox_id);
+  }
+  for (const auto& t : registry.sandboxes) {
+    tracked_ids.insert(t.info.sandbox_id);
+    const SandboxView view = SandboxView::of(t);
+    ListedSandbox row{view.sandbox_id, view.state, view.sandbox_url, view.user_id.value_or(""),
+                      view.thread_id.value_or(""), std::nullopt, view.since, std::nullopt, ""};
+    if (running) row.running = running_ids.count(t.info.sandbox_id) > 0;
+    listing.sandboxes.push_back(std::move(row));
+  }
+  if (running) {
+    for (const auto& info : *running) {
+      if (tracked_ids.count(info.sandbox_id)) continue;
+      listing.sandboxes.push_back(
+          ListedSandbox{info.sandbox_id, "orphan", info.sandbox_url, info.user_id.value_or(""),
+                        info.thread_id.value_or(""), true, std::nullopt, std::nullopt, ""});
+    }
+  }
+  OwnershipStore& store = *provider_.ownership();
+  for (auto& row : listing.sandboxes) {
+    try {
+      row.lease = store.inspect(row.id);
+    } catch (const std::exception& e) {
+      row.lease_error = e.what();
+    }
+  }
+  listing.owner_id = provider_.owner_id();
+  listing.wall_clock_leases = store.supports_cross_process();
+  return listing;
+}
+
+ReconcileReport SandboxService::reconcile() {
+  const ReconcileReport report = typed([&] { return provider_.reconcile_orphans(); });
+  if (!report.listed) {
+    throw ServiceError(ErrorKind::unavailable,
+                       "the backend could not list its containers (see the log line above); "
+                       "nothing was adopted");
+  }
+  return report;
+}
+
+Reaped SandboxService::reap(int idle_timeout) {
+  Reaped reaped;
+  reaped.idle_timeout = idle_timeout;
+  if (idle_timeout > 0) {
+    const auto before = provider_.export_registry();
+    typed([&] { provider_.cleanup_idle_sandboxes(idle_timeout); });  // logs its own failures
+    for (const auto& t : before.sandboxes) {
+      if (!provider_.find(t.info.sandbox_id)) reaped.reaped.push_back(t.info.sandbox_id);
+    }
+  }
+  const auto left = provider_.counts();
+  reaped.active = left.active;
+  reaped.warm = left.warm;
+  return reaped;
+}
+
+Health SandboxService::health() {
+  const auto counts = provider_.counts();
+  return {provider_.owner_id(), counts.active, counts.warm,
+          provider_.uses_thread_data_mounts()};
+}
+
+}  // namespace sandboxd::core

@@ -1,0 +1,171 @@
+#include "sandboxd/core/service_json.hpp"
+
+#include <rapidjson/prettywriter.h>
+#include <rapidjson/stringbuffer.h>
+
+#include "sandboxd/json.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+using Writer = rapidjson::PrettyWriter<rapidjson::StringBuffer>;
+
+template <class Fill>
+std::string document(Fill fill) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  fill(w);
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
+
+void members(Writer& w, const SandboxView& s) {
+  write_json_member(w, "sandbox_id", s.sandbox_id);
+  write_json_member(w, "sandbox_url", s.sandbox_url);
+  write_json_member(w, "state", s.state);
+  write_json_optional(w, "user_id", s.user_id);
+  write_json_optional(w, "thread_id", s.thread_id);
+  w.Key(s.state == "warm" ? "released_at" : "last_activity");
+  w.Double(s.since);
+  write_json_optional(w, "container_name", s.container_name);
+}
+
+}  // namespace
+
+std::string to_json(const Acquired& a) {
+  return document([&](Writer& w) {
+    write_json_member(w, "sandbox_id", a.sandbox_id);
+    write_json_member(w, "sandbox_url", a.sandbox_url);
+    write_json_member(w, "path", to_string(a.path));
+    write_json_optional(w, "user_id", a.user_id);
+    write_json_optional(w, "thread_id", a.thread_id);
+  });
+}
+
+std::string to_json(const SandboxView& sandbox) {
+  return document([&](Writer& w) { members(w, sandbox); });
+}
+
+std::string to_json(const Released& released) {
+  return document([&](Writer& w) {
+    members(w, released.sandbox);
+    write_json_member(w, "result", released.result);
+  });
+}
+
+std::string to_json(const Destroyed& destroyed) {
+  return document([&](Writer& w) {
+    members(w, destroyed.sandbox);
+    write_json_member(w, "result", "destroyed");
+  });
+}
+
+std::string to_json(const Listing& listing) {
+  return document([&](Writer& w) {
+    write_json_member(w, "state_dir", listing.state_dir);
+    write_json_member(w, "owner_id", listing.owner_id);
+    write_json_member_or_null(w, "backend_error", listing.backend_error);
+    w.Key("sandboxes");
+    w.StartArray();
+    for (const auto& row : listing.sandboxes) {
+      w.StartObject();
+      write_json_member(w, "sandbox_id", row.id);
+      write_json_member(w, "state", row.state);
+      w.Key("tracked");
+      w.Bool(row.state != "orphan");
+      w.Key("running");
+      if (row.running) {
+        w.Bool(*row.running);
+      } else {
+        w.Null();
+      }
+      write_json_member(w, "sandbox_url", row.url);
+      write_json_member_or_null(w, "user_id", row.user);
+      write_json_member_or_null(w, "thread_id", row.thread);
+      w.Key("since");
+      if (row.since) {
+        w.Double(*row.since);
+      } else {
+        w.Null();
+      }
+      w.Key("lease");
+      if (row.lease) {
+        w.StartObject();
+        write_json_member(w, "owner_id", row.lease->owner_id);
+        write_json_member(w, "state", row.lease->destroying ? "del" : "own");
+        w.Key("ours");
+        w.Bool(row.lease->owner_id == listing.owner_id);
+        w.Key("expires_at");
+        if (listing.wall_clock_leases) {
+          w.Double(row.lease->expires_at);
+        } else {
+          w.Null();
+        }
+        w.EndObject();
+      } else {
+        w.Null();
+      }
+      if (!row.lease_error.empty()) write_json_member(w, "lease_error", row.lease_error);
+      w.EndObject();
+    }
+    w.EndArray();
+  });
+}
+
+std::string to_json(const ReconcileReport& report) {
+  return document([&](Writer& w) {
+    w.Key("adopted");
+    w.Int(report.adopted);
+    w.Key("skipped");
+    w.Int(report.skipped);
+    w.Key("deferred");
+    w.Int(report.deferred);
+    w.Key("found");
+    w.Int(report.found);
+  });
+}
+
+std::string to_json(const Reaped& reaped) {
+  return document([&](Writer& w) {
+    w.Key("idle_timeout");
+    w.Int(reaped.idle_timeout);
+    w.Key("reaped");
+    w.StartArray();
+    for (const auto& id : reaped.reaped) write_json_string(w, id);
+    w.EndArray();
+    w.Key("active");
+    w.Uint64(reaped.active);
+    w.Key("warm");
+    w.Uint64(reaped.warm);
+  });
+}
+
+std::string to_json(const Health& health) {
+  return document([&](Writer& w) {
+    write_json_member(w, "status", "ok");
+    write_json_member(w, "owner_id", health.owner_id);
+    w.Key("active");
+    w.Uint64(health.active);
+    w.Key("warm");
+    w.Uint64(health.warm);
+    w.Key("uses_thread_data_mounts");
+    w.Bool(health.uses_thread_data_mounts);
+  });
+}
+
+std::string error_json(ErrorKind kind, const std::string& message, std::optional<int> exit_code) {
+  return document([&](Writer& w) {
+    w.Key("error");
+    w.StartObject();
+    if (exit_code) {
+      w.Key("code");
+      w.Int(*exit_code);
+    }
+    write_json_member(w, "kind", kind_name(kind));
+    write_json_member(w, "message", message);
+    w.EndObject();
+  });
+}
+
+}  // namespace sandboxd::core
