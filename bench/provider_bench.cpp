@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "quiet_logger.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
@@ -175,8 +176,7 @@ class Bench {
     rapidjson::StringBuffer buffer;
     rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
     auto text = [&w](const char* key, const std::string& value) {
-      w.Key(key);
-      w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+      write_json_member(w, key, value);
     };
     w.StartObject();
     text("scenario", row.scenario);
@@ -197,7 +197,7 @@ class Bench {
     if (row.error.empty()) {
       w.Null();
     } else {
-      w.String(row.error.c_str(), static_cast<rapidjson::SizeType>(row.error.size()));
+      write_json_string(w, row.error);
     }
     w.EndObject();
     return buffer.GetString();

@@ -145,7 +145,7 @@ std::string schema_violation_json(const SchemaViolation& violation) {
     if (numeric) {
       w.Int(std::stoi(std::string(part)));
     } else {
-      w.String(part.data(), static_cast<rapidjson::SizeType>(part.size()));
+      write_json_string(w, part);
     }
     if (dot == rest.npos) break;
     rest.remove_prefix(dot + 1);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "http_binding.hpp"
+#include "sandboxd/json.hpp"
 #include "provisioner_service.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/default_config.hpp"
@@ -188,8 +189,7 @@ int main(int argc, char** argv) {
       rapidjson::StringBuffer buffer;
       rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
       auto put = [&](const char* key, const std::string& value) {
-        w.Key(key);
-        w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+        write_json_member(w, key, value);
       };
       w.StartObject();
       put("config", config.source_file);

@@ -1,4 +1,5 @@
 #include "provisioner_service.hpp"
+#include "sandboxd/json.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -29,17 +30,11 @@ std::string json_object(Fill fill) {
 }
 
 void put(Writer& w, const char* key, const std::string& value) {
-  w.Key(key);
-  w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+  write_json_member(w, key, value);
 }
 
 void put(Writer& w, const char* key, const std::optional<std::string>& value) {
-  w.Key(key);
-  if (value) {
-    w.String(value->c_str(), static_cast<rapidjson::SizeType>(value->size()));
-  } else {
-    w.Null();
-  }
+  write_json_optional(w, key, value);
 }
 
 Reply not_found(const std::string& sandbox_id) {

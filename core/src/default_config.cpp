@@ -1,4 +1,5 @@
 #include "sandboxd/core/default_config.hpp"
+#include "sandboxd/json.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -27,8 +28,7 @@ std::string default_config_text(const std::string& socket, const std::string& im
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   const auto pair = [&w](const char* key, const std::string& value) {
-    w.Key(key);
-    w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+    write_json_member(w, key, value);
   };
   w.StartObject();
   w.Key("sandbox");

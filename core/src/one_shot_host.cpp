@@ -102,12 +102,7 @@ std::optional<std::string> non_empty(std::string text) {
 
 template <typename Writer>
 void write_optional(Writer& w, const char* key, const std::optional<std::string>& value) {
-  w.Key(key);
-  if (value) {
-    w.String(value->c_str(), static_cast<rapidjson::SizeType>(value->size()));
-  } else {
-    w.Null();
-  }
+  write_json_optional(w, key, value);
 }
 
 }  // namespace

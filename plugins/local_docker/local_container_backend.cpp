@@ -59,6 +59,7 @@
 #include <vector>
 
 #include "docker_support.hpp"
+#include "sandboxd/json.hpp"
 #include "engine_answers.hpp"
 #include "engine_client.hpp"
 
@@ -399,7 +400,7 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   const auto str = [&w](const std::string& text) {
-    w.String(text.c_str(), static_cast<rapidjson::SizeType>(text.size()));
+    write_json_string(w, text);
   };
   w.StartObject();
   w.Key("Image");

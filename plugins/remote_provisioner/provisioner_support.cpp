@@ -1,4 +1,5 @@
 #include "provisioner_support.hpp"
+#include "sandboxd/json.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -102,12 +103,8 @@ std::string extra_mounts_to_json(const std::vector<Mount>& payload) {
   writer.StartArray();
   for (const Mount& mount : payload) {
     writer.StartObject();
-    writer.Key("host_path");
-    writer.String(mount.host_path.c_str(),
-                  static_cast<rapidjson::SizeType>(mount.host_path.size()));
-    writer.Key("container_path");
-    writer.String(mount.container_path.c_str(),
-                  static_cast<rapidjson::SizeType>(mount.container_path.size()));
+    write_json_member(writer, "host_path", mount.host_path);
+    write_json_member(writer, "container_path", mount.container_path);
     writer.Key("read_only");
     writer.Bool(mount.read_only);
     writer.EndObject();

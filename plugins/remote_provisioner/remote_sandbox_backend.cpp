@@ -105,17 +105,9 @@ class RemoteSandboxBackend final : public SandboxBackend {
     rapidjson::StringBuffer buffer;
     rapidjson::Writer<rapidjson::StringBuffer> writer(buffer);
     writer.StartObject();
-    writer.Key("sandbox_id");
-    writer.String(id.c_str(), static_cast<rapidjson::SizeType>(id.size()));
-    writer.Key("thread_id");
-    if (request.thread_id) {
-      writer.String(request.thread_id->c_str(),
-                    static_cast<rapidjson::SizeType>(request.thread_id->size()));
-    } else {
-      writer.Null();
-    }
-    writer.Key("user_id");
-    writer.String(user.c_str(), static_cast<rapidjson::SizeType>(user.size()));
+    write_json_member(writer, "sandbox_id", id);
+    write_json_optional(writer, "thread_id", request.thread_id);
+    write_json_member(writer, "user_id", user);
     if (required > 0) {
       writer.Key("required_mount_contract_version");
       writer.Int(required);
