@@ -212,9 +212,12 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
   build();
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.thread_map[{"default", "thread-async-lock"}] = "sandbox-async-lock";
-    provider->registry_.active["sandbox-async-lock"].client =
-        std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox");
+    provider->registry_.conversations().assign({"default", "thread-async-lock"},
+                                               "sandbox-async-lock");
+    // The seed sets only the client dict: an active entry with a client and no info.
+    provider->registry_.install_active(
+        "sandbox-async-lock", std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox"),
+        nullptr, std::nullopt, 0.0);
   }
   provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-async-lock"); };
   // The seed calls the discover-or-create step directly; through acquire_async the pre-lock

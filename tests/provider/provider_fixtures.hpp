@@ -1,6 +1,6 @@
 // Fixtures for the provider tests: a scriptable in-process backend, a recording sandbox client,
-// recording executors, a Provider subclass whose steps tests can replace (what the Python seed
-// does with monkeypatch), and a gtest fixture that wires them to the real memory ownership
+// recording executors, the Provider under test with its test peer (whose seams replace steps, as
+// the Python seed does with monkeypatch), and a gtest fixture that wires them to the real memory ownership
 // store, a manual clock and a real temporary base directory.
 //
 // Lock story: every fake guards its call records with its own mutex; the std::function members
@@ -34,6 +34,7 @@
 
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "provider_test_peer.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/sdk.hpp"
@@ -343,197 +344,197 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
   return true;
 }
 
-// The Provider with every replaceable step exposed. When a `*_fn` member is set it replaces
-// the step (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement
-// can observe and then delegate. Set the members before the provider runs.
-class TestProvider final : public Provider {
+// The Provider under test, with its befriended peer (core/src/provider_test_peer.hpp): the
+// public API forwards to the real, final Provider; the `*_fn` members are the peer's step seams
+// (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement can observe
+// and then delegate; `mutex_` and `registry_` reach the registry, filled and read only through
+// its own methods. Set the seams before the provider runs. Not a subclass of Provider.
+class TestProvider {
  public:
-  using Provider::Provider;
+  using Predicate = core::Predicate;
+  using Snapshot = core::Snapshot;
+  using WarmEntry = core::WarmEntry;
 
-  // State the seed reads and pre-fills; take mutex_ while the provider may run elsewhere.
-  using Provider::mutex_;
-  using Provider::Predicate;
-  using Provider::Registry;
-  using Provider::registry_;
-  using Provider::Snapshot;
-  using Provider::WarmEntry;
+  explicit TestProvider(ProviderDeps deps)
+      : owned_(std::make_unique<Provider>(std::move(deps))),
+        peer_(*owned_),
+        mutex_(peer_.mutex()),
+        registry_(peer_.registry()),
+        acquisition_contract_snapshot_fn(peer_.seams().acquisition_contract_snapshot),
+        acquire_internal_fn(peer_.seams().acquire_internal),
+        reuse_in_process_sandbox_fn(peer_.seams().reuse_in_process_sandbox),
+        recheck_cached_sandbox_fn(peer_.seams().recheck_cached_sandbox),
+        create_sandbox_fn(peer_.seams().create_sandbox),
+        register_created_sandbox_fn(peer_.seams().register_created_sandbox),
+        sandbox_id_for_thread_fn(peer_.seams().sandbox_id_for_thread),
+        get_extra_mounts_fn(peer_.seams().get_extra_mounts),
+        ensure_skills_projection_fn(peer_.seams().ensure_skills_projection),
+        claim_ownership_fn(peer_.seams().claim_ownership),
+        with_held_teardown_lease_fn(peer_.seams().with_held_teardown_lease),
+        destroy_tracked_fn(peer_.seams().destroy_tracked),
+        destroy_warm_entry_fn(peer_.seams().destroy_warm_entry),
+        reap_expired_warm_fn(peer_.seams().reap_expired_warm) {}
 
-  // Non-virtual steps tests call directly.
-  using Provider::drop_unhealthy_sandbox;
-  using Provider::forget;
-  using Provider::thread_lock;
+  Provider& real() { return *owned_; }
+  core::ProviderTestPeer& peer() { return peer_; }
 
-  std::function<Snapshot()> acquisition_contract_snapshot_fn;
-  Snapshot acquisition_contract_snapshot() override {
-    return acquisition_contract_snapshot_fn ? acquisition_contract_snapshot_fn()
-                                            : Provider::acquisition_contract_snapshot();
-  }
+ private:
+  std::unique_ptr<Provider> owned_;  // first: built before, destroyed after what refers to it
+  core::ProviderTestPeer peer_;
 
-  std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>
+ public:
+  // The registry and its mutex (lock it while the provider may run elsewhere).
+  core::Mutex& mutex_;
+  core::SandboxRegistry& registry_;
+
+  // The seams, by the names the seed ports use.
+  std::function<Snapshot()>& acquisition_contract_snapshot_fn;
+  std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>&
       acquire_internal_fn;
-  std::string acquire_internal(const std::optional<std::string>& thread_id,
-                               const std::string& user_id, Snapshot snapshot) override {
-    return acquire_internal_fn ? acquire_internal_fn(thread_id, user_id, snapshot)
-                               : Provider::acquire_internal(thread_id, user_id, snapshot);
-  }
-
   std::function<std::optional<std::string>(const std::optional<std::string>&, const std::string&,
                                            const std::optional<std::string>&, bool,
-                                           const Snapshot&)>
-      reuse_in_process_sandbox_fn;
+                                           const Snapshot&)>& reuse_in_process_sandbox_fn;
+  std::function<std::optional<std::string>(const std::string&, const std::string&,
+                                           const std::string&, const Snapshot&)>&
+      recheck_cached_sandbox_fn;
+  std::function<std::string(const std::optional<std::string>&, const std::string&,
+                            const std::string&, const Snapshot&)>& create_sandbox_fn;
+  std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
+                            const std::string&)>& register_created_sandbox_fn;
+  std::function<std::string(const std::optional<std::string>&, const std::string&,
+                            const Snapshot&)>& sandbox_id_for_thread_fn;
+  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>&
+      get_extra_mounts_fn;
+  std::function<void(const std::string&)>& ensure_skills_projection_fn;
+  std::function<bool(const std::string&, bool)>& claim_ownership_fn;
+  std::function<void(const std::string&, const std::function<void()>&)>&
+      with_held_teardown_lease_fn;
+  std::function<void(const std::string&, const Predicate&)>& destroy_tracked_fn;
+  std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>&
+      destroy_warm_entry_fn;
+  std::function<void(std::optional<double>)>& reap_expired_warm_fn;
+
+  // ── the public API ──
+  void start() { owned_->start(); }
+  std::string acquire(const std::optional<std::string>& thread_id,
+                      const std::optional<std::string>& user_id = std::nullopt) {
+    return owned_->acquire(thread_id, user_id);
+  }
+  core::AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
+                                     const std::optional<std::string>& user_id = std::nullopt) {
+    return owned_->acquire_traced(thread_id, user_id);
+  }
+  core::AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
+                                       const std::optional<std::string>& user_id = std::nullopt) {
+    return owned_->acquire_async(thread_id, user_id);
+  }
+  ClientPtr get(const std::string& id) { return owned_->get(id); }
+  core::ReleaseOutcome release(const std::string& id) { return owned_->release(id); }
+  core::DestroyOutcome destroy(const std::string& id) { return owned_->destroy(id); }
+  void shutdown() { owned_->shutdown(); }
+  void detach() { owned_->detach(); }
+  core::RegistrySnapshot export_registry() const { return owned_->export_registry(); }
+  std::optional<core::TrackedSandbox> find(const std::string& id) const {
+    return owned_->find(id);
+  }
+  void import_registry(const core::RegistrySnapshot& snapshot) {
+    owned_->import_registry(snapshot);
+  }
+  bool uses_thread_data_mounts() const { return owned_->uses_thread_data_mounts(); }
+  bool provider_uses_thread_data_mounts() { return owned_->provider_uses_thread_data_mounts(); }
+  bool sandbox_uses_thread_data_mounts(const std::string& id) const {
+    return owned_->sandbox_uses_thread_data_mounts(id);
+  }
+  void cleanup_idle_sandboxes(double idle_timeout) { owned_->cleanup_idle_sandboxes(idle_timeout); }
+  void reap_expired_warm(std::optional<double> timeout = std::nullopt) {
+    owned_->reap_expired_warm(timeout);
+  }
+  std::optional<std::string> evict_oldest_warm() { return owned_->evict_oldest_warm(); }
+  core::ReconcileReport reconcile_orphans() { return owned_->reconcile_orphans(); }
+  void renew_owned_leases() { owned_->renew_owned_leases(); }
+  void prune_idle_thread_locks() { owned_->prune_idle_thread_locks(); }
+  static std::string reconciliation_provider_key() {
+    return Provider::reconciliation_provider_key();
+  }
+  std::optional<core::ReconciliationIdentity> prepare_sandbox_reconciliation_identity(
+      const std::string& id) {
+    return owned_->prepare_sandbox_reconciliation_identity(id);
+  }
+  core::ReconnectResult reconnect_sandbox_for_reconciliation(
+      const std::string& id, const std::string& thread_id, const std::string& user_id,
+      const core::ReconciliationIdentity& identity) {
+    return owned_->reconnect_sandbox_for_reconciliation(id, thread_id, user_id, identity);
+  }
+  const std::string& owner_id() const { return owned_->owner_id(); }
+  SandboxBackend* backend() const { return owned_->backend(); }
+  OwnershipStore* ownership() const { return owned_->ownership(); }
+  Provider::Counts counts() const { return owned_->counts(); }
+  core::ProviderEventCounts event_counts() const { return owned_->event_counts(); }
+
+  // ── steps the seed calls directly, and the real steps behind the seams ──
+  std::string acquire_internal(const std::optional<std::string>& thread_id,
+                               const std::string& user_id, Snapshot snapshot) {
+    return peer_.acquire_internal(thread_id, user_id, std::move(snapshot));
+  }
   std::optional<std::string> reuse_in_process_sandbox(
       const std::optional<std::string>& thread_id, const std::string& user_id,
-      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
-      const Snapshot& snapshot) override {
-    return reuse_in_process_sandbox_fn
-               ? reuse_in_process_sandbox_fn(thread_id, user_id, expected_sandbox_id, post_lock,
-                                             snapshot)
-               : base_reuse_in_process_sandbox(thread_id, user_id, expected_sandbox_id, post_lock,
-                                               snapshot);
+      const std::optional<std::string>& expected, bool post_lock, const Snapshot& snapshot) {
+    return peer_.reuse_in_process_sandbox(thread_id, user_id, expected, post_lock, snapshot);
   }
   std::optional<std::string> base_reuse_in_process_sandbox(
       const std::optional<std::string>& thread_id, const std::string& user_id,
-      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
-      const Snapshot& snapshot) {
-    return Provider::reuse_in_process_sandbox(thread_id, user_id, expected_sandbox_id, post_lock,
-                                              snapshot);
+      const std::optional<std::string>& expected, bool post_lock, const Snapshot& snapshot) {
+    return peer_.base_reuse_in_process_sandbox(thread_id, user_id, expected, post_lock, snapshot);
   }
-
   std::optional<std::string> reclaim_warm_pool_sandbox(const std::optional<std::string>& thread_id,
-                                                       const std::string& sandbox_id,
+                                                       const std::string& id,
                                                        const std::string& user_id, bool post_lock,
-                                                       const Snapshot& snapshot) override {
-    return Provider::reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, post_lock, snapshot);
+                                                       const Snapshot& snapshot) {
+    return peer_.reclaim_warm_pool_sandbox(thread_id, id, user_id, post_lock, snapshot);
   }
-
-  std::string discover_or_create_with_lock(const std::string& thread_id,
-                                           const std::string& sandbox_id,
-                                           const std::string& user_id,
-                                           const Snapshot& snapshot) override {
-    return Provider::discover_or_create_with_lock(thread_id, sandbox_id, user_id, snapshot);
+  std::string discover_or_create_with_lock(const std::string& thread_id, const std::string& id,
+                                           const std::string& user_id, const Snapshot& snapshot) {
+    return peer_.discover_or_create_with_lock(thread_id, id, user_id, snapshot);
   }
-
-  std::function<std::optional<std::string>(const std::string&, const std::string&,
-                                           const std::string&, const Snapshot&)>
-      recheck_cached_sandbox_fn;
-  std::optional<std::string> recheck_cached_sandbox(const std::string& thread_id,
-                                                    const std::string& sandbox_id,
-                                                    const std::string& user_id,
-                                                    const Snapshot& snapshot) override {
-    return recheck_cached_sandbox_fn
-               ? recheck_cached_sandbox_fn(thread_id, sandbox_id, user_id, snapshot)
-               : Provider::recheck_cached_sandbox(thread_id, sandbox_id, user_id, snapshot);
-  }
-
-  std::function<std::string(const std::optional<std::string>&, const std::string&,
-                            const std::string&, const Snapshot&)>
-      create_sandbox_fn;
-  std::string create_sandbox(const std::optional<std::string>& thread_id,
-                             const std::string& sandbox_id, const std::string& user_id,
-                             const Snapshot& snapshot) override {
-    return create_sandbox_fn ? create_sandbox_fn(thread_id, sandbox_id, user_id, snapshot)
-                             : base_create_sandbox(thread_id, sandbox_id, user_id, snapshot);
+  std::string create_sandbox(const std::optional<std::string>& thread_id, const std::string& id,
+                             const std::string& user_id, const Snapshot& snapshot) {
+    return peer_.create_sandbox(thread_id, id, user_id, snapshot);
   }
   std::string base_create_sandbox(const std::optional<std::string>& thread_id,
-                                  const std::string& sandbox_id, const std::string& user_id,
+                                  const std::string& id, const std::string& user_id,
                                   const Snapshot& snapshot) {
-    return Provider::create_sandbox(thread_id, sandbox_id, user_id, snapshot);
+    return peer_.base_create_sandbox(thread_id, id, user_id, snapshot);
   }
-
-  std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
-                            const std::string&)>
-      register_created_sandbox_fn;
-  std::string register_created_sandbox(const std::optional<std::string>& thread_id,
-                                       const std::string& sandbox_id, InfoPtr info,
-                                       const std::string& user_id) override {
-    return register_created_sandbox_fn
-               ? register_created_sandbox_fn(thread_id, sandbox_id, std::move(info), user_id)
-               : Provider::register_created_sandbox(thread_id, sandbox_id, std::move(info),
-                                                    user_id);
+  void destroy_unready_sandbox(const std::string& id, const SandboxInfo& info) {
+    peer_.destroy_unready_sandbox(id, info);
   }
-
-  void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info) override {
-    Provider::destroy_unready_sandbox(sandbox_id, info);
-  }
-
-  std::function<std::string(const std::optional<std::string>&, const std::string&, const Snapshot&)>
-      sandbox_id_for_thread_fn;
   std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
-                                    const std::string& user_id, const Snapshot& snapshot) override {
-    return sandbox_id_for_thread_fn ? sandbox_id_for_thread_fn(thread_id, user_id, snapshot)
-                                    : Provider::sandbox_id_for_thread(thread_id, user_id, snapshot);
+                                    const std::string& user_id, const Snapshot& snapshot) {
+    return peer_.sandbox_id_for_thread(thread_id, user_id, snapshot);
   }
-
-  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>
-      get_extra_mounts_fn;
   std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
-                                      const std::string& user_id) override {
-    return get_extra_mounts_fn ? get_extra_mounts_fn(thread_id, user_id)
-                               : Provider::get_extra_mounts(thread_id, user_id);
+                                      const std::string& user_id) {
+    return peer_.get_extra_mounts(thread_id, user_id);
   }
-
-  std::function<void(const std::string&)> ensure_skills_projection_fn;
-  void ensure_skills_projection(const std::string& user_id) override {
-    if (ensure_skills_projection_fn) {
-      ensure_skills_projection_fn(user_id);
-    } else {
-      Provider::ensure_skills_projection(user_id);
-    }
+  bool base_claim_ownership(const std::string& id, bool for_destroy) {
+    return peer_.base_claim_ownership(id, for_destroy);
   }
-
-  std::function<bool(const std::string&, bool)> claim_ownership_fn;
-  bool claim_ownership(const std::string& sandbox_id, bool for_destroy) override {
-    return claim_ownership_fn ? claim_ownership_fn(sandbox_id, for_destroy)
-                              : base_claim_ownership(sandbox_id, for_destroy);
+  void base_with_held_teardown_lease(const std::string& id, const std::function<void()>& stop) {
+    peer_.base_with_held_teardown_lease(id, stop);
   }
-  bool base_claim_ownership(const std::string& sandbox_id, bool for_destroy) {
-    return Provider::claim_ownership(sandbox_id, for_destroy);
-  }
-
-  std::function<void(const std::string&, const std::function<void()>&)> with_held_teardown_lease_fn;
-  void with_held_teardown_lease(const std::string& sandbox_id,
-                                const std::function<void()>& stop) override {
-    if (with_held_teardown_lease_fn) {
-      with_held_teardown_lease_fn(sandbox_id, stop);
-    } else {
-      base_with_held_teardown_lease(sandbox_id, stop);
-    }
-  }
-  void base_with_held_teardown_lease(const std::string& sandbox_id,
-                                     const std::function<void()>& stop) {
-    Provider::with_held_teardown_lease(sandbox_id, stop);
-  }
-
-  std::function<void(const std::string&, const Predicate&)> destroy_tracked_fn;
-  core::DestroyOutcome destroy_tracked(const std::string& sandbox_id,
-                                       const Predicate& still_reapable) override {
-    if (destroy_tracked_fn) {
-      destroy_tracked_fn(sandbox_id, still_reapable);
-      return core::DestroyOutcome::destroyed;
-    }
-    return Provider::destroy_tracked(sandbox_id, still_reapable);
-  }
-
-  std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>
-      destroy_warm_entry_fn;
-  bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
-                          const std::string& reason, const Predicate& still_reapable) override {
-    return destroy_warm_entry_fn
-               ? destroy_warm_entry_fn(sandbox_id, entry, reason, still_reapable)
-               : base_destroy_warm_entry(sandbox_id, entry, reason, still_reapable);
-  }
-  bool base_destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+  bool base_destroy_warm_entry(const std::string& id, const WarmEntry& entry,
                                const std::string& reason, const Predicate& still_reapable) {
-    return Provider::destroy_warm_entry(sandbox_id, entry, reason, still_reapable);
+    return peer_.base_destroy_warm_entry(id, entry, reason, still_reapable);
   }
-
-  std::function<void(std::optional<double>)> reap_expired_warm_fn;
-  void reap_expired_warm(std::optional<double> timeout = std::nullopt) override {
-    if (reap_expired_warm_fn) {
-      reap_expired_warm_fn(timeout);
-    } else {
-      Provider::reap_expired_warm(timeout);
-    }
+  void drop_unhealthy_sandbox(const std::string& id, const std::string& reason,
+                              const InfoPtr& expected) {
+    peer_.drop_unhealthy_sandbox(id, reason, expected);
+  }
+  void forget(const std::string& id, std::optional<std::uint64_t> epoch) {
+    peer_.forget(id, epoch);
+  }
+  std::shared_ptr<core::ThreadLock> thread_lock(const ThreadKey& key) {
+    return peer_.thread_lock(key);
   }
 };
 
@@ -700,10 +701,14 @@ class ProviderFixture : public ::testing::Test {
         leak_provider = true;
       }
     }
-    // The provider's destructor shuts down through the real steps (the TestProvider's
-    // replacements die first) and the default fakes: scripts may capture the test's locals.
+    // The provider's destructor shuts down through the real steps and the default fakes:
+    // seams and scripts may capture the test's locals.
     backend->clear_scripts();
     hooks.clear_scripts();
+    if (provider) provider->peer().seams() = {};
+    for (auto& extra : extra_providers) {
+      if (extra) extra->peer().seams() = {};
+    }
     if (leak_provider) {
       static_cast<void>(provider.release());
     } else {
@@ -759,17 +764,23 @@ class ProviderFixture : public ::testing::Test {
                                               const std::string& url = "http://sandbox-host") {
     auto client = std::make_shared<RecordingClient>(id, url);
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.active[id] = {client, make_info_ptr(id, url), std::nullopt, 0.0};
+    provider->registry_.install_active(id, client, make_info_ptr(id, url), std::nullopt, 0.0);
     return client;
   }
   void map_thread(const std::string& user, const std::string& thread, const std::string& id) {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.thread_map[ThreadKey{user, thread}] = id;
+    provider->registry_.conversations().assign(ThreadKey{user, thread}, id);
   }
   void add_warm(const InfoPtr& info, double released_at,
                 std::optional<ThreadKey> identity = std::nullopt) {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.warm_pool[info->sandbox_id] = {info, released_at, std::move(identity)};
+    provider->registry_.add_warm(info->sandbox_id, info, released_at, std::move(identity));
+  }
+  // The entry of `id` (it must exist); hold the mutex while using it.
+  core::SandboxEntry& entry_of(const std::string& id) {
+    core::SandboxEntry* entry = provider->registry_.find(id);
+    if (entry == nullptr) throw std::logic_error("no registry entry for " + id);
+    return *entry;
   }
 
   // ── registry reads ──
@@ -779,23 +790,24 @@ class ProviderFixture : public ::testing::Test {
   }
   bool is_warm(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.warm_pool.count(id) > 0;
+    return provider->registry_.is_warm(id);
   }
   std::optional<std::string> mapped(const std::string& user, const std::string& thread) const {
     std::lock_guard lock(provider->mutex_);
-    auto it = provider->registry_.thread_map.find(ThreadKey{user, thread});
-    if (it == provider->registry_.thread_map.end()) return std::nullopt;
+    const auto& conversations = provider->registry_.conversations();
+    auto it = conversations.find(ThreadKey{user, thread});
+    if (it == conversations.end()) return std::nullopt;
     return it->second;
   }
   ClientPtr client_of(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    auto it = provider->registry_.active.find(id);
-    return it == provider->registry_.active.end() ? nullptr : it->second.client;
+    const core::SandboxEntry* entry = provider->registry_.find(id);
+    return entry && entry->active() ? entry->client : nullptr;
   }
   InfoPtr info_of(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    auto it = provider->registry_.active.find(id);
-    return it == provider->registry_.active.end() ? nullptr : it->second.info;
+    const core::SandboxEntry* entry = provider->registry_.find(id);
+    return entry && entry->active() ? entry->info : nullptr;
   }
 
   TempDir tmp;

@@ -18,15 +18,16 @@ namespace {
 
 class ProviderRegistryTest : public ProviderFixture {
  protected:
-  std::shared_ptr<TestProvider> make_shared_provider() {
+  std::shared_ptr<Provider> make_shared_provider() {
     std::lock_guard lock(build_mutex);
     ++builds;
-    return std::shared_ptr<TestProvider>(make_provider(backend, nullptr).release());
+    return std::make_shared<Provider>(deps_over(
+        backend, load_memory_store(clock, logger, tmp.path().string()), logger, clock));
   }
   bool is_shut_down(const std::shared_ptr<Provider>& provider) {
-    auto* test = static_cast<TestProvider*>(provider.get());
-    std::lock_guard lock(test->mutex_);
-    return test->registry_.shutdown;
+    core::ProviderTestPeer peer(*provider);
+    std::lock_guard lock(peer.mutex());
+    return peer.registry().shut_down();
   }
   std::mutex build_mutex;  // guards builds
   int builds = 0;

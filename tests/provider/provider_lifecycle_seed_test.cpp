@@ -65,7 +65,7 @@ TEST_F(ProviderLifecycleSeedTest, ShutdownClosesAllActiveSandboxClients) {
   EXPECT_EQ(client->close_count(), 1);
   EXPECT_EQ(backend->destroys().size(), 1u);
   std::lock_guard lock(provider->mutex_);
-  EXPECT_TRUE(provider->registry_.active.empty());
+  EXPECT_EQ(provider->registry_.active_count(), 0u);
 }
 
 // Python: test_release_swallows_close_errors
@@ -94,7 +94,7 @@ TEST_F(ProviderLifecycleSeedTest, GetUsesInMemoryRegistryOnly) {
   EXPECT_EQ(provider->get("unknown"), nullptr);
   EXPECT_EQ(backend->total_calls(), 0u);
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.active.at("sandbox-dead").last_activity, 5000.0);
+  EXPECT_EQ(entry_of("sandbox-dead").since, 5000.0);
 }
 
 // Python: test_destroy_swallows_close_errors_and_still_destroys_backend
@@ -163,10 +163,8 @@ TEST_F(ProviderLifecycleSeedTest, DropUnhealthySandboxSkipsRecreatedEntry) {
   auto new_client = std::make_shared<RecordingClient>("sandbox-toctou", "http://new-sandbox");
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.active["sandbox-toctou"].last_activity = 1.0;
-    provider->registry_.thread_map[{"default", "thread-toctou"}] = "sandbox-toctou";
-    provider->registry_.active["sandbox-toctou"].info = new_info;
-    provider->registry_.active["sandbox-toctou"].client = new_client;
+    provider->registry_.install_active("sandbox-toctou", new_client, new_info, std::nullopt, 1.0);
+    provider->registry_.conversations().assign({"default", "thread-toctou"}, "sandbox-toctou");
   }
 
   provider->drop_unhealthy_sandbox("sandbox-toctou", "stale health check", old_info);
@@ -176,9 +174,9 @@ TEST_F(ProviderLifecycleSeedTest, DropUnhealthySandboxSkipsRecreatedEntry) {
   EXPECT_EQ(info_of("sandbox-toctou"), new_info);
   EXPECT_EQ(client_of("sandbox-toctou"), new_client);
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.thread_map,
+  EXPECT_EQ(provider->registry_.conversations(),
             (std::map<ThreadKey, std::string>{{{"default", "thread-toctou"}, "sandbox-toctou"}}));
-  EXPECT_TRUE(provider->registry_.local_teardown.empty());
+  EXPECT_EQ(provider->registry_.teardown_count(), 0u);
 }
 
 // Python: test_acquire_skips_dead_warm_pool_sandbox
@@ -203,7 +201,7 @@ TEST_F(ProviderLifecycleSeedTest, AcquireSkipsDeadWarmPoolSandbox) {
   EXPECT_EQ(backend->creates().size(), 1u);
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_TRUE(provider->registry_.warm_pool.empty());
+    EXPECT_EQ(provider->registry_.warm_count(), 0u);
   }
   EXPECT_EQ(mapped("default", "thread-warm-dead"), std::optional<std::string>("sandbox-warm-dead"));
   ASSERT_TRUE(client_of("sandbox-warm-dead"));
@@ -240,10 +238,10 @@ TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDeleg
   {
     // The gate is a live predicate, evaluated under the registry mutex...
     std::lock_guard lock(provider->mutex_);
-    EXPECT_TRUE(predicates[0]());
+    EXPECT_TRUE(predicates[0](provider->registry_));
     // ...that turns false once the sandbox is used again.
-    provider->registry_.active["active-old"].last_activity = clock->wall_now();
-    EXPECT_FALSE(predicates[0]());
+    entry_of("active-old").since = clock->wall_now();
+    EXPECT_FALSE(predicates[0](provider->registry_));
   }
   EXPECT_EQ(warm_timeouts, std::vector<std::optional<double>>{1.0});
   EXPECT_EQ(calls, (std::vector<std::string>{"active", "warm"}));
@@ -265,11 +263,12 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
 
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*oldest});
   std::lock_guard lock(provider->mutex_);
-  ASSERT_EQ(provider->registry_.warm_pool.size(), 1u);
-  EXPECT_EQ(provider->registry_.warm_pool.at("warm-newest").info, newest);
-  EXPECT_EQ(provider->registry_.warm_pool.at("warm-newest").released_at, 20.0);
+  ASSERT_EQ(provider->registry_.warm_count(), 1u);
+  ASSERT_TRUE(provider->registry_.is_warm("warm-newest"));
+  EXPECT_EQ(entry_of("warm-newest").info, newest);
+  EXPECT_EQ(entry_of("warm-newest").since, 20.0);
   ASSERT_TRUE(provider->registry_.has_info("created"));
-  EXPECT_EQ(*provider->registry_.active.at("created").info, created);
+  EXPECT_EQ(*entry_of("created").info, created);
 }
 
 // Issue 10: the eviction's stop runs beside the create instead of before it, and the creating
@@ -386,7 +385,7 @@ TEST_F(ProviderLifecycleSeedTest, ConcurrentCreationsCountEachOthersReplicaSlot)
   EXPECT_TRUE(is_active("first"));
   EXPECT_TRUE(is_active("second"));
   std::lock_guard lock(provider->mutex_);
-  EXPECT_TRUE(provider->registry_.creating.empty());
+  EXPECT_FALSE(provider->registry_.any_creation());
 }
 
 // Found by the stress test: an eviction snapshot went stale (the sandbox was reclaimed, stopped
@@ -406,7 +405,8 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
     if (!replaced) {  // between the snapshot and the reservation
       replaced = true;
       std::lock_guard lock(provider->mutex_);
-      provider->registry_.warm_pool[id] = {replacement, 30.0};
+      provider->registry_.erase_warm_if(id, entry.info);
+      provider->registry_.add_warm(id, replacement, 30.0, std::nullopt);
     }
     return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
   };
@@ -418,7 +418,8 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
                                "Refusing to destroy warm-pool sandbox warm-x for "
                                "replica_enforcement: reclaimed by this instance"));
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.warm_pool.at("warm-x").info, replacement);
+  ASSERT_TRUE(provider->registry_.is_warm("warm-x"));
+  EXPECT_EQ(entry_of("warm-x").info, replacement);
 }
 
 // Same guard for idle expiry: an entry reclaimed and parked again since the snapshot is fresh.
@@ -431,7 +432,8 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
                                         const TestProvider::Predicate& still_reapable) {
     {
       std::lock_guard lock(provider->mutex_);
-      provider->registry_.warm_pool[id] = {info, clock->wall_now()};  // released just now
+      provider->registry_.erase_warm_if(id, info);
+      provider->registry_.add_warm(id, info, clock->wall_now(), std::nullopt);  // released just now
     }
     return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
   };
@@ -473,7 +475,7 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
 
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.warm_pool.at(sandbox_id).info, info_a);
+    EXPECT_EQ(entry_of(sandbox_id).info, info_a);
   }
   EXPECT_TRUE(backend->destroys().empty());
   EXPECT_EQ(create_calls.size(), 1u);
@@ -571,7 +573,7 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
                                "Not destroying unready sandbox peer-owned: owned by another "
                                "instance or ownership unavailable"));
   std::lock_guard lock(provider->mutex_);
-  EXPECT_TRUE(provider->registry_.local_teardown.empty());
+  EXPECT_EQ(provider->registry_.teardown_count(), 0u);
 }
 
 // ── orphan reconciliation (SPEC §8) ─────────────────────────────────────────
@@ -612,7 +614,7 @@ TEST_F(UnreadyTeardownTest, ReconcileDoesNotAdoptAContainerWhoseUnreadyTeardownI
 
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{info});
   std::lock_guard lock(provider->mutex_);
-  EXPECT_TRUE(provider->registry_.local_teardown.empty())
+  EXPECT_EQ(provider->registry_.teardown_count(), 0u)
       << "a teardown reservation outlived the stop it guarded";
 }
 
@@ -626,7 +628,7 @@ TEST_F(UnreadyTeardownTest, ReconcileAdoptsUnreadyContainerWhenNoTeardownIsInFli
 
   EXPECT_TRUE(is_warm("adoptable")) << "reconcile must still adopt a genuinely unowned container";
   std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.warm_pool.at("adoptable").identity, std::nullopt);
+  EXPECT_EQ(entry_of("adoptable").identity, std::nullopt);
 }
 
 // Python: test_reconcile_may_adopt_pre_upgrade_id_only_for_orphan_cleanup
@@ -679,9 +681,9 @@ TEST_F(ReconciliationSeedTest, ReconciliationReconnectsExactDiscoveredSandboxWit
   // would have stamped it with the current time), and the registry holds what it held.
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.active.at("old-id").last_activity, 0.0) << "get() was called";
-    EXPECT_TRUE(provider->registry_.thread_map.empty());
-    EXPECT_EQ(provider->registry_.active.size(), 1u);
+    EXPECT_EQ(entry_of("old-id").since, 0.0) << "get() was called";
+    EXPECT_TRUE(provider->registry_.conversations().empty());
+    EXPECT_EQ(provider->registry_.active_count(), 1u);
   }
 
   EXPECT_EQ(result.status, Status::found);

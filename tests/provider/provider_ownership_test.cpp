@@ -87,7 +87,8 @@ class ProviderOwnershipTest : public ::testing::Test {
 
   bool is_tracked(const std::string& id) {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.active.count(id) || provider->registry_.warm_pool.count(id);
+    const core::SandboxEntry* entry = provider->registry_.find(id);
+    return entry && (entry->active() || entry->warm());
   }
 
   TempDir tmp;
@@ -275,13 +276,13 @@ TEST_F(ProviderOwnershipTest, IdlePerThreadLocksArePruned) {
   held->lock();
   {
     std::lock_guard lock(provider->mutex_);
-    ASSERT_EQ(provider->registry_.thread_locks.size(), 2u);
+    ASSERT_EQ(provider->registry_.thread_lock_count(), 2u);
   }
   provider->prune_idle_thread_locks();
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.thread_locks.size(), 1u);
-    EXPECT_TRUE(provider->registry_.thread_locks.count({"alice", "thread-2"}))
+    EXPECT_EQ(provider->registry_.thread_lock_count(), 1u);
+    EXPECT_TRUE(provider->registry_.has_thread_lock({"alice", "thread-2"}))
         << "a held lock was pruned";
   }
   held->unlock();

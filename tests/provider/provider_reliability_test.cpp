@@ -380,20 +380,20 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   const std::string g = provider->acquire("t-g", "alice");
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.local_teardown.insert(g);
+    provider->registry_.reserve_teardown(g);
   }
   EXPECT_EQ(
       provider->base_reuse_in_process_sandbox("t-g", "alice", std::nullopt, false, std::nullopt),
       std::nullopt);
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.local_teardown.erase(g);
-    provider->registry_.acquire_inflight[g] = 1;  // an acquire is publishing its lease
+    provider->registry_.finish_teardown(g);
+    provider->registry_.begin_publish(g);  // an acquire is publishing its lease
   }
   provider->forget(g, std::nullopt);  // refused: the publish is in flight
   {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.acquire_inflight.erase(g);
+    provider->registry_.end_publish(g, /*taken=*/false);
   }
   provider->forget(g, 999'999);  // refused: re-acquired after that lease check
   // Gone before shutdown: with two sandboxes left its 16-wide stops would run side by side, and

@@ -189,7 +189,9 @@ TEST_P(SandboxMountModeTest, SandboxMountModeUsesInstanceContractNotGlobalCapabi
     SandboxInfo info = make_info("sandbox-1", "http://sandbox.local");
     info.mount_contract_version = param.sandbox_version;
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.active["sandbox-1"].info = std::make_shared<const SandboxInfo>(info);
+    // The seed sets only the info dict: an active entry with an info and no client.
+    provider->registry_.install_active("sandbox-1", nullptr,
+                                       std::make_shared<const SandboxInfo>(info), std::nullopt, 0.0);
   }
 
   EXPECT_EQ(provider->sandbox_uses_thread_data_mounts("sandbox-1"), param.expected);

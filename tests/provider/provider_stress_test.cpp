@@ -231,11 +231,11 @@ class LiveBackend final : public SandboxBackend {
     std::lock_guard registry_lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
     std::vector<std::pair<std::string, InfoPtr>> tracked;
-    for (const auto& [id, entry] : registry.active) tracked.emplace_back(id, entry.info);
-    for (const auto& [id, entry] : registry.warm_pool) tracked.emplace_back(id, entry.info);
+    registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
+      if ((entry.active() || entry.warm()) && !entry.teardown) tracked.emplace_back(id, entry.info);
+    });
     std::lock_guard lock(mutex_);
     for (const auto& [id, info] : tracked) {
-      if (registry.local_teardown.count(id)) continue;
       const int incarnation = incarnation_of(*info);
       if (incarnation >= 0 && !containers_[incarnation].live) {
         violations_.add("the registry tracks stopped container " + id + "#" +
@@ -292,8 +292,15 @@ class LiveBackend final : public SandboxBackend {
   void check_registry_at_create(const std::string&) {
     std::lock_guard lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
-    for (const auto& [id, entry] : registry.warm_pool) {
-      if (registry.active.count(id)) violations_.add(id + " is both active and warm");
+    // One entry per sandbox with one state: "active and warm" cannot be represented. What
+    // can still go wrong is the counts drifting from the entries.
+    std::size_t active = 0, warm = 0;
+    registry.for_each([&](const std::string&, const core::SandboxEntry& entry) {
+      active += entry.active() ? 1 : 0;
+      warm += entry.warm() ? 1 : 0;
+    });
+    if (active != registry.active_count() || warm != registry.warm_count()) {
+      violations_.add("the registry's counts drifted from its entries");
     }
   }
 
@@ -303,16 +310,17 @@ class LiveBackend final : public SandboxBackend {
     const double started = t_create_started;
     std::lock_guard lock(provider_->mutex_);
     const auto& registry = provider_->registry_;
-    const std::size_t tracked = registry.active.size() + registry.warm_pool.size();
+    const std::size_t tracked = registry.active_count() + registry.warm_count();
     if (tracked <= static_cast<std::size_t>(kReplicas)) return;
-    for (const auto& [id, entry] : registry.warm_pool) {
-      if (!registry.local_teardown.count(id) && entry.released_at < started) {
+    bool reported = false;
+    registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
+      if (!reported && entry.warm() && !entry.teardown && entry.since < started) {
         violations_.add("created " + sandbox_id + " leaving " + std::to_string(tracked) +
                         " tracked sandboxes (replicas=" + std::to_string(kReplicas) +
                         ") while warm " + id + " was left to evict");
-        return;
+        reported = true;
       }
-    }
+    });
   }
 
  private:
@@ -336,15 +344,15 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
   backend.check_tracked_containers_live();
   std::lock_guard lock(provider.mutex_);
   const auto& registry = provider.registry_;
-  for (const auto& [id, entry] : registry.active) {
-    if (!entry.info) violations.add(id + " has a client but no info");
-    if (!entry.client) violations.add(id + " has an info but no client");
-    if (registry.warm_pool.count(id)) violations.add(id + " is both active and warm");
+  registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
+    if (entry.active() && !entry.info) violations.add(id + " has a client but no info");
+    if (entry.active() && !entry.client) violations.add(id + " has an info but no client");
+    if (entry.warm() && entry.client) violations.add(id + " is warm with a client");
     if (entry.info && entry.info->sandbox_id != id) {
       violations.add(id + " holds the info of " + entry.info->sandbox_id);
     }
-  }
-  for (const auto& [key, id] : registry.thread_map) {
+  });
+  for (const auto& [key, id] : registry.conversations()) {
     if (deterministic_sandbox_id(key.thread_id, key.user_id) != id) {
       violations.add(core::to_repr(key) + " is mapped to another conversation's " + id);
     }
@@ -356,8 +364,11 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
       violations.add(std::string(where) + " identity of " + id + " is " + core::to_repr(key));
     }
   };
-  for (const auto& [id, entry] : registry.active) check_identity(id, entry.identity, "active");
-  for (const auto& [id, entry] : registry.warm_pool) check_identity(id, entry.identity, "warm");
+  registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
+    if (entry.active() || entry.warm()) {
+      check_identity(id, entry.identity, entry.active() ? "active" : "warm");
+    }
+  });
 }
 
 TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
@@ -479,9 +490,9 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   EXPECT_GT(logger->info_count("Reclaimed"), 0) << "the run never reclaimed a warm sandbox";
   {
     std::lock_guard lock(provider->mutex_);
-    EXPECT_TRUE(provider->registry_.active.empty());
-    EXPECT_TRUE(provider->registry_.warm_pool.empty());
-    EXPECT_TRUE(provider->registry_.local_teardown.empty());
+    EXPECT_EQ(provider->registry_.active_count(), 0u);
+    EXPECT_EQ(provider->registry_.warm_count(), 0u);
+    EXPECT_EQ(provider->registry_.teardown_count(), 0u);
   }
   std::printf(
       "[stress] %d ops (%d acquire, %d release, %d destroy) in %.2fs; %zu containers "

@@ -2,55 +2,32 @@
 // parked in a warm pool on release, reaped when idle, capped by replicas, adopted after a
 // restart, coordinated with peer processes through ownership leases (SPEC.md §2–§8, §12).
 //
-// Lock story (read before changing anything here):
-//  - `mutex_` (the registry mutex) guards `registry_` and nothing else. It is never held
-//    while calling the backend, the ownership store, a readiness probe, a hook, or while
-//    closing a client. The only code that runs under it besides map reads is a
-//    `still_reapable` predicate, which must itself only read `registry_`.
-//  - Per-(user, thread) `ThreadLock`s serialise acquisition of one conversation; they are
-//    taken before `mutex_`, never while holding it.
-//  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
-//    between processes on one host; taken under the thread lock, outside `mutex_`.
-//  - `background_mutex_` guards only the stop flag of the two background threads.
-//  - A `ThreadLock` keeps a FIFO queue of waiters; an async waiter is a grant callback run by
-//    the releasing thread, so waiting on a busy conversation never parks a pool thread and a
-//    stuck conversation cannot starve the others (issue 13 A.5).
-//  - `async_work_` has its own leaf mutex (nothing is called under it): which async
-//    acquisitions run or wait, so shutdown() and detach() can refuse new ones, fail the queued
-//    ones and wait for the running ones before anything they use is closed.
-//  - `delayed_starts_` has its own leaf mutex: a teardown heartbeat is spawned under it, and
-//    nothing else runs there.
-//  - `shutdown_mutex_` is held for the whole of shutdown() and detach(): a second caller
-//    (a signal watcher beside normal teardown) waits for the first instead of returning while
-//    the provider is still in use. It is taken first, before every other lock.
-//  - The executors are the last members, so they are destroyed (and joined) first, while the
-//    state their tasks use still exists.
+// This header is the embedding API: Provider is final and keeps its state behind a private
+// implementation (core/src/provider_impl.hpp), so an embedding gateway's ABI never depends on
+// the registry's layout. The lock story lives with that implementation; what a caller needs to
+// know: every method may be called from any thread; none holds a lock while it calls the
+// backend, the ownership store, a readiness probe or a hook; acquire_async never blocks its
+// caller.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
+#include <chrono>
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
-#include <set>
+#include <stdexcept>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
-#include "sandboxd/core/delayed_starts.hpp"
+#include "sandboxd/core/conversation.hpp"
 #include "sandboxd/core/executor.hpp"
+#include "sandboxd/core/lifecycle_policy.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
-#include "sandboxd/core/spare_node.hpp"
-#include "sandboxd/core/thread_lock.hpp"
-#include "sandboxd/core/thread_map.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -121,6 +98,8 @@ struct ProviderDeps {
   std::shared_ptr<MountComposer> mounts;  // built from paths when null
   ProviderOptions options;
   ProviderHooks hooks;
+  // The named lifecycle decisions (lifecycle_policy.hpp); DeerFlow's behaviour when null.
+  std::shared_ptr<LifecyclePolicy> policy;
   // Blocking work of acquire_async; a private pool when null.
   std::shared_ptr<Executor> blocking_executor;
   // Per-thread lock waits of acquire_async, never shared with other work (SPEC §12 item 2).
@@ -146,10 +125,6 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
-
-// acquire_async's bookkeeping (defined in provider_lifecycle.cpp).
-struct AsyncWork;
-std::shared_ptr<AsyncWork> make_async_work();
 
 // How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
 enum class AcquirePath { reused, reclaimed, discovered, created };
@@ -226,10 +201,10 @@ struct ReconnectResult {
   bool close_after = false;  // the caller closes `sandbox` when done
 };
 
-class Provider {
+class Provider final {
  public:
   explicit Provider(ProviderDeps deps);
-  virtual ~Provider();
+  ~Provider();
   Provider(const Provider&) = delete;
   Provider& operator=(const Provider&) = delete;
 
@@ -260,8 +235,7 @@ class Provider {
   // No thread → a fresh anonymous sandbox.
   std::string acquire(const std::optional<std::string>& thread_id,
                       const std::optional<std::string>& user_id = std::nullopt);
-  // Same, and says how the sandbox was obtained (the synchronous path only: the branch that
-  // succeeds notes it on the calling thread).
+  // Same, and says how the sandbox was obtained.
   AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
                                const std::optional<std::string>& user_id = std::nullopt);
   // Same, without blocking the caller's thread.
@@ -297,8 +271,7 @@ class Provider {
 
   // Background work, callable directly (tests, hosts with their own scheduler).
   void cleanup_idle_sandboxes(double idle_timeout);
-  // Virtual: the seed replaces warm expiry to see that the idle pass delegates to it.
-  virtual void reap_expired_warm(std::optional<double> timeout = std::nullopt);
+  void reap_expired_warm(std::optional<double> timeout = std::nullopt);
   std::optional<std::string> evict_oldest_warm();
   ReconcileReport reconcile_orphans();
   void renew_owned_leases();
@@ -316,8 +289,8 @@ class Provider {
                                                        const ReconciliationIdentity& identity);
 
   const std::string& owner_id() const;
-  SandboxBackend* backend() const { return backend_.get(); }
-  OwnershipStore* ownership() const { return ownership_.get(); }
+  SandboxBackend* backend() const;
+  OwnershipStore* ownership() const;
 
   // Counts for diagnostics and tests.
   struct Counts {
@@ -328,242 +301,11 @@ class Provider {
   Counts counts() const;
   ProviderEventCounts event_counts() const;
 
- protected:
-  struct WarmEntry {
-    InfoPtr info;
-    double released_at = 0.0;
-    // The conversation it last served (nullopt for an adopted orphan): a reclaim by another
-    // identity under the same id is a collision, not a reuse.
-    std::optional<ThreadKey> identity;
-  };
-  // One active sandbox: one map entry holds what the reference keeps in four dicts
-  // (_sandboxes, _sandbox_infos, _active_sandbox_identity, _last_activity), so a warm pair makes
-  // one node instead of four. Outside the seed tests' partial fixtures, which model a single
-  // dict being set, an entry has both a client and an info.
-  struct ActiveEntry {
-    ClientPtr client;
-    InfoPtr info;
-    std::optional<ThreadKey> identity;  // the conversation it was handed to
-    double last_activity = 0.0;         // monotonic seconds
-  };
-  // Everything guarded by mutex_. Active and warm are mutually exclusive for an id.
-  struct Registry {
-    std::map<std::string, ActiveEntry> active;
-    ThreadMap thread_map;  // conversation → sandbox, and back
-    std::map<std::string, WarmEntry> warm_pool;
-    std::map<std::string, double> unowned_since;
-    std::set<std::string> local_teardown;
-    std::map<std::string, std::uint64_t> acquire_epoch;
-    std::uint64_t epoch_counter = 0;
-    std::map<std::string, int> acquire_inflight;
-    // create_sandbox calls between their replica check and their registration (or failure).
-    std::map<std::string, int> creating;
-    std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks;
-    bool shutdown = false;
-    // A warm pair's moves between active and warm, and its in-flight mark, reuse the node the
-    // last one freed.
-    SpareNode<std::map<std::string, ActiveEntry>> spare_active;
-    SpareNode<std::map<std::string, WarmEntry>> spare_warm;
-    SpareNode<std::map<std::string, int>> spare_inflight;
+  struct Impl;  // core/src/provider_impl.hpp
 
-    // The reference's `id in _sandboxes` and `id in _sandbox_infos`.
-    bool has_client(const std::string& id) const {
-      auto it = active.find(id);
-      return it != active.end() && it->second.client;
-    }
-    bool has_info(const std::string& id) const {
-      auto it = active.find(id);
-      return it != active.end() && it->second.info;
-    }
-  };
-  using Snapshot = std::optional<MountContractSnapshot>;
-  using Predicate = std::function<bool()>;  // runs with mutex_ held; reads registry_ only
-
-  // ── acquisition (SPEC §5.3–§5.11); virtual so tests can replace one step ──
-  virtual std::string acquire_with_restarts(const std::optional<std::string>& thread_id,
-                                            const std::string& user_id);
-  virtual Snapshot acquisition_contract_snapshot();
-  virtual std::string acquire_internal(const std::optional<std::string>& thread_id,
-                                       const std::string& user_id, Snapshot snapshot);
-  virtual std::optional<std::string> reuse_in_process_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& user_id,
-      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
-      const Snapshot& snapshot);
-  virtual std::optional<std::string> reclaim_warm_pool_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& sandbox_id,
-      const std::string& user_id, bool post_lock, const Snapshot& snapshot);
-  virtual std::string discover_or_create_with_lock(const std::string& thread_id,
-                                                   const std::string& sandbox_id,
-                                                   const std::string& user_id,
-                                                   const Snapshot& snapshot);
-  virtual std::optional<std::string> recheck_cached_sandbox(const std::string& thread_id,
-                                                            const std::string& sandbox_id,
-                                                            const std::string& user_id,
-                                                            const Snapshot& snapshot);
-  virtual std::string create_sandbox(const std::optional<std::string>& thread_id,
-                                     const std::string& sandbox_id, const std::string& user_id,
-                                     const Snapshot& snapshot);
-  virtual std::string register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
-                                                  const std::string& user_id);
-  virtual std::string register_created_sandbox(const std::optional<std::string>& thread_id,
-                                               const std::string& sandbox_id, InfoPtr info,
-                                               const std::string& user_id);
-  virtual void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info);
-  // Stops an instance a creation made but nothing tracks (unready, or on a stale contract),
-  // under a teardown lease; skipped when tracked here meanwhile or a peer holds the lease.
-  // `what` names it in log lines ("unready sandbox X").
-  void destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
-                                  const std::string& what);
-
-  // ── ids and mounts ──
-  virtual std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
-                                            const std::string& user_id, const Snapshot& snapshot);
-  virtual std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
-                                              const std::string& user_id);
-  virtual void ensure_skills_projection(const std::string& user_id);
-
-  // ── ownership (SPEC §7.7–§7.9) ──
-  virtual void publish_ownership(const std::string& sandbox_id);
-  virtual bool claim_ownership(const std::string& sandbox_id, bool for_destroy);
-  bool refresh_ownership(const std::string& sandbox_id);
-  void release_ownership(const std::string& sandbox_id);
-  // Runs `stop` while a heartbeat keeps our `del` lease alive; the heartbeat releases it.
-  virtual void with_held_teardown_lease(const std::string& sandbox_id,
-                                        const std::function<void()>& stop);
-  bool reserve_local_teardown(const std::string& sandbox_id, const Predicate& still_reapable);
-  // Reaper predicate: the warm pool still holds this very entry (same info object, same
-  // release time).
-  Predicate still_this_warm_entry(const std::string& sandbox_id, const WarmEntry& entry);
-  void finish_local_teardown(const std::string& sandbox_id);
-  void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch);
-
-  // ── teardown and health (SPEC §5.13, §5.16, §6.2) ──
-  virtual DestroyOutcome destroy_tracked(const std::string& sandbox_id,
-                                         const Predicate& still_reapable);
-  virtual bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
-                                  const std::string& reason, const Predicate& still_reapable);
-  std::optional<bool> check_alive(const std::string& sandbox_id, const SandboxInfo& info);
-  void drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
-                              const InfoPtr& expected_info);
-  struct Removed {
-    ClientPtr client;
-    InfoPtr info;
-    bool removed = false;
-  };
-  Removed remove_tracked(const std::string& sandbox_id, const InfoPtr& expected_info);
-
-  // ── helpers ──
-  // One tracked sandbox as data (find, export_registry); mutex_ held.
-  TrackedSandbox tracked_active(const ActiveEntry& entry) const;
-  TrackedSandbox tracked_warm(const WarmEntry& entry) const;
-  std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
-  std::string effective_user(const std::optional<std::string>& user_id) const;
-  ClientPtr make_client(const std::string& sandbox_id, const std::string& url);
-  // Closes `client` if any; a failure is logged with the sentence `what_on_error()` builds,
-  // which runs only then (a release closes a client on every warm pair).
-  template <class Describe>
-  void close_client(const ClientPtr& client, const Describe& what_on_error) {
-    if (!client) return;
-    try {
-      client->close();
-    } catch (const std::exception& e) {
-      log(LogLevel::warning, what_on_error() + ": " + e.what());
-    }
-  }
-  // Throws SandboxIdentityCollisionError when `sandbox_id` is active for another key.
-  void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
-  void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const;
-  // Throws std::runtime_error once shutdown (or detach) has begun.
-  void install_active_locked(const std::string& sandbox_id, ClientPtr client, InfoPtr info,
-                             const std::optional<ThreadKey>& key);
-  // Active + warm + other creations in flight: what the replica cap is checked against.
-  std::size_t replica_slots_in_use_locked(const std::string& creating_id) const;
-  CreateRequest build_create_request(const std::optional<std::string>& thread_id,
-                                     const std::string& sandbox_id, const std::string& user_id);
-  // Throws SandboxIdentityCollisionError when the backend verified another (user, thread).
-  void check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
-                               const std::string& user_id) const;
-  InfoPtr revalidate_through_create(const std::string& thread_id, const std::string& sandbox_id,
-                                    const std::string& user_id, const Snapshot& snapshot);
-  void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
-                              const InfoPtr& validated);
-  // Waits (bounded) until neither this process nor a peer is tearing `sandbox_id` down. The
-  // deadline is real time (a container stop takes real time, whatever the injected clock says).
-  using Deadline = std::chrono::steady_clock::time_point;
-  bool wait_out_teardown(const std::string& sandbox_id, Deadline deadline);
-  Deadline teardown_wait_deadline() const;
-  // This process has reserved `sandbox_id` for teardown, or a live `del` lease exists for it.
-  bool teardown_in_progress(const std::string& sandbox_id);
-  bool negotiates_contract() const;
-  // Idle, warm and adoption-grace timers run on the monotonic clock, so a wall-clock step
-  // (NTP, a suspended VM) neither reaps everything nor keeps anything forever. Only what leaves
-  // the process is wall time: TrackedSandbox::since and RegistrySnapshot::unowned_since
-  // (sandboxctl's successive processes share them) and, in the stores, the leases.
-  double now() const { return clock_->monotonic_now(); }
-  double to_wall(double monotonic) const { return monotonic + wall_minus_monotonic(); }
-  double from_wall(double wall) const { return wall - wall_minus_monotonic(); }
-  double wall_minus_monotonic() const { return clock_->wall_now() - clock_->monotonic_now(); }
-  void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
-  // For the warm path's lines: the message is built only when the logger keeps that level.
-  template <class Message>
-  void log_lazily(LogLevel level, const Message& message) const {
-    if (logger_->enabled(level)) logger_->log(level, message());
-  }
-
-  void start_background_threads();
-  void stop_background_threads();
-  void idle_checker_loop(double idle_timeout);
-  void renewal_loop();
-  // Sleeps up to `seconds` or until stop; false once stop was requested.
-  bool wait_for_background_tick(double seconds);
-
-  std::shared_ptr<SandboxBackend> backend_;
-  std::shared_ptr<OwnershipStore> ownership_;
-  std::shared_ptr<Logger> logger_;
-  std::shared_ptr<Clock> clock_;
-  std::shared_ptr<const Paths> paths_;
-  std::shared_ptr<MountComposer> mounts_;
-  const ProviderOptions options_;
-  ProviderHooks hooks_;
-
-  mutable std::mutex mutex_;  // the registry mutex: guards registry_ (see the lock story)
-  Registry registry_;
-  std::condition_variable teardown_finished_;  // with mutex_: local_teardown shrank
-
-  // Event counters: atomics, each incremented where its event happens (relaxed order; read
-  // only for metrics), so counting takes no lock.
-  struct EventCounters {
-    std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
-        lease_lapses{0}, lease_losses{0};
-  };
-  EventCounters events_;
-
-  std::mutex background_mutex_;  // guards background_stop_
-  std::condition_variable background_wake_;
-  bool background_stop_ = false;
-  std::thread idle_checker_;  // started/joined only by start()/shutdown()
-  std::thread renewer_;       // started/joined only by start()/shutdown()
-
-  // Held for the whole of shutdown() and detach(): a second caller (a signal watcher beside
-  // normal teardown) waits until the first has finished instead of returning early.
-  std::mutex shutdown_mutex_;
-
-  // Starts a teardown's lease heartbeat once its stop has outlasted one renewal interval
-  // (with_held_teardown_lease); its own leaf mutex, under which only a thread is spawned.
-  DelayedStarts delayed_starts_;
-
-  // acquire_async's work in flight. Shared with its tasks, so a lock grant that arrives after
-  // shutdown learns it without touching the provider; shutdown() fails what is still queued
-  // and waits for what runs.
-  std::shared_ptr<AsyncWork> async_work_;  // set by the constructor, never reset
-  void run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
-                             const std::optional<std::string>& thread_id, const std::string& user,
-                             const std::shared_ptr<ThreadLock>& lock);
-
-  // Last, so destroyed first: a private pool joins its workers while everything a queued task
-  // uses is still alive.
-  std::shared_ptr<Executor> blocking_executor_;
-  std::shared_ptr<Executor> lock_wait_executor_;
+ private:
+  friend class ProviderTestPeer;  // tests inject step seams and fill state through it
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace sandboxd::core

@@ -3,8 +3,8 @@
 // made a warm pair cost 231 µs with 10,000 active conversations (issue 10). Both directions
 // change together here, so that question is a lookup.
 //
-// Not thread-safe: it is a member of Provider::Registry and shares its lock (the registry
-// mutex); nothing here blocks.
+// Not thread-safe: it is the conversation index of the SandboxRegistry and shares its lock (the
+// registry mutex); nothing here blocks. Private to the core.
 #pragma once
 
 #include <map>
@@ -14,14 +14,9 @@
 #include <string_view>
 #include <vector>
 
-namespace sandboxd::core {
+#include "sandboxd/core/conversation.hpp"
 
-// (user, thread): user first, as in the reference.
-struct ThreadKey {
-  std::string user_id;
-  std::string thread_id;
-  auto operator<=>(const ThreadKey&) const = default;
-};
+namespace sandboxd::core {
 
 class ThreadMap {
  public:

@@ -1,0 +1,105 @@
+// acquire_async's bookkeeping (SPEC §12): the state one AsyncAcquisition shares with the
+// work that serves it, and which acquisitions wait for their conversation's lock or run, so
+// shutdown() and detach() can refuse new ones, fail the queued ones and wait for the running
+// ones before anything they use is closed.
+//
+// Lock story: AsyncAcquisitions::mutex is a leaf lock (nothing else is taken under it, no task
+// runs under it); each State has its own.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "sandboxd/core/provider.hpp"
+
+namespace sandboxd::core {
+
+struct AsyncAcquisition::State {
+  std::mutex mutex;  // guards everything below
+  std::condition_variable done_cv;
+  bool done = false;
+  bool cancelled = false;
+  std::string result;
+  std::exception_ptr error;
+
+  void finish(std::string value, std::exception_ptr failure) {
+    {
+      std::lock_guard lock(mutex);
+      if (done) return;
+      done = true;
+      result = std::move(value);
+      error = failure;
+    }
+    done_cv.notify_all();
+  }
+  bool is_cancelled() {
+    std::lock_guard lock(mutex);
+    return cancelled;
+  }
+};
+
+// Lock story: `mutex` is a leaf lock (nothing else is taken under it, no task runs under it).
+class AsyncAcquisitions {
+ public:
+  std::mutex mutex;  // guards everything below
+  std::condition_variable idle;
+  bool accepting = true;  // false once shutdown (or detach) began
+  int running = 0;        // acquisitions handed to the blocking executor, not yet finished
+  std::set<std::shared_ptr<AsyncAcquisition::State>> queued;  // waiting for their lock
+
+  // A task may start touching the provider (true), or shutdown began (false).
+  bool begin() {
+    std::lock_guard lock(mutex);
+    if (!accepting) return false;
+    ++running;
+    return true;
+  }
+  void end() {
+    {
+      std::lock_guard lock(mutex);
+      --running;
+    }
+    idle.notify_all();
+  }
+  bool enqueue(const std::shared_ptr<AsyncAcquisition::State>& state) {
+    std::lock_guard lock(mutex);
+    if (!accepting) return false;
+    queued.insert(state);
+    return true;
+  }
+  // The lock reached a queued waiter: it may run (true) unless shutdown already failed it.
+  bool dequeue_and_begin(const std::shared_ptr<AsyncAcquisition::State>& state) {
+    std::lock_guard lock(mutex);
+    if (queued.erase(state) == 0 || !accepting) return false;
+    ++running;
+    return true;
+  }
+  // Stops new work and fails every queued waiter; returns at once.
+  void close() {
+    std::set<std::shared_ptr<AsyncAcquisition::State>> failed;
+    {
+      std::lock_guard lock(mutex);
+      accepting = false;
+      failed.swap(queued);
+    }
+    for (const auto& state : failed) {
+      state->finish("", std::make_exception_ptr(std::runtime_error(
+                            "the provider shut down while this acquisition waited for its "
+                            "conversation's lock")));
+    }
+  }
+  void wait_idle() {
+    std::unique_lock lock(mutex);
+    idle.wait(lock, [&] { return running == 0; });
+  }
+};
+
+// The error of an acquisition refused because the provider shut down.
+std::exception_ptr shut_down_error();
+
+}  // namespace sandboxd::core

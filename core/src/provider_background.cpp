@@ -1,0 +1,166 @@
+// Provider: start-up, the two background threads (idle checker, lease renewer) and
+// acquire_async (SPEC §5.2, §6, §7.10, §12).
+#include <cstdio>
+
+#include "provider_impl.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+std::string fixed(double value, int decimals) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  return buffer;
+}
+
+}  // namespace
+
+void Provider::Impl::start() {
+  if (options_.reconcile_on_start) reconcile_orphans();
+  if (options_.run_background_threads) start_background_threads();
+}
+
+void Provider::Impl::start_background_threads() {
+  renewer_ = std::thread([this] { renewal_loop(); });
+  log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
+                          fixed(options_.renewal_interval_seconds, 1) +
+                          "s, ttl: " + fixed(ownership_->ttl_seconds(), 1) + "s)");
+  if (options_.idle_timeout > 0) {
+    const double idle_timeout = options_.idle_timeout;
+    idle_checker_ = std::thread([this, idle_timeout] { idle_checker_loop(idle_timeout); });
+    log(LogLevel::info, "Started warm-pool idle checker thread (timeout: " +
+                            std::to_string(options_.idle_timeout) + "s)");
+  }
+}
+
+void Provider::Impl::stop_background_threads() {
+  {
+    MutexLock lock(background_mutex_);
+    background_stop_ = true;
+  }
+  background_wake_.notify_all();
+  if (idle_checker_.joinable() && idle_checker_.get_id() != std::this_thread::get_id()) {
+    idle_checker_.join();
+  }
+  if (renewer_.joinable() && renewer_.get_id() != std::this_thread::get_id()) renewer_.join();
+}
+
+bool Provider::Impl::wait_for_background_tick(double seconds) {
+  MutexLock lock(background_mutex_);
+  return !lock.wait_for(background_wake_, std::chrono::duration<double>(seconds),
+                        [&]() NO_THREAD_SAFETY_ANALYSIS { return background_stop_; });
+}
+
+void Provider::Impl::idle_checker_loop(double idle_timeout) {
+  while (wait_for_background_tick(options_.idle_check_interval_seconds)) {
+    try {
+      reconcile_orphans();
+      cleanup_idle_sandboxes(idle_timeout);
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("Error in warm-pool idle checker loop: ") + e.what());
+    }
+  }
+}
+
+void Provider::Impl::prune_idle_thread_locks() {
+  MutexLock lock(mutex_);
+  registry_.prune_idle_thread_locks();
+}
+
+void Provider::Impl::renewal_loop() {
+  while (wait_for_background_tick(options_.renewal_interval_seconds)) {
+    try {
+      prune_idle_thread_locks();
+      renew_owned_leases();
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("Error in sandbox ownership renewal loop: ") + e.what());
+    }
+  }
+}
+
+// ── async acquire (SPEC §12) ─────────────────────────────────────────────────
+
+void Provider::Impl::run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
+                                     const std::optional<std::string>& thread_id,
+                                     const std::string& user,
+                                     const std::shared_ptr<ThreadLock>& lock) {
+  std::string result;
+  std::exception_ptr error;
+  if (!state->is_cancelled()) {
+    try {
+      result = acquire_with_restarts(thread_id, user);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  if (lock) lock->unlock();  // may grant the next waiter: still counted as running here
+  state->finish(std::move(result), error);
+}
+
+AsyncAcquisition Provider::Impl::acquire_async(const std::optional<std::string>& thread_id,
+                                               const std::optional<std::string>& user_id) {
+  auto state = std::make_shared<AsyncAcquisition::State>();
+  // The user is resolved here, once, on the caller's thread: an ambient_user hook may read
+  // per-request context that a pool thread does not have.
+  std::string user;
+  try {
+    user = effective_user(user_id);
+  } catch (...) {
+    state->finish("", std::current_exception());
+    return AsyncAcquisition(state);
+  }
+  // What the tasks share. They capture the provider (`this`) only inside work counted as
+  // running, which shutdown() waits for; everything else holds shared state.
+  auto work = async_;
+  auto blocking = blocking_executor_;
+  auto run = [this, work, state, thread_id, user](const std::shared_ptr<ThreadLock>& lock) {
+    run_async_acquisition(state, thread_id, user, lock);
+    work->end();
+  };
+  try {
+    if (!thread_id) {
+      if (!work->begin()) {
+        state->finish("", shut_down_error());
+        return AsyncAcquisition(state);
+      }
+      try {
+        blocking->submit([run] { run(nullptr); });
+      } catch (...) {
+        work->end();
+        throw;
+      }
+      return AsyncAcquisition(state);
+    }
+    validate_thread_id(*thread_id);
+    validate_user_id(user);
+    auto lock = thread_lock({user, *thread_id});
+    if (!work->enqueue(state)) {
+      state->finish("", shut_down_error());
+      return AsyncAcquisition(state);
+    }
+    // The wait has its own executor (SPEC §12 item 2), and parks no thread there: the lock
+    // queues a grant, run by whoever releases it, which hands the work to the blocking pool. So
+    // waiters on one stuck conversation, cancelled or not, never hold up another (issue 13 A.5).
+    auto grant = [work, state, lock, blocking, run]() -> bool {
+      if (!work->dequeue_and_begin(state)) return false;  // shut down meanwhile: pass it on
+      if (state->is_cancelled()) {
+        work->end();
+        return false;  // the waiter gave up: the lock goes straight to the next one
+      }
+      try {
+        blocking->submit([lock, run] { run(lock); });
+        return true;
+      } catch (...) {
+        work->end();
+        state->finish("", std::current_exception());
+        return false;
+      }
+    };
+    lock_wait_executor_->submit([lock, grant] { lock->lock_async(grant); });
+  } catch (...) {
+    state->finish("", std::current_exception());
+  }
+  return AsyncAcquisition(state);
+}
+
+}  // namespace sandboxd::core

@@ -1,0 +1,247 @@
+// Provider: registering a discovered or created sandbox, and creating one within the replica
+// cap (SPEC §5.9–§5.11).
+#include <future>
+#include <system_error>
+
+#include "provider_impl.hpp"
+#include "scope_exit.hpp"
+
+namespace sandboxd::core {
+
+// ── registration (SPEC §5.9) ─────────────────────────────────────────────────
+
+std::string Provider::Impl::register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
+                                                        const std::string& user_id) {
+  const std::string& sandbox_id = info->sandbox_id;
+  const ThreadKey key{user_id, thread_id};
+  check_reported_identity(*info, thread_id, user_id);
+  {
+    MutexLock lock(mutex_);
+    // A container this process is stopping must not be re-registered: its name would collide.
+    if (registry_.tearing_down(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
+    check_active_identity_locked(sandbox_id, key);
+    check_warm_identity_locked(sandbox_id, key);
+  }
+  ClientPtr client = make_client(sandbox_id, info->sandbox_url);
+  try {
+    publish_ownership(sandbox_id);
+    MutexLock lock(mutex_);
+    if (registry_.tearing_down(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
+    check_active_identity_locked(sandbox_id, key);
+    check_warm_identity_locked(sandbox_id, key);
+    registry_.install_active(sandbox_id, client, info, key, now());
+  } catch (const std::exception&) {
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " after failed ownership publish";
+    });
+    throw;
+  }
+  log(LogLevel::info, "Discovered existing sandbox " + sandbox_id + " for user/thread " + user_id +
+                          "/" + thread_id + " at " + info->sandbox_url);
+  return sandbox_id;
+}
+
+std::string Provider::Impl::register_created_sandbox(const std::optional<std::string>& thread_id,
+                                                     const std::string& sandbox_id, InfoPtr info,
+                                                     const std::string& user_id) {
+  if (seams_.register_created_sandbox) {
+    return seams_.register_created_sandbox(thread_id, sandbox_id, std::move(info), user_id);
+  }
+  return register_created_sandbox_step(thread_id, sandbox_id, std::move(info), user_id);
+}
+
+std::string Provider::Impl::register_created_sandbox_step(
+    const std::optional<std::string>& thread_id, const std::string& sandbox_id, InfoPtr info,
+    const std::string& user_id) {
+  ClientPtr client = make_client(sandbox_id, info->sandbox_url);
+  std::optional<ThreadKey> key;
+  if (thread_id) key = ThreadKey{user_id, *thread_id};
+  try {
+    if (key) {
+      MutexLock lock(mutex_);
+      check_active_identity_locked(sandbox_id, *key);
+      check_warm_identity_locked(sandbox_id, *key);
+    }
+    publish_ownership(sandbox_id);
+    MutexLock lock(mutex_);
+    if (key) {
+      check_active_identity_locked(sandbox_id, *key);
+      check_warm_identity_locked(sandbox_id, *key);
+    }
+    registry_.install_active(sandbox_id, client, info, key, now());
+  } catch (const SandboxIdentityCollisionError&) {
+    // The id belongs to another tenant's tracked sandbox: never touch that container.
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " during ownership rollback";
+    });
+    throw;
+  } catch (const std::exception& e) {
+    log(LogLevel::error,
+        "Could not register new sandbox " + sandbox_id +
+            "; destroying it rather than leaking an untracked container: " + e.what());
+    close_client(client, [&] {
+      return "Error closing sandbox " + sandbox_id + " during ownership rollback";
+    });
+    try {
+      backend_->destroy(*info);
+    } catch (const std::exception& destroy_error) {
+      log(LogLevel::error, "Failed to destroy sandbox " + sandbox_id +
+                               " after registration failure: " + destroy_error.what());
+    }
+    throw;
+  }
+  log(LogLevel::info, "Created sandbox " + sandbox_id + " for thread " +
+                          thread_id.value_or("<anonymous>") + " at " + info->sandbox_url);
+  return sandbox_id;
+}
+
+// ── create (SPEC §5.10, §5.11) ───────────────────────────────────────────────
+
+bool Provider::Impl::make_room(const std::string& creating_id) {
+  const auto replicas = static_cast<std::size_t>(options_.replicas);
+  // Evict until within the cap: after a burst beyond the soft limit one eviction per create
+  // would leave warm sandboxes running above it.
+  while (true) {
+    {
+      MutexLock lock(mutex_);
+      if (registry_.slots_in_use(creating_id) < replicas) return true;
+    }
+    if (auto evicted = evict_oldest_warm()) {
+      log(LogLevel::info, "Evicted warm-pool sandbox " + *evicted +
+                              " to stay within replicas=" + std::to_string(options_.replicas));
+      continue;
+    }
+    if (!policy_->create_beyond_replicas()) return false;
+    log(LogLevel::warning, "All " + std::to_string(options_.replicas) +
+                               " replica slots are in active use; creating sandbox " +
+                               creating_id + " beyond the soft limit");
+    return true;
+  }
+}
+
+std::string Provider::Impl::create_sandbox(const std::optional<std::string>& thread_id,
+                                           const std::string& sandbox_id,
+                                           const std::string& user_id, const Snapshot& snapshot) {
+  if (seams_.create_sandbox) return seams_.create_sandbox(thread_id, sandbox_id, user_id, snapshot);
+  return create_sandbox_step(thread_id, sandbox_id, user_id, snapshot);
+}
+
+std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>& thread_id,
+                                                const std::string& sandbox_id,
+                                                const std::string& user_id,
+                                                const Snapshot& snapshot) {
+  const CreateRequest request = build_create_request(thread_id, sandbox_id, user_id);
+
+  // This creation holds a replica slot from its capacity check until it is registered or has
+  // failed, so concurrent creations count each other instead of all seeing the same free slot.
+  bool over_cap = false;
+  {
+    MutexLock lock(mutex_);
+    registry_.begin_creation(sandbox_id);
+    over_cap =
+        registry_.slots_in_use(sandbox_id) >= static_cast<std::size_t>(options_.replicas);
+  }
+  ScopeExit uncount([&] {
+    MutexLock lock(mutex_);
+    registry_.end_creation(sandbox_id);
+  });
+  // On a real engine a stop and a create each take a second or so: the eviction's stops run
+  // beside the backend create instead of before it (issue 10). The creating call still waits
+  // for them before it registers its sandbox, and on every way out, so the oldest warm
+  // sandbox has been destroyed, once, by the time it returns (SPEC §5.10).
+  std::future<bool> room;
+  if (over_cap) {
+    auto evict = [this, sandbox_id] {
+      try {
+        return make_room(sandbox_id);
+      } catch (const std::exception& e) {
+        log(LogLevel::error, std::string("Evicting a warm-pool sandbox failed: ") + e.what());
+        return true;
+      }
+    };
+    try {
+      room = std::async(std::launch::async, evict);
+    } catch (const std::system_error&) {
+      std::promise<bool> done;  // no thread to spare: evict first, as before
+      done.set_value(evict());
+      room = done.get_future();
+    }
+  }
+  ScopeExit wait_for_room([&] {
+    if (room.valid()) room.wait();
+  });
+
+  // A contract change found by the create itself means the backend made (or found) an instance
+  // under the id of the old contract. The acquisition restarts under a new id, so nothing would
+  // ever track or stop this one: destroy it now, unless a peer holds its lease.
+  InfoPtr info;
+  try {
+    info = std::make_shared<const SandboxInfo>(backend_->create(request));
+  } catch (const MountContractChangedError& changed) {
+    SandboxInfo stale;
+    stale.sandbox_id = sandbox_id;
+    stale.user_id = request.user_id;
+    stale.thread_id = request.thread_id;
+    destroy_untracked_creation(sandbox_id, stale,
+                               "sandbox " + sandbox_id + " created under mount contract " +
+                                   std::to_string(changed.current_version()) + " instead of " +
+                                   std::to_string(changed.previous_version()));
+    throw;
+  }
+  if (snapshot && backend_->requires_create_validation() &&
+      info->mount_contract_version != snapshot->version) {
+    destroy_untracked_creation(sandbox_id, *info,
+                               "sandbox " + sandbox_id + " created under mount contract " +
+                                   std::to_string(info->mount_contract_version) + " instead of " +
+                                   std::to_string(snapshot->version));
+    throw MountContractChangedError(snapshot->version, info->mount_contract_version);
+  }
+  if (!hooks_.wait_until_ready(info->sandbox_url, options_.readiness_timeout_seconds)) {
+    destroy_unready_sandbox(sandbox_id, *info);
+    throw std::runtime_error("Sandbox " + sandbox_id +
+                             " failed to become ready within timeout at " + info->sandbox_url);
+  }
+  if (room.valid() && !room.get()) {
+    destroy_untracked_creation(sandbox_id, *info,
+                               "sandbox " + sandbox_id + " created beyond replicas=" +
+                                   std::to_string(options_.replicas));
+    throw std::runtime_error("all " + std::to_string(options_.replicas) +
+                             " replica slots are in use and the lifecycle policy refuses to "
+                             "create beyond them");
+  }
+  return register_created_sandbox(thread_id, sandbox_id, info, user_id);
+}
+
+void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,
+                                             const SandboxInfo& info) {
+  destroy_untracked_creation(sandbox_id, info, "unready sandbox " + sandbox_id);
+}
+
+void Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
+                                                const SandboxInfo& info,
+                                                const std::string& what) {
+  const bool reserved = reserve_local_teardown(sandbox_id, [sandbox_id](const SandboxRegistry& r) {
+    return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_warm(sandbox_id);
+  });
+  if (!reserved) {
+    log(LogLevel::warning,
+        "Not destroying " + what + ": adopted or being torn down by this instance");
+    return;
+  }
+  ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
+  if (!claim_ownership(sandbox_id, true)) {
+    log(LogLevel::warning,
+        "Not destroying " + what + ": owned by another instance or ownership unavailable");
+    return;
+  }
+  log(LogLevel::info, "Destroying " + what);
+  with_held_teardown_lease(sandbox_id, [&] {
+    try {
+      backend_->destroy(info);
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, "Error destroying " + what + ": " + e.what());
+    }
+  });
+}
+
+}  // namespace sandboxd::core

@@ -1,0 +1,307 @@
+// Provider's implementation, private to the core (provider.hpp is the embedding API).
+//
+// Lock story (read before changing anything here; clang's -Wthread-safety checks the
+// annotated parts, see scripts/thread_safety.sh):
+//  - `mutex_` (the registry mutex) guards `registry_` and nothing else. Methods that call the
+//    backend, the ownership store, a readiness probe, a hook or the logger, or close a client,
+//    are EXCLUDES(mutex_): none of that ever runs under it. Code that needs a decision made
+//    under it passes a Predicate, which reads the registry it is handed and nothing else.
+//  - Per-(user, thread) ThreadLocks serialise acquisition of one conversation; they are taken
+//    before `mutex_`, never while holding it. A ThreadLock keeps a FIFO queue of waiters; an
+//    async waiter is a grant callback run by the releasing thread, so waiting on a busy
+//    conversation parks no pool thread (issue 13 A.5).
+//  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
+//    between processes on one host; taken under the thread lock, outside `mutex_`.
+//  - `background_mutex_` guards only the stop flag of the two background threads.
+//  - `async_` (AsyncAcquisitions) has its own leaf mutex: which async acquisitions run or wait.
+//  - `teardown_` (TeardownLeases) has its own leaf mutex, under which only a thread is spawned.
+//  - `shutdown_mutex_` is held for the whole of shutdown() and detach(), taken before every
+//    other lock: a second caller waits for the first instead of returning early.
+//  - The executors are the last members, so they are destroyed (and joined) first, while the
+//    state their tasks use still exists.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "async_acquisitions.hpp"
+#include "sandbox_registry.hpp"
+#include "sandboxd/core/provider.hpp"
+#include "teardown_lease.hpp"
+#include "thread_annotations.hpp"
+
+namespace sandboxd::core {
+
+// Runs with the registry mutex held and reads only the registry it is handed.
+using Predicate = std::function<bool(const SandboxRegistry&)>;
+using Snapshot = std::optional<MountContractSnapshot>;
+
+// Test seams: each, when set, replaces one step of the lifecycle (what the Python seed does
+// with monkeypatch). Only ProviderTestPeer sets them, before the provider runs; production
+// leaves every one empty.
+struct ProviderSeams {
+  std::function<Snapshot()> acquisition_contract_snapshot;
+  std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>
+      acquire_internal;
+  std::function<std::optional<std::string>(const std::optional<std::string>&, const std::string&,
+                                           const std::optional<std::string>&, bool,
+                                           const Snapshot&)>
+      reuse_in_process_sandbox;
+  std::function<std::optional<std::string>(const std::string&, const std::string&,
+                                           const std::string&, const Snapshot&)>
+      recheck_cached_sandbox;
+  std::function<std::string(const std::optional<std::string>&, const std::string&,
+                            const std::string&, const Snapshot&)>
+      create_sandbox;
+  std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
+                            const std::string&)>
+      register_created_sandbox;
+  // The id scheme.
+  std::function<std::string(const std::optional<std::string>&, const std::string&,
+                            const Snapshot&)>
+      sandbox_id_for_thread;
+  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>
+      get_extra_mounts;
+  std::function<void(const std::string&)> ensure_skills_projection;
+  std::function<bool(const std::string&, bool)> claim_ownership;
+  // The teardown lease.
+  std::function<void(const std::string&, const std::function<void()>&)> with_held_teardown_lease;
+  std::function<void(const std::string&, const Predicate&)> destroy_tracked;
+  std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>
+      destroy_warm_entry;
+  std::function<void(std::optional<double>)> reap_expired_warm;
+};
+
+struct Provider::Impl {
+  explicit Impl(ProviderDeps deps);
+  ~Impl();
+
+  // ── the public API (provider.hpp), one to one ──
+  void start();
+  std::string acquire(const std::optional<std::string>& thread_id,
+                      const std::optional<std::string>& user_id) EXCLUDES(mutex_);
+  AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
+                               const std::optional<std::string>& user_id) EXCLUDES(mutex_);
+  AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
+                                 const std::optional<std::string>& user_id) EXCLUDES(mutex_);
+  ClientPtr get(const std::string& sandbox_id) EXCLUDES(mutex_);
+  ReleaseOutcome release(const std::string& sandbox_id) EXCLUDES(mutex_);
+  DestroyOutcome destroy(const std::string& sandbox_id) EXCLUDES(mutex_);
+  void shutdown() EXCLUDES(mutex_);
+  void detach() EXCLUDES(mutex_);
+  RegistrySnapshot export_registry() EXCLUDES(mutex_);
+  std::optional<TrackedSandbox> find(const std::string& sandbox_id) EXCLUDES(mutex_);
+  void import_registry(const RegistrySnapshot& snapshot) EXCLUDES(mutex_);
+  bool uses_thread_data_mounts() const;
+  bool provider_uses_thread_data_mounts();
+  bool sandbox_uses_thread_data_mounts(const std::string& sandbox_id) EXCLUDES(mutex_);
+  void cleanup_idle_sandboxes(double idle_timeout) EXCLUDES(mutex_);
+  void reap_expired_warm(std::optional<double> timeout) EXCLUDES(mutex_);
+  std::optional<std::string> evict_oldest_warm() EXCLUDES(mutex_);
+  ReconcileReport reconcile_orphans() EXCLUDES(mutex_);
+  void renew_owned_leases() EXCLUDES(mutex_);
+  void prune_idle_thread_locks() EXCLUDES(mutex_);
+  std::optional<ReconciliationIdentity> prepare_sandbox_reconciliation_identity(
+      const std::string& sandbox_id);
+  ReconnectResult reconnect_sandbox_for_reconciliation(const std::string& sandbox_id,
+                                                       const std::string& thread_id,
+                                                       const std::string& user_id,
+                                                       const ReconciliationIdentity& identity);
+  Provider::Counts counts() EXCLUDES(mutex_);
+  ProviderEventCounts event_counts() const;
+
+  // ── acquisition (SPEC §5.3–§5.11; provider_acquire.cpp) ──
+  std::string acquire_with_restarts(const std::optional<std::string>& thread_id,
+                                    const std::string& user_id) EXCLUDES(mutex_);
+  Snapshot acquisition_contract_snapshot();
+  Snapshot acquisition_contract_snapshot_step();
+  std::string acquire_internal(const std::optional<std::string>& thread_id,
+                               const std::string& user_id, Snapshot snapshot) EXCLUDES(mutex_);
+  std::string acquire_internal_step(const std::optional<std::string>& thread_id,
+                                    const std::string& user_id, Snapshot snapshot)
+      EXCLUDES(mutex_);
+  std::optional<std::string> reuse_in_process_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& user_id,
+      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
+      const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::optional<std::string> reuse_in_process_sandbox_step(
+      const std::optional<std::string>& thread_id, const std::string& user_id,
+      const std::optional<std::string>& expected_sandbox_id, bool post_lock,
+      const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::optional<std::string> reclaim_warm_pool_sandbox(
+      const std::optional<std::string>& thread_id, const std::string& sandbox_id,
+      const std::string& user_id, bool post_lock, const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::string discover_or_create_with_lock(const std::string& thread_id,
+                                           const std::string& sandbox_id,
+                                           const std::string& user_id, const Snapshot& snapshot)
+      EXCLUDES(mutex_);
+  std::optional<std::string> recheck_cached_sandbox(const std::string& thread_id,
+                                                    const std::string& sandbox_id,
+                                                    const std::string& user_id,
+                                                    const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::string create_sandbox(const std::optional<std::string>& thread_id,
+                             const std::string& sandbox_id, const std::string& user_id,
+                             const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::string create_sandbox_step(const std::optional<std::string>& thread_id,
+                                  const std::string& sandbox_id, const std::string& user_id,
+                                  const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::string register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
+                                          const std::string& user_id) EXCLUDES(mutex_);
+  std::string register_created_sandbox(const std::optional<std::string>& thread_id,
+                                       const std::string& sandbox_id, InfoPtr info,
+                                       const std::string& user_id) EXCLUDES(mutex_);
+  std::string register_created_sandbox_step(const std::optional<std::string>& thread_id,
+                                            const std::string& sandbox_id, InfoPtr info,
+                                            const std::string& user_id) EXCLUDES(mutex_);
+  void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info)
+      EXCLUDES(mutex_);
+  void destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
+                                  const std::string& what) EXCLUDES(mutex_);
+  // Evicts (per the policy) until within the cap; false when the policy refuses to create
+  // beyond it.
+  bool make_room(const std::string& creating_id) EXCLUDES(mutex_);
+
+  // ── ids and mounts ──
+  std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
+                                    const std::string& user_id, const Snapshot& snapshot);
+  std::string sandbox_id_for_thread_step(const std::optional<std::string>& thread_id,
+                                         const std::string& user_id, const Snapshot& snapshot);
+  std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
+                                      const std::string& user_id);
+  void ensure_skills_projection(const std::string& user_id);
+  CreateRequest build_create_request(const std::optional<std::string>& thread_id,
+                                     const std::string& sandbox_id, const std::string& user_id);
+  void check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
+                               const std::string& user_id) const;
+  InfoPtr revalidate_through_create(const std::string& thread_id, const std::string& sandbox_id,
+                                    const std::string& user_id, const Snapshot& snapshot);
+  void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
+                              const InfoPtr& validated) EXCLUDES(mutex_);
+  void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
+      REQUIRES(mutex_);
+  void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
+      REQUIRES(mutex_);
+
+  // ── ownership (SPEC §7.7–§7.9; provider_ownership.cpp) ──
+  void publish_ownership(const std::string& sandbox_id) EXCLUDES(mutex_);
+  bool claim_ownership(const std::string& sandbox_id, bool for_destroy);
+  bool claim_ownership_step(const std::string& sandbox_id, bool for_destroy);
+  bool refresh_ownership(const std::string& sandbox_id);
+  void release_ownership(const std::string& sandbox_id);
+  void with_held_teardown_lease(const std::string& sandbox_id, const std::function<void()>& stop);
+  bool reserve_local_teardown(const std::string& sandbox_id, const Predicate& still_reapable)
+      EXCLUDES(mutex_);
+  void finish_local_teardown(const std::string& sandbox_id) EXCLUDES(mutex_);
+  bool teardown_in_progress(const std::string& sandbox_id) EXCLUDES(mutex_);
+  using Deadline = std::chrono::steady_clock::time_point;
+  Deadline teardown_wait_deadline() const;
+  bool wait_out_teardown(const std::string& sandbox_id, Deadline deadline) EXCLUDES(mutex_);
+  void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch)
+      EXCLUDES(mutex_);
+
+  // ── teardown and health (SPEC §5.13, §5.16, §6; provider_teardown.cpp) ──
+  DestroyOutcome destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable)
+      EXCLUDES(mutex_);
+  DestroyOutcome destroy_tracked_step(const std::string& sandbox_id,
+                                      const Predicate& still_reapable) EXCLUDES(mutex_);
+  bool destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
+                          const std::string& reason, const Predicate& still_reapable)
+      EXCLUDES(mutex_);
+  bool destroy_warm_entry_step(const std::string& sandbox_id, const WarmEntry& entry,
+                               const std::string& reason, const Predicate& still_reapable)
+      EXCLUDES(mutex_);
+  void reap_expired_warm_step(std::optional<double> timeout) EXCLUDES(mutex_);
+  Predicate still_this_warm_entry(const std::string& sandbox_id, const WarmEntry& entry) const;
+  std::optional<bool> check_alive(const std::string& sandbox_id, const SandboxInfo& info);
+  void drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
+                              const InfoPtr& expected_info) EXCLUDES(mutex_);
+
+  // ── helpers ──
+  TrackedSandbox tracked_entry(const SandboxEntry& entry) const;
+  std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key) EXCLUDES(mutex_);
+  std::string effective_user(const std::optional<std::string>& user_id) const;
+  ClientPtr make_client(const std::string& sandbox_id, const std::string& url);
+  template <class Describe>
+  void close_client(const ClientPtr& client, const Describe& what_on_error) {
+    if (!client) return;
+    try {
+      client->close();
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, what_on_error() + ": " + e.what());
+    }
+  }
+  bool negotiates_contract() const;
+  double now() const { return clock_->monotonic_now(); }
+  double to_wall(double monotonic) const { return monotonic + wall_minus_monotonic(); }
+  double from_wall(double wall) const { return wall - wall_minus_monotonic(); }
+  double wall_minus_monotonic() const { return clock_->wall_now() - clock_->monotonic_now(); }
+  void log(LogLevel level, const std::string& message) const { logger_->log(level, message); }
+  template <class Message>
+  void log_lazily(LogLevel level, const Message& message) const {
+    if (logger_->enabled(level)) logger_->log(level, message());
+  }
+
+  // ── background threads (provider_background.cpp) ──
+  void start_background_threads();
+  void stop_background_threads() EXCLUDES(background_mutex_);
+  void idle_checker_loop(double idle_timeout);
+  void renewal_loop();
+  bool wait_for_background_tick(double seconds) EXCLUDES(background_mutex_);
+  void run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
+                             const std::optional<std::string>& thread_id, const std::string& user,
+                             const std::shared_ptr<ThreadLock>& lock);
+
+  // ── collaborators ──
+  std::shared_ptr<SandboxBackend> backend_;
+  std::shared_ptr<OwnershipStore> ownership_;
+  std::shared_ptr<Logger> logger_;
+  std::shared_ptr<Clock> clock_;
+  std::shared_ptr<const Paths> paths_;
+  std::shared_ptr<MountComposer> mounts_;
+  const ProviderOptions options_;
+  ProviderHooks hooks_;
+  std::shared_ptr<LifecyclePolicy> policy_;
+  ProviderSeams seams_;
+
+  mutable Mutex mutex_;  // the registry mutex (see the lock story)
+  SandboxRegistry registry_ GUARDED_BY(mutex_);
+  std::condition_variable teardown_finished_;  // with mutex_: a local teardown finished
+
+  // Event counters: atomics, each incremented where its event happens (relaxed order; read
+  // only for metrics), so counting takes no lock.
+  struct EventCounters {
+    std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
+        lease_lapses{0}, lease_losses{0};
+  };
+  EventCounters events_;
+
+  Mutex background_mutex_;
+  std::condition_variable background_wake_;
+  bool background_stop_ GUARDED_BY(background_mutex_) = false;
+  std::thread idle_checker_;  // started/joined only by start()/shutdown()
+  std::thread renewer_;       // started/joined only by start()/shutdown()
+
+  std::mutex shutdown_mutex_;
+
+  // Whether a reconciliation pass has logged yet: the first is "Startup reconciliation", the
+  // periodic ones after it are "Reconciliation pass".
+  std::atomic<bool> reconciled_once_{false};
+
+  TeardownLeases teardown_;
+  std::shared_ptr<AsyncAcquisitions> async_;  // set by the constructor, never reset
+
+  // Last, so destroyed first: a private pool joins its workers while everything a queued task
+  // uses is still alive.
+  std::shared_ptr<Executor> blocking_executor_;
+  std::shared_ptr<Executor> lock_wait_executor_;
+};
+
+}  // namespace sandboxd::core

@@ -1,0 +1,287 @@
+#include "sandbox_registry.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace sandboxd::core {
+
+const SandboxEntry* SandboxRegistry::find(const std::string& id) const {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+SandboxEntry* SandboxRegistry::find(const std::string& id) {
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+bool SandboxRegistry::has_client(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  return e && e->active() && e->client;
+}
+
+bool SandboxRegistry::has_info(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  return e && e->active() && e->info;
+}
+
+bool SandboxRegistry::is_warm(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  return e && e->warm();
+}
+
+bool SandboxRegistry::tracked(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  return e && e->info && (e->active() || e->warm());
+}
+
+void SandboxRegistry::set_state(SandboxEntry& e, SandboxState state) {
+  if (e.state == state) return;
+  if (e.state == SandboxState::active) --active_;
+  if (e.state == SandboxState::warm) --warm_;
+  e.state = state;
+  if (state == SandboxState::active) ++active_;
+  if (state == SandboxState::warm) ++warm_;
+}
+
+void SandboxRegistry::collect(std::map<std::string, SandboxEntry>::iterator it) {
+  const SandboxEntry& e = it->second;
+  if (e.state == SandboxState::none && !e.teardown && e.publishing == 0 && e.creations == 0 &&
+      e.epoch == 0) {
+    entries_.erase(it);
+  }
+}
+
+void SandboxRegistry::install_active(const std::string& id, ClientPtr client, InfoPtr info,
+                                     const std::optional<ThreadKey>& key, double now) {
+  if (shutdown_) {
+    throw std::runtime_error("the provider is shutting down; not handing out sandbox " + id);
+  }
+  SandboxEntry& e = entry(id);
+  set_state(e, SandboxState::active);
+  e.client = std::move(client);
+  e.info = std::move(info);
+  e.identity = key;
+  e.since = now;
+  if (key) conversations_.assign(*key, id);
+}
+
+SandboxRegistry::Parked SandboxRegistry::park(const std::string& id, double now) {
+  Parked parked;
+  auto it = entries_.find(id);
+  std::optional<ThreadKey> first_key = conversations_.erase_sandbox(id);
+  if (it == entries_.end()) return parked;
+  SandboxEntry& e = it->second;
+  parked.epoch = e.epoch;
+  if (e.warm()) {
+    parked.was_warm = true;
+    return parked;
+  }
+  if (!e.active()) return parked;
+  parked.client = std::move(e.client);
+  if (e.info) {
+    parked.info = e.info;
+    e.identity = first_key ? std::move(first_key) : std::move(e.identity);
+    e.since = now;
+    set_state(e, SandboxState::warm);
+  } else {
+    // An active entry without an info (a seed fixture's partial dict) is simply dropped.
+    e.identity.reset();
+    set_state(e, SandboxState::none);
+    collect(it);
+  }
+  return parked;
+}
+
+bool SandboxRegistry::add_warm(const std::string& id, InfoPtr info, double released_at,
+                               std::optional<ThreadKey> identity) {
+  SandboxEntry& e = entry(id);
+  if (e.state != SandboxState::none) return false;
+  e.info = std::move(info);
+  e.since = released_at;
+  e.identity = std::move(identity);
+  e.client.reset();
+  set_state(e, SandboxState::warm);
+  return true;
+}
+
+SandboxRegistry::Removed SandboxRegistry::remove(const std::string& id,
+                                                 const InfoPtr& expected_info) {
+  Removed removed;
+  auto it = entries_.find(id);
+  if (expected_info) {
+    const bool matches = it != entries_.end() && it->second.info == expected_info &&
+                         (it->second.active() || it->second.warm());
+    if (!matches) return removed;
+  }
+  removed.removed = true;
+  conversations_.erase_sandbox(id);
+  if (it == entries_.end()) return removed;
+  SandboxEntry& e = it->second;
+  if (e.active() || e.warm()) {
+    removed.client = std::move(e.client);
+    removed.info = std::move(e.info);
+  }
+  e.identity.reset();
+  e.epoch = 0;
+  set_state(e, SandboxState::none);
+  collect(it);
+  return removed;
+}
+
+std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::take_warm() {
+  std::vector<std::pair<std::string, WarmEntry>> taken = warm_entries();
+  for (const auto& [id, warm] : taken) erase_warm_if(id, warm.info);
+  return taken;
+}
+
+void SandboxRegistry::erase_warm_if(const std::string& id, const InfoPtr& info) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.warm() || it->second.info != info) return;
+  it->second.info.reset();
+  it->second.identity.reset();
+  set_state(it->second, SandboxState::none);
+  collect(it);
+}
+
+ClientPtr SandboxRegistry::replace_info(const std::string& id, const InfoPtr& examined,
+                                        InfoPtr validated, ClientPtr fresh_client) {
+  SandboxEntry* e = find(id);
+  if (!e || !e->active() || !e->info || e->info != examined) return fresh_client;
+  e->info = std::move(validated);
+  if (!fresh_client) return nullptr;
+  std::swap(e->client, fresh_client);
+  return fresh_client;  // the replaced one
+}
+
+ClientPtr SandboxRegistry::forget(const std::string& id,
+                                  std::optional<std::uint64_t> expected_epoch,
+                                  const char** kept_because) {
+  *kept_because = nullptr;
+  auto it = entries_.find(id);
+  if (it != entries_.end()) {
+    const SandboxEntry& e = it->second;
+    if (e.teardown) {
+      *kept_because = "";  // a local teardown: nothing to say
+      return nullptr;
+    }
+    if (e.publishing > 0) {
+      *kept_because = ": an acquire is publishing ownership for it";
+      return nullptr;
+    }
+    if (expected_epoch && e.epoch != *expected_epoch) {
+      *kept_because = ": this instance re-acquired it after the lease check";
+      return nullptr;
+    }
+  } else if (expected_epoch && *expected_epoch != 0) {
+    *kept_because = ": this instance re-acquired it after the lease check";
+    return nullptr;
+  }
+  conversations_.erase_sandbox(id);
+  if (it == entries_.end()) return nullptr;
+  SandboxEntry& e = it->second;
+  ClientPtr client = e.active() ? std::move(e.client) : nullptr;
+  e.client.reset();
+  e.info.reset();
+  e.identity.reset();
+  e.epoch = 0;
+  set_state(e, SandboxState::none);
+  collect(it);
+  return client;
+}
+
+bool SandboxRegistry::reserve_teardown(const std::string& id) {
+  SandboxEntry& e = entry(id);
+  if (e.teardown) return false;
+  e.teardown = true;
+  ++teardowns_;
+  return true;
+}
+
+void SandboxRegistry::finish_teardown(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end() || !it->second.teardown) return;
+  it->second.teardown = false;
+  --teardowns_;
+  collect(it);
+}
+
+bool SandboxRegistry::tearing_down(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  return e && e->teardown;
+}
+
+void SandboxRegistry::begin_publish(const std::string& id) {
+  ++entry(id).publishing;
+}
+
+void SandboxRegistry::end_publish(const std::string& id, bool taken) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  if (it->second.publishing > 0) --it->second.publishing;
+  if (taken) it->second.epoch = ++epoch_counter_;
+  collect(it);
+}
+
+std::optional<std::uint64_t> SandboxRegistry::epoch_of(const std::string& id) const {
+  const SandboxEntry* e = find(id);
+  if (!e || e->epoch == 0) return std::nullopt;
+  return e->epoch;
+}
+
+void SandboxRegistry::begin_creation(const std::string& id) {
+  ++entry(id).creations;
+}
+
+void SandboxRegistry::end_creation(const std::string& id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  if (it->second.creations > 0) --it->second.creations;
+  collect(it);
+}
+
+bool SandboxRegistry::any_creation() const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [](const auto& item) { return item.second.creations > 0; });
+}
+
+std::size_t SandboxRegistry::slots_in_use(const std::string& creating_id) const {
+  std::size_t in_use = active_ + warm_;
+  for (const auto& [id, e] : entries_) {
+    // A creation already registered is counted as active (or warm), not twice.
+    if (e.creations == 0 || id == creating_id || e.active() || e.warm()) continue;
+    in_use += static_cast<std::size_t>(e.creations);
+  }
+  return in_use;
+}
+
+std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::warm_entries() const {
+  std::vector<std::pair<std::string, WarmEntry>> out;
+  out.reserve(warm_);
+  for (const auto& [id, e] : entries_) {
+    if (e.warm()) out.emplace_back(id, WarmEntry{e.info, e.since, e.identity});
+  }
+  return out;
+}
+
+std::shared_ptr<ThreadLock> SandboxRegistry::thread_lock(const ThreadKey& key) {
+  auto& slot = thread_locks_[key];
+  if (!slot) slot = std::make_shared<ThreadLock>();
+  return slot;
+}
+
+void SandboxRegistry::prune_idle_thread_locks() {
+  for (auto it = thread_locks_.begin(); it != thread_locks_.end();) {
+    // Only the map refers to it and nobody holds it: no waiter can be lost by dropping it.
+    const bool idle = it->second.use_count() == 1 && !it->second->is_held();
+    it = idle ? thread_locks_.erase(it) : std::next(it);
+  }
+}
+
+bool SandboxRegistry::begin_shutdown() {
+  if (shutdown_) return false;
+  shutdown_ = true;
+  return true;
+}
+
+}  // namespace sandboxd::core

@@ -1,0 +1,182 @@
+// What one provider instance tracks: one entry per sandbox, with one lifecycle state, and the
+// conversation index (DESIGN.md "Core shape"). Private to the core; never installed.
+//
+// Not thread-safe by itself: the provider holds it GUARDED_BY its registry mutex and calls it
+// only with that mutex held. Nothing here blocks, logs or calls out.
+//
+// An entry's `state` is where the sandbox is in its lifecycle: active (handed to a
+// conversation), warm (released, still running) or none (the entry only carries marks of work
+// in flight). Being active or warm is one field, so "active or warm, never both" cannot be
+// broken; a later state (paused, a pre-started spare) is one more enumerator. The marks are
+// orthogonal to the state because the work they record overlaps it: a local teardown reserves
+// an active or warm sandbox that stays visible until its stop begins; acquisitions publishing
+// its lease; creations under its id counted against the replica cap; the acquisition epoch
+// that keeps an old lease check from dropping a newer acquisition. An entry with no state and
+// no marks is erased. Every operation is O(log n).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sandboxd/core/conversation.hpp"
+#include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/types.hpp"
+#include "thread_lock.hpp"
+#include "thread_map.hpp"
+
+namespace sandboxd::core {
+
+using InfoPtr = std::shared_ptr<const SandboxInfo>;
+using ClientPtr = std::shared_ptr<SandboxClient>;
+
+enum class SandboxState {
+  none,    // nothing tracked; the entry only holds marks
+  active,  // handed to a conversation (or an anonymous caller)
+  warm,    // released to the warm pool, still running
+};
+
+struct SandboxEntry {
+  SandboxState state = SandboxState::none;
+  ClientPtr client;  // active: the client handed out (a seed fixture may set only one side)
+  InfoPtr info;      // active and warm
+  // The conversation it was handed to (active) or last served (warm; nullopt for an adopted
+  // orphan): another identity under the same id is a collision, not a reuse.
+  std::optional<ThreadKey> identity;
+  double since = 0.0;  // monotonic: last activity (active) or release time (warm)
+
+  bool teardown = false;  // this instance reserved it for a teardown
+  int publishing = 0;     // acquisitions publishing its lease right now
+  int creations = 0;      // creations between their replica check and their registration
+  std::uint64_t epoch = 0;  // the acquisition that last published its lease (0: none)
+
+  bool active() const { return state == SandboxState::active; }
+  bool warm() const { return state == SandboxState::warm; }
+};
+
+// A warm sandbox as a snapshot (what the reaper and eviction act on, outside the mutex).
+struct WarmEntry {
+  InfoPtr info;
+  double released_at = 0.0;
+  std::optional<ThreadKey> identity;
+};
+
+class SandboxRegistry {
+ public:
+  // ── lookups ──
+  const SandboxEntry* find(const std::string& id) const;
+  SandboxEntry* find(const std::string& id);
+  // The reference's `id in _sandboxes` / `id in _sandbox_infos`: active with a client / info.
+  bool has_client(const std::string& id) const;
+  bool has_info(const std::string& id) const;
+  bool is_warm(const std::string& id) const;
+  // Active or warm with an info: what a find() or export shows.
+  bool tracked(const std::string& id) const;
+
+  // ── state changes ──
+  // Makes `id` active for `key` (throws std::runtime_error once shutdown began: shutdown stops
+  // only what it snapshotted). A warm entry under the id becomes active; the conversation
+  // index maps `key` to it.
+  void install_active(const std::string& id, ClientPtr client, InfoPtr info,
+                      const std::optional<ThreadKey>& key, double now);
+  // Active → warm (release): the client is handed back to be closed; every conversation
+  // mapped to it is unmapped and the first of them (else its identity) becomes the warm
+  // entry's identity. Nothing tracked: all empty.
+  struct Parked {
+    ClientPtr client;
+    InfoPtr info;        // the warm entry's info (null: it was not active)
+    bool was_warm = false;
+    std::uint64_t epoch = 0;
+  };
+  Parked park(const std::string& id, double now);
+  // An adopted or imported warm sandbox (not when already tracked).
+  bool add_warm(const std::string& id, InfoPtr info, double released_at,
+                std::optional<ThreadKey> identity);
+  // Untracks `id` (active or warm) when `expected_info` is null or is the tracked info: the
+  // conversation index and the epoch go too. `removed` says whether it did.
+  struct Removed {
+    ClientPtr client;
+    InfoPtr info;
+    bool removed = false;
+  };
+  Removed remove(const std::string& id, const InfoPtr& expected_info);
+  // Untracks every warm sandbox and returns them (shutdown stops each itself).
+  std::vector<std::pair<std::string, WarmEntry>> take_warm();
+  // Drops the warm entry only if it still holds `info` (the one a teardown stopped).
+  void erase_warm_if(const std::string& id, const InfoPtr& info);
+  // Replaces an active entry's info (and client) if it still holds `examined`; the replaced
+  // client is returned for closing.
+  ClientPtr replace_info(const std::string& id, const InfoPtr& examined, InfoPtr validated,
+                         ClientPtr fresh_client);
+  // A peer holds the lease now: untrack without touching the container (the closed client
+  // is returned). Skipped while a teardown, a publish or a newer acquisition holds it;
+  // `kept_because` then says which.
+  ClientPtr forget(const std::string& id, std::optional<std::uint64_t> expected_epoch,
+                   const char** kept_because);
+
+  // ── marks ──
+  bool reserve_teardown(const std::string& id);  // false when already reserved
+  void finish_teardown(const std::string& id);
+  bool tearing_down(const std::string& id) const;
+  void begin_publish(const std::string& id);
+  // The publish ended; when `taken`, a new epoch is given to it.
+  void end_publish(const std::string& id, bool taken);
+  std::optional<std::uint64_t> epoch_of(const std::string& id) const;
+  void begin_creation(const std::string& id);
+  void end_creation(const std::string& id);
+  bool any_creation() const;
+  // Active + warm + other creations in flight: what the replica cap is checked against (a
+  // creation already registered under its id is counted once).
+  std::size_t slots_in_use(const std::string& creating_id) const;
+
+  // ── the conversation index ──
+  ThreadMap& conversations() { return conversations_; }
+  const ThreadMap& conversations() const { return conversations_; }
+
+  // ── iteration (snapshots for work done outside the mutex) ──
+  template <class Visit>
+  void for_each(Visit visit) const {
+    for (const auto& [id, entry] : entries_) visit(id, entry);
+  }
+  std::vector<std::pair<std::string, WarmEntry>> warm_entries() const;
+  std::size_t active_count() const { return active_; }
+  std::size_t warm_count() const { return warm_; }
+  std::size_t teardown_count() const { return teardowns_; }
+
+  // ── reconciliation's first sightings of unowned containers (SPEC §8) ──
+  std::map<std::string, double>& unowned_since() { return unowned_since_; }
+  const std::map<std::string, double>& unowned_since() const { return unowned_since_; }
+
+  // ── per-conversation locks ──
+  std::shared_ptr<ThreadLock> thread_lock(const ThreadKey& key);
+  // Drops locks nobody holds, waits for or refers to.
+  void prune_idle_thread_locks();
+  std::size_t thread_lock_count() const { return thread_locks_.size(); }
+  bool has_thread_lock(const ThreadKey& key) const { return thread_locks_.count(key) > 0; }
+
+  // ── shutdown ──
+  bool shut_down() const { return shutdown_; }
+  // Marks shutdown (or detach) begun; false when it had already.
+  bool begin_shutdown();
+
+ private:
+  SandboxEntry& entry(const std::string& id) { return entries_[id]; }
+  void set_state(SandboxEntry& entry, SandboxState state);
+  // Erases `it` when it holds neither a state nor a mark.
+  void collect(std::map<std::string, SandboxEntry>::iterator it);
+
+  std::map<std::string, SandboxEntry> entries_;
+  ThreadMap conversations_;
+  std::map<std::string, double> unowned_since_;
+  std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks_;
+  std::uint64_t epoch_counter_ = 0;
+  std::size_t active_ = 0, warm_ = 0, teardowns_ = 0;
+  bool shutdown_ = false;
+};
+
+}  // namespace sandboxd::core
