@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "quiet_logger.hpp"
-#include "sandboxd/json.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace {

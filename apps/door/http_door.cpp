@@ -85,16 +85,17 @@ std::string peer_of(const Generic::socket& socket) {
 // Makes `path` ours to listen on (see Server::bind).
 host_fs::UniqueFd claim_socket_path(const std::string& path) {
   const std::string lock_path = path + ".lock";
-  host_fs::UniqueFd lock(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
+  host_fs::UniqueFd lock(
+      ::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!lock) {
     throw ListenError("cannot listen on unix:" + path + ": cannot open " + lock_path + ": " +
                           std::strerror(errno),
                       false);
   }
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    throw ListenError("cannot listen on unix:" + path + ": it is in use: another server holds " +
-                          lock_path,
-                      true);
+    throw ListenError(
+        "cannot listen on unix:" + path + ": it is in use: another server holds " + lock_path,
+        true);
   }
   struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) return lock;
@@ -188,7 +189,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     return phase_ == Phase::handling || phase_ == Phase::writing;
   }
   // Evictions prefer connections nobody has vouched for: unadmitted, then idle ones.
-  int eviction_rank() const { return phase_ == Phase::head ? 0 : phase_ == Phase::lingering ? 1 : 2; }
+  int eviction_rank() const {
+    return phase_ == Phase::head ? 0 : phase_ == Phase::lingering ? 1 : 2;
+  }
   Clock::time_point phase_since() const { return phase_since_; }
 
   void close() {
@@ -210,11 +213,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void arm(std::chrono::milliseconds limit) {
     ++generation_;
     timer_.expires_after(limit);
-    timer_.async_wait([self = shared_from_this(), generation = generation_](
-                          const boost::system::error_code& ec) {
-      if (ec || generation != self->generation_) return;
-      self->on_deadline();
-    });
+    timer_.async_wait(
+        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
+          if (ec || generation != self->generation_) return;
+          self->on_deadline();
+        });
   }
   void disarm() {
     ++generation_;
@@ -228,8 +231,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     ++impl_->timed_out;
     if (impl_->options.logger && impl_->options.logger->enabled(LogLevel::debug)) {
-      impl_->log(LogLevel::debug, "closed a connection from " + peer_ + " at its " +
-                                      phase_name() + " deadline");
+      impl_->log(LogLevel::debug,
+                 "closed a connection from " + peer_ + " at its " + phase_name() + " deadline");
     }
     close();
   }
@@ -322,15 +325,15 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm(impl_->options.limits.body_timeout);
     if (beast::iequals(head_.header("expect"), "100-continue")) {
       static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      asio::async_write(socket_, asio::buffer(kContinue),
-                        [self = shared_from_this()](const boost::system::error_code& write_ec,
-                                                    std::size_t) {
-                          if (write_ec) {
-                            self->close();
-                          } else {
-                            self->read_body();
-                          }
-                        });
+      asio::async_write(
+          socket_, asio::buffer(kContinue),
+          [self = shared_from_this()](const boost::system::error_code& write_ec, std::size_t) {
+            if (write_ec) {
+              self->close();
+            } else {
+              self->read_body();
+            }
+          });
       return;
     }
     read_body();
@@ -358,9 +361,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   Response too_large() const {
-    return impl_->error(413, "usage",
-                        "request larger than " +
-                            std::to_string(impl_->options.limits.max_body_bytes) + " bytes");
+    return impl_->error(
+        413, "usage",
+        "request larger than " + std::to_string(impl_->options.limits.max_body_bytes) + " bytes");
   }
 
   // The admitted request goes to a worker; its answer comes back through the I/O thread.
@@ -412,9 +415,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
     response_->prepare_payload();
     route_ = answer.route.empty() ? loggable_path(head_.target) : std::move(answer.route);
     arm(impl_->options.limits.write_timeout);
-    http::async_write(socket_, *response_,
-                      [self = shared_from_this(), keep](const boost::system::error_code& ec,
-                                                        std::size_t) { self->on_written(ec, keep); });
+    http::async_write(
+        socket_, *response_,
+        [self = shared_from_this(), keep](const boost::system::error_code& ec, std::size_t) {
+          self->on_written(ec, keep);
+        });
   }
 
   void on_written(const boost::system::error_code& ec, bool keep) {
@@ -425,7 +430,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (impl_->options.logger && impl_->options.logger->enabled(LogLevel::info)) {
       char line[64];
       std::snprintf(line, sizeof line, " %d %.1fms", status, seconds * 1000.0);
-      impl_->log(LogLevel::info, head_.method + " " + route_ + line + (ec ? " (not delivered)" : ""));
+      impl_->log(LogLevel::info,
+                 head_.method + " " + route_ + line + (ec ? " (not delivered)" : ""));
     }
     if (impl_->options.on_answered) {
       try {
@@ -462,16 +468,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
     drain();
   }
   void drain() {
-    socket_.async_read_some(asio::buffer(sink_),
-                            [self = shared_from_this()](const boost::system::error_code& ec,
-                                                        std::size_t n) {
-                              self->drained_ += n;
-                              if (ec || n == 0 || self->drained_ > 256 * 1024) {
-                                self->close();
-                              } else {
-                                self->drain();
-                              }
-                            });
+    socket_.async_read_some(
+        asio::buffer(sink_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          self->drained_ += n;
+          if (ec || n == 0 || self->drained_ > 256 * 1024) {
+            self->close();
+          } else {
+            self->drain();
+          }
+        });
   }
 
   std::shared_ptr<Server::Impl> impl_;
@@ -568,10 +574,10 @@ void Server::Impl::refuse(Generic::socket socket) {
   const Response busy = error(503, "busy",
                               "all " + std::to_string(options.limits.max_connections) +
                                   " connections are serving requests; try again shortly");
-  const std::string text = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " +
-                           busy.content_type + "\r\nContent-Length: " +
-                           std::to_string(busy.body.size()) +
-                           "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + busy.body;
+  const std::string text =
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Type: " + busy.content_type +
+      "\r\nContent-Length: " + std::to_string(busy.body.size()) +
+      "\r\nConnection: close\r\nRetry-After: 1\r\n\r\n" + busy.body;
   boost::system::error_code ignored;
   socket.non_blocking(true, ignored);
   ::send(socket.native_handle(), text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

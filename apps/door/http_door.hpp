@@ -38,17 +38,17 @@ namespace sandboxd::door {
 
 struct ListenAddress {
   bool tcp = false;
-  std::string unix_path;  // tcp == false
-  std::string host;       // tcp: a numeric address
-  int port = 0;           // tcp; 0 lets the kernel choose
+  std::string unix_path;        // tcp == false
+  std::string host;             // tcp: a numeric address
+  int port = 0;                 // tcp; 0 lets the kernel choose
   std::string display() const;  // "unix:PATH" or "http://HOST:PORT"
 };
 
 // A request's line and headers, what `admit` decides on.
 struct RequestHead {
   std::string method;
-  std::string target;  // path and query as sent
-  std::string path;    // target without the query
+  std::string target;                          // path and query as sent
+  std::string path;                            // target without the query
   std::map<std::string, std::string> headers;  // names lower-cased; a repeated one's last value
   bool over_tcp = false;
   std::string peer;  // "127.0.0.1:50312", or "unix"
@@ -77,8 +77,8 @@ struct Limits {
   std::chrono::milliseconds body_timeout{30'000};   // the whole body
   std::chrono::milliseconds write_timeout{30'000};  // the whole answer
   std::chrono::milliseconds idle_timeout{30'000};   // a kept-alive connection's next request
-  std::size_t worker_threads = 64;     // handlers running at once
-  std::size_t queued_requests = 1024;  // admitted requests waiting for a worker
+  std::size_t worker_threads = 64;                  // handlers running at once
+  std::size_t queued_requests = 1024;               // admitted requests waiting for a worker
   std::chrono::milliseconds shutdown_grace{10'000};
 };
 
@@ -140,9 +140,9 @@ class Server {
 
   struct Stats {
     std::size_t open_connections = 0;
-    std::size_t evicted = 0;           // connections closed to make room for a new one
-    std::size_t refused_busy = 0;      // 503: no slot, no worker
-    std::size_t timed_out = 0;         // connections closed at a deadline
+    std::size_t evicted = 0;       // connections closed to make room for a new one
+    std::size_t refused_busy = 0;  // 503: no slot, no worker
+    std::size_t timed_out = 0;     // connections closed at a deadline
   };
   Stats stats() const;
 

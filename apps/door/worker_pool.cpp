@@ -14,9 +14,9 @@ struct WorkerPool::State {
   std::deque<Job> queue;
   std::size_t max_threads = 0;
   std::size_t max_queued = 0;
-  std::size_t threads = 0;       // started and not yet ended
-  std::size_t waiting = 0;       // threads waiting for a job
-  std::size_t running = 0;       // jobs being run
+  std::size_t threads = 0;  // started and not yet ended
+  std::size_t waiting = 0;  // threads waiting for a job
+  std::size_t running = 0;  // jobs being run
   bool stopping = false;
   std::vector<std::thread> started;  // joined or detached by the destructor
 };

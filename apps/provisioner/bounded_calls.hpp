@@ -67,27 +67,27 @@ class BoundedCalls {
     std::thread worker;
     try {
       worker = std::thread([this, outcome, call = std::move(call)]() mutable {
-      Value<Result> value;
-      std::exception_ptr error;
-      try {
-        if constexpr (std::is_void_v<Result>) {
-          call();
-          value.emplace();
-        } else {
-          value.emplace(call());
+        Value<Result> value;
+        std::exception_ptr error;
+        try {
+          if constexpr (std::is_void_v<Result>) {
+            call();
+            value.emplace();
+          } else {
+            value.emplace(call());
+          }
+        } catch (...) {
+          error = std::current_exception();
         }
-      } catch (...) {
-        error = std::current_exception();
-      }
-      {
-        std::lock_guard lock(outcome->mutex);
-        outcome->value = std::move(value);
-        outcome->error = std::move(error);
-        outcome->done = true;
-      }
-      outcome->finished.notify_all();
-      std::lock_guard lock(mutex_);
-      if (--running_ == 0) idle_.notify_all();
+        {
+          std::lock_guard lock(outcome->mutex);
+          outcome->value = std::move(value);
+          outcome->error = std::move(error);
+          outcome->done = true;
+        }
+        outcome->finished.notify_all();
+        std::lock_guard lock(mutex_);
+        if (--running_ == 0) idle_.notify_all();
       });
     } catch (const std::system_error& error) {
       throw NoCallSlot(std::string("no thread for the backend call could be started: ") +

@@ -34,7 +34,8 @@ door::Response route_request(ProvisionerService& service, const door::Request& r
     if (method == "POST") return answer(service.create(request.body), path);
     if (method == "GET") return answer(service.list(), path);
   }
-  if (const std::string id = sandbox_id_in(path, /*instance=*/true); !id.empty() && method == "GET") {
+  if (const std::string id = sandbox_id_in(path, /*instance=*/true);
+      !id.empty() && method == "GET") {
     return answer(service.instance(id), "/api/sandboxes/{id}/instance");
   }
   if (const std::string id = sandbox_id_in(path, /*instance=*/false); !id.empty()) {
@@ -47,9 +48,9 @@ door::Response route_request(ProvisionerService& service, const door::Request& r
 ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
                                              std::shared_ptr<Logger> logger,
                                              std::size_t max_request_bytes, int worker_threads)
-    : ProvisionerHttpServer(service, std::move(logger),
-                            HttpSettings{max_request_bytes,
-                                         static_cast<std::size_t>(worker_threads), 1024, 10.0}) {}
+    : ProvisionerHttpServer(
+          service, std::move(logger),
+          HttpSettings{max_request_bytes, static_cast<std::size_t>(worker_threads), 1024, 10.0}) {}
 
 ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
                                              std::shared_ptr<Logger> logger,
@@ -60,7 +61,8 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
   options_.limits.max_connections = settings.max_connections;
   options_.limits.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(settings.shutdown_grace_seconds * 1000));
-  options_.admit = [&service, logger](const door::RequestHead& head) -> std::optional<door::Response> {
+  options_.admit = [&service,
+                    logger](const door::RequestHead& head) -> std::optional<door::Response> {
     if (head.path.rfind("/api/", 0) != 0) return std::nullopt;
     if (service.authorized(head.header("x-api-key"))) return std::nullopt;
     logger->warning("provisioner auth rejected: " + head.method + " " +

@@ -16,13 +16,13 @@
 #include <thread>
 
 #include "http_binding.hpp"
-#include "sandboxd/json.hpp"
 #include "provisioner_service.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/default_config.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/redact.hpp"
 #include "service_config.hpp"
 
@@ -213,8 +213,7 @@ int main(int argc, char** argv) {
               << "\nmount contract:  " << config.mount_contract_version
               << (config.mount_contract_version == 0 ? " (legacy)" : "")
               << "\nstate:           " << config.roots.host_base_dir
-              << "\nuser data:       " << user_data
-              << "\napi key:         " << key_shown << "\n";
+              << "\nuser data:       " << user_data << "\napi key:         " << key_shown << "\n";
     return 0;
   }
 
@@ -254,9 +253,9 @@ int main(int argc, char** argv) {
   logger->info("sandboxd-provisioner: backend " + config.backend_use + ", mount contract " +
                std::to_string(config.mount_contract_version) + ", state " +
                config.roots.host_base_dir + ", user data " +
-                   (config.roots.user_data_layout == UserDataLayout::legacy
-                        ? config.roots.threads_host_path + "/{thread}/user-data (legacy layout)"
-                        : config.roots.host_base_dir + "/users/{user}/threads/{thread}/user-data") +
+               (config.roots.user_data_layout == UserDataLayout::legacy
+                    ? config.roots.threads_host_path + "/{thread}/user-data (legacy layout)"
+                    : config.roots.host_base_dir + "/users/{user}/threads/{thread}/user-data") +
                ", API key from " + config.api_key_source);
 
   std::atomic<bool> stopped{false};
@@ -268,9 +267,9 @@ int main(int argc, char** argv) {
                  " after the requests in flight");
     server.stop();  // taken even before run() starts serving
   });
-  const std::string shown_host =
-      config.listen_host.find(':') != std::string::npos ? "[" + config.listen_host + "]"
-                                                        : config.listen_host;
+  const std::string shown_host = config.listen_host.find(':') != std::string::npos
+                                     ? "[" + config.listen_host + "]"
+                                     : config.listen_host;
   std::cout << "listening on http://" << shown_host << ":" << port << std::endl;
   const std::size_t handlers_left = server.run();
   stopped.store(true);

@@ -1,5 +1,4 @@
 #include "provisioner_service.hpp"
-#include "sandboxd/json.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -12,6 +11,7 @@
 #include "create_request.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
+#include "sandboxd/json.hpp"
 #include "state_directories.hpp"
 
 namespace sandboxd::provisioner {
@@ -293,8 +293,8 @@ Reply ProvisionerService::instance(const std::string& sandbox_id) {
                       sandbox_id] { return backend->discover_for_reconciliation(sandbox_id); },
                      settings_.backend_timeout_seconds, "Looking up sandbox '" + sandbox_id + "'");
     } catch (const NoCallSlot& busy) {
-    return detail(503, busy.what());
-  } catch (const BackendTimeout& timeout) {
+      return detail(503, busy.what());
+    } catch (const BackendTimeout& timeout) {
       return detail(504, timeout.what());
     } catch (const std::exception& error) {
       return detail(503,

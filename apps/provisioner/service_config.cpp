@@ -158,9 +158,8 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
                        config.roots.host_base_dir + "/threads", &threads_source);
     require_absolute(config.roots.threads_host_path, threads_source);
     std::string layout_source;
-    const std::string layout = layered_string(file, "user_data_layout", env,
-                                              "SANDBOXD_USER_DATA_LAYOUT", "per_user",
-                                              &layout_source);
+    const std::string layout = layered_string(
+        file, "user_data_layout", env, "SANDBOXD_USER_DATA_LAYOUT", "per_user", &layout_source);
     if (layout == "legacy") {
       config.roots.user_data_layout = UserDataLayout::legacy;
     } else if (layout == "per_user") {

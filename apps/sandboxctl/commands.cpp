@@ -13,13 +13,13 @@
 #include <sstream>
 
 #include "cli_error.hpp"
-#include "sandboxd/core/service_json.hpp"
-#include "sandboxd/json.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/service_json.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
 
@@ -158,7 +158,8 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   // check-config writes nothing in the state directory: before the first command has made
   // the installation id, there is no owner id to show yet.
   std::string one_shot_owner = core::one_shot_owner_id(registry_file, /*create=*/false);
-  if (one_shot_owner.empty()) one_shot_owner = "(made by the first command on this state directory)";
+  if (one_shot_owner.empty())
+    one_shot_owner = "(made by the first command on this state directory)";
   if (json_output(context, vm)) {
     rapidjson::StringBuffer buffer;
     JsonWriter w(buffer);
@@ -241,8 +242,9 @@ po::positional_options_description id_positional() {
 
 std::string required_id(const po::variables_map& vm, const char* command) {
   if (!vm.count("sandbox-id")) {
-    throw CliError(ErrorKind::invalid_argument, std::string(command) + " needs a sandbox id (sandboxctl " + command +
-                               " ID; sandboxctl list shows them)");
+    throw CliError(ErrorKind::invalid_argument, std::string(command) +
+                                                    " needs a sandbox id (sandboxctl " + command +
+                                                    " ID; sandboxctl list shows them)");
   }
   return vm["sandbox-id"].as<std::string>();
 }
@@ -471,8 +473,9 @@ int run_command(const Command& command, GlobalContext& context,
   } catch (const HelpShown&) {
     return kOk;
   } catch (const po::error& e) {
-    throw CliError(ErrorKind::invalid_argument, std::string(command.name) + ": " + e.what() + " (see sandboxctl " +
-                               command.name + " --help)");
+    throw CliError(ErrorKind::invalid_argument, std::string(command.name) + ": " + e.what() +
+                                                    " (see sandboxctl " + command.name +
+                                                    " --help)");
   }
 }
 

@@ -18,15 +18,15 @@
 #include <sstream>
 #include <thread>
 
+#include "cli_error.hpp"
 #include "commands.hpp"
+#include "error_status.hpp"
 #include "http_door.hpp"
 #include "listen_address.hpp"
 #include "metrics.hpp"
-#include "cli_error.hpp"
-#include "error_status.hpp"
-#include "sandboxd/core/service_json.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/service_json.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
@@ -48,15 +48,16 @@ class ServeLock {
     // O_NOFOLLOW: a link planted here must not make serve truncate another file.
     fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0) {
-      throw CliError(ErrorKind::config, "cannot open " + path.string() + ": " + std::strerror(errno));
+      throw CliError(ErrorKind::config,
+                     "cannot open " + path.string() + ": " + std::strerror(errno));
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       char pid[32] = {0};
       const ssize_t n = ::pread(fd_, pid, sizeof pid - 1, 0);
       ::close(fd_);
       throw CliError(ErrorKind::conflict, "another sandboxctl serve (pid " +
-                                            std::string(n > 0 ? pid : "?") +
-                                            ") is serving state directory " + state_dir.string());
+                                              std::string(n > 0 ? pid : "?") +
+                                              ") is serving state directory " + state_dir.string());
     }
     const std::string me = std::to_string(::getpid());
     if (::ftruncate(fd_, 0) == 0) {
@@ -79,14 +80,16 @@ std::string read_token(const po::variables_map& vm) {
     std::string token;
     std::getline(in, token);
     while (!token.empty() && (token.back() == '\r' || token.back() == ' ')) token.pop_back();
-    if (token.empty()) throw CliError(ErrorKind::config, "--token-file " + path + ": the file is empty");
+    if (token.empty())
+      throw CliError(ErrorKind::config, "--token-file " + path + ": the file is empty");
     return token;
   }
   if (vm.count("token-env")) {
     const std::string name = vm["token-env"].as<std::string>();
     const char* value = std::getenv(name.c_str());
     if (!value || !*value) {
-      throw CliError(ErrorKind::config, "--token-env " + name + ": the environment variable is not set");
+      throw CliError(ErrorKind::config,
+                     "--token-env " + name + ": the environment variable is not set");
     }
     return value;
   }
@@ -219,8 +222,11 @@ class ControlApi {
     }
     if (path == "/metrics" && method == "GET") {
       route = "/metrics";
-      return {200, "text/plain; version=0.0.4; charset=utf-8",
-              metrics_.render(session_.provider()), {}, ""};
+      return {200,
+              "text/plain; version=0.0.4; charset=utf-8",
+              metrics_.render(session_.provider()),
+              {},
+              ""};
     }
     if (path == "/v1/sandboxes/acquire" && method == "POST") {
       route = "/v1/sandboxes/acquire";
@@ -310,21 +316,22 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "on-exit", po::value<std::string>()->default_value("leave"),
       "leave (sandboxes keep running for the next serve) or destroy")(
       "max-connections", po::value<int>()->default_value(1024),
-      "connections open at once (no thread each)")(
-      "workers", po::value<int>()->default_value(64), "requests handled at once")(
+      "connections open at once (no thread each)")("workers", po::value<int>()->default_value(64),
+                                                   "requests handled at once")(
       "shutdown-grace", po::value<double>()->default_value(10.0),
       "seconds requests in flight get to finish after SIGTERM");
   const auto vm = parse_args(help, options, args);
   const std::string on_exit = vm["on-exit"].as<std::string>();
   if (on_exit != "leave" && on_exit != "destroy") {
-    throw CliError(ErrorKind::invalid_argument, "--on-exit: expected leave or destroy, got '" + on_exit + "'");
+    throw CliError(ErrorKind::invalid_argument,
+                   "--on-exit: expected leave or destroy, got '" + on_exit + "'");
   }
   const auto positive = [&](const char* name, int low, int high) {
     const int value = vm[name].as<int>();
     if (value < low || value > high) {
-      throw CliError(ErrorKind::invalid_argument, std::string("--") + name + ": expected " + std::to_string(low) +
-                                 " to " + std::to_string(high) + ", got " +
-                                 std::to_string(value));
+      throw CliError(ErrorKind::invalid_argument,
+                     std::string("--") + name + ": expected " + std::to_string(low) + " to " +
+                         std::to_string(high) + ", got " + std::to_string(value));
     }
     return static_cast<std::size_t>(value);
   };
@@ -333,8 +340,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   limits.worker_threads = positive("workers", 1, 4096);
   const double grace = vm["shutdown-grace"].as<double>();
   if (!(grace >= 0.0 && grace <= 3600.0)) {
-    throw CliError(ErrorKind::invalid_argument, "--shutdown-grace: expected 0 to 3600 seconds, got " +
-                               std::to_string(grace));
+    throw CliError(ErrorKind::invalid_argument,
+                   "--shutdown-grace: expected 0 to 3600 seconds, got " + std::to_string(grace));
   }
   limits.shutdown_grace = std::chrono::milliseconds(static_cast<long long>(grace * 1000));
   limits.max_body_bytes = kMaxBodyBytes;
@@ -364,8 +371,9 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
                                               : "unix:" + (state_dir / "serve.sock").string());
   const std::string token = read_token(vm);
   if (address.tcp && token.empty()) {
-    throw CliError(ErrorKind::invalid_argument, "--listen " + address.display() +
-                               ": a bearer token is required on TCP (--token-file or --token-env)");
+    throw CliError(ErrorKind::invalid_argument,
+                   "--listen " + address.display() +
+                       ": a bearer token is required on TCP (--token-file or --token-env)");
   }
   raise_descriptor_limit(limits.max_connections, context.logger);
 

@@ -3,20 +3,22 @@
 namespace sandboxd::core {
 
 std::string AsyncAcquisition::get() {
-  std::unique_lock lock(state_->mutex);
-  state_->done_cv.wait(lock, [&] { return state_->done; });
-  if (state_->error) std::rethrow_exception(state_->error);
-  return state_->result;
+  State& state = *state_;
+  MutexLock lock(state.mutex);
+  lock.wait(state.done_cv, [&]() REQUIRES(state.mutex) { return state.done; });
+  if (state.error) std::rethrow_exception(state.error);
+  return state.result;
 }
 
 bool AsyncAcquisition::wait_for(std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(state_->mutex);
-  return state_->done_cv.wait_for(lock, timeout, [&] { return state_->done; });
+  State& state = *state_;
+  MutexLock lock(state.mutex);
+  return lock.wait_for(state.done_cv, timeout, [&]() REQUIRES(state.mutex) { return state.done; });
 }
 
 void AsyncAcquisition::cancel() {
   {
-    std::lock_guard lock(state_->mutex);
+    MutexLock lock(state_->mutex);
     state_->cancelled = true;
   }
   state_->finish("", std::make_exception_ptr(AsyncAcquisitionCancelled("acquire_async cancelled")));

@@ -16,20 +16,21 @@
 #include <string>
 
 #include "sandboxd/core/provider.hpp"
+#include "thread_annotations.hpp"
 
 namespace sandboxd::core {
 
 struct AsyncAcquisition::State {
-  std::mutex mutex;  // guards everything below
+  Mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;
-  bool cancelled = false;
-  std::string result;
-  std::exception_ptr error;
+  bool done GUARDED_BY(mutex) = false;
+  bool cancelled GUARDED_BY(mutex) = false;
+  std::string result GUARDED_BY(mutex);
+  std::exception_ptr error GUARDED_BY(mutex);
 
   void finish(std::string value, std::exception_ptr failure) {
     {
-      std::lock_guard lock(mutex);
+      MutexLock lock(mutex);
       if (done) return;
       done = true;
       result = std::move(value);
@@ -38,7 +39,7 @@ struct AsyncAcquisition::State {
     done_cv.notify_all();
   }
   bool is_cancelled() {
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     return cancelled;
   }
 };
@@ -46,35 +47,37 @@ struct AsyncAcquisition::State {
 // Lock story: `mutex` is a leaf lock (nothing else is taken under it, no task runs under it).
 class AsyncAcquisitions {
  public:
-  std::mutex mutex;  // guards everything below
+  Mutex mutex;
   std::condition_variable idle;
-  bool accepting = true;  // false once shutdown (or detach) began
-  int running = 0;        // acquisitions handed to the blocking executor, not yet finished
-  std::set<std::shared_ptr<AsyncAcquisition::State>> queued;  // waiting for their lock
+  bool accepting GUARDED_BY(mutex) = true;  // false once shutdown (or detach) began
+  // Acquisitions handed to the blocking executor, not yet finished.
+  int running GUARDED_BY(mutex) = 0;
+  // Waiting for their conversation's lock.
+  std::set<std::shared_ptr<AsyncAcquisition::State>> queued GUARDED_BY(mutex);
 
   // A task may start touching the provider (true), or shutdown began (false).
   bool begin() {
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     if (!accepting) return false;
     ++running;
     return true;
   }
   void end() {
     {
-      std::lock_guard lock(mutex);
+      MutexLock lock(mutex);
       --running;
     }
     idle.notify_all();
   }
   bool enqueue(const std::shared_ptr<AsyncAcquisition::State>& state) {
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     if (!accepting) return false;
     queued.insert(state);
     return true;
   }
   // The lock reached a queued waiter: it may run (true) unless shutdown already failed it.
   bool dequeue_and_begin(const std::shared_ptr<AsyncAcquisition::State>& state) {
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     if (queued.erase(state) == 0 || !accepting) return false;
     ++running;
     return true;
@@ -83,7 +86,7 @@ class AsyncAcquisitions {
   void close() {
     std::set<std::shared_ptr<AsyncAcquisition::State>> failed;
     {
-      std::lock_guard lock(mutex);
+      MutexLock lock(mutex);
       accepting = false;
       failed.swap(queued);
     }
@@ -94,8 +97,8 @@ class AsyncAcquisitions {
     }
   }
   void wait_idle() {
-    std::unique_lock lock(mutex);
-    idle.wait(lock, [&] { return running == 0; });
+    MutexLock lock(mutex);
+    lock.wait(idle, [&]() REQUIRES(mutex) { return running == 0; });
   }
 };
 

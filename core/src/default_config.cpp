@@ -1,5 +1,4 @@
 #include "sandboxd/core/default_config.hpp"
-#include "sandboxd/json.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -8,6 +7,7 @@
 #include <cstdlib>
 
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/json.hpp"
 
 namespace sandboxd::core {
 namespace {

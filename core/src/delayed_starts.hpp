@@ -18,6 +18,8 @@
 #include <thread>
 #include <utility>
 
+#include "thread_annotations.hpp"
+
 namespace sandboxd::core {
 
 class DelayedStarts {
@@ -30,7 +32,7 @@ class DelayedStarts {
   DelayedStarts& operator=(const DelayedStarts&) = delete;
   ~DelayedStarts() {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       stopping_ = true;
     }
     wake_.notify_all();
@@ -40,7 +42,7 @@ class DelayedStarts {
   // Runs `start` once `delay` has passed, unless cancel(token) comes first.
   Token schedule(std::chrono::duration<double> delay, std::function<void()> start) {
     const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(delay);
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const Token token = ++next_token_;
     pending_.emplace(std::make_pair(due, token), std::move(start));
     due_of_.emplace(token, due);
@@ -51,7 +53,7 @@ class DelayedStarts {
 
   // True when the start was still pending and now never runs; false when it has run.
   bool cancel(Token token) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     auto due = due_of_.find(token);
     if (due == due_of_.end()) return false;
     pending_.erase(std::make_pair(due->second, token));
@@ -60,16 +62,16 @@ class DelayedStarts {
   }
 
  private:
-  void run() {
-    std::unique_lock lock(mutex_);
+  void run() EXCLUDES(mutex_) {
+    MutexLock lock(mutex_);
     while (!stopping_) {
       if (pending_.empty()) {
-        wake_.wait(lock);
+        lock.wait(wake_);
         continue;
       }
       const auto due = pending_.begin()->first.first;
       if (Clock::now() < due) {
-        wake_.wait_until(lock, due);
+        lock.wait_until(wake_, due);
         continue;
       }
       auto start = std::move(pending_.begin()->second);
@@ -83,14 +85,14 @@ class DelayedStarts {
     }
   }
 
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable wake_;
   // (due, token) → start, ordered by due time; one entry per teardown in flight.
-  std::map<std::pair<Clock::time_point, Token>, std::function<void()>> pending_;
-  std::map<Token, Clock::time_point> due_of_;  // the way back, for cancel()
-  Token next_token_ = 0;
-  bool stopping_ = false;
-  std::thread timer_;
+  std::map<std::pair<Clock::time_point, Token>, std::function<void()>> pending_ GUARDED_BY(mutex_);
+  std::map<Token, Clock::time_point> due_of_ GUARDED_BY(mutex_);  // the way back, for cancel()
+  Token next_token_ GUARDED_BY(mutex_) = 0;
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  std::thread timer_;  // made under mutex_ by the first schedule(), joined by the destructor
 };
 
 }  // namespace sandboxd::core

@@ -15,9 +15,9 @@
 #include <sstream>
 
 #include "sandboxd/core/owner_id.hpp"
-#include "sandboxd/host_fs.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
+#include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/lease_rules.hpp"
 
@@ -135,9 +135,10 @@ std::optional<std::string> installation_id(const std::filesystem::path& state_di
   const std::string id = generate_owner_id().substr(host_name().size() + 1);
   const std::filesystem::path temporary =
       path.string() + ".tmp-" + std::to_string(::getpid()) + "-" + id.substr(0, 8);
-  const int fd = ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
-                        0600);
-  if (fd < 0) throw RegistryFileError("cannot create " + temporary.string() + ": " + errno_text(errno));
+  const int fd =
+      ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0)
+    throw RegistryFileError("cannot create " + temporary.string() + ": " + errno_text(errno));
   const std::string line = id + "\n";
   const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()) &&
                        ::fsync(fd) == 0;
@@ -170,7 +171,8 @@ std::string machine_id() {
 }  // namespace
 
 std::string one_shot_owner_id(const std::filesystem::path& registry_file, bool create) {
-  const std::filesystem::path absolute = std::filesystem::absolute(registry_file).lexically_normal();
+  const std::filesystem::path absolute =
+      std::filesystem::absolute(registry_file).lexically_normal();
   const std::optional<std::string> installation = installation_id(absolute.parent_path(), create);
   if (!installation) return "";
   return host_name() + ":sandboxctl-" +
@@ -366,8 +368,8 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
   // through a link.
   const std::filesystem::path temporary = path_.string() + ".tmp";
   ::unlink(temporary.c_str());
-  const int fd = ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
-                        0600);
+  const int fd =
+      ::open(temporary.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     throw RegistryFileError("cannot write " + temporary.string() + ": " + errno_text(errno));
   }

@@ -167,8 +167,7 @@ class CredentialWalk {
   }
 
   [[noreturn]] static void unsupported(const fs::path& path) {
-    throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " +
-                             path.string());
+    throw std::runtime_error("Unsupported file type in Lark CLI credential tree: " + path.string());
   }
 
   void stop_early(std::string why) {
@@ -481,8 +480,8 @@ void Paths::ensure_thread_dirs(const std::string& thread_id,
   // The thread's directory and user-data are made as mkdir makes them (0777 minus the umask);
   // the five the sandbox writes are then made exactly 0777, each on its own descriptor.
   const host_fs::DirOptions parent{.create_mode = 0777};
-  const UniqueFd thread_dir = host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id),
-                                                 base_dir_, parent);
+  const UniqueFd thread_dir =
+      host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id), base_dir_, parent);
   const fs::path thread_path = this->thread_dir(thread_id, user_id);
   const UniqueFd user_data =
       host_fs::open_subdir(thread_dir.get(), "user-data", thread_path / "user-data", parent);
@@ -496,7 +495,8 @@ void Paths::ensure_thread_dirs(const std::string& thread_id,
 void Paths::ensure_dir_below_base(const fs::path& dir, unsigned mode_if_created) const {
   std::vector<std::string> parts;
   for (const auto& part : dir.lexically_relative(base_dir_)) {
-    if (part == "..") throw std::invalid_argument(dir.string() + " is not below " + base_dir_.string());
+    if (part == "..")
+      throw std::invalid_argument(dir.string() + " is not below " + base_dir_.string());
     if (!part.empty() && part != ".") parts.push_back(part.string());
   }
   const UniqueFd base = open_base_dir(base_dir_);
@@ -507,12 +507,13 @@ void Paths::ensure_dir_below_base(const fs::path& dir, unsigned mode_if_created)
 CredentialTreeReport Paths::ensure_lark_cli_credential_tree(const std::string& user_id) const {
   const fs::path root = user_integration_dir(user_id, std::string(kLarkCliIntegrationId));
   const UniqueFd base = open_base_dir(base_dir_);
-  const UniqueFd integrations = host_fs::open_dirs(
-      base.get(), {"users", validate_user_id(user_id), "integrations"}, base_dir_,
-      {.create_mode = 0777});
+  const UniqueFd integrations =
+      host_fs::open_dirs(base.get(), {"users", validate_user_id(user_id), "integrations"},
+                         base_dir_, {.create_mode = 0777});
   const UniqueFd root_fd =
       open_credential_dir(integrations.get(), std::string(kLarkCliIntegrationId), root);
-  for (const char* child : {"config", "data"}) open_credential_dir(root_fd.get(), child, root / child);
+  for (const char* child : {"config", "data"})
+    open_credential_dir(root_fd.get(), child, root / child);
   CredentialTreeReport report;
   UniqueFd listing(::openat(root_fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!listing) throw_errno("cannot open directory", root, errno);

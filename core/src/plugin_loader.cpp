@@ -160,16 +160,17 @@ std::vector<PluginClassInfo> PluginLoader::list() const {
         auto record = metadata.find(class_name);
         if (record == metadata.end()) {
           if (info.problem.empty()) {
-            info.problem = "no metadata record (built against an SDK older than this host's "
-                           "ABI " + std::to_string(kSdkAbiVersion) + "; rebuild it)";
+            info.problem =
+                "no metadata record (built against an SDK older than this host's "
+                "ABI " +
+                std::to_string(kSdkAbiVersion) + "; rebuild it)";
           }
         } else {
           info.abi_version = record->second.abi_version;
           if (record->second.abi_version != kSdkAbiVersion) {
             info.problem = "built for SDK ABI " + std::to_string(record->second.abi_version) +
                            ", this host uses ABI " + std::to_string(kSdkAbiVersion);
-          } else if (record->second.kind != "backend" &&
-                     record->second.kind != "ownership_store") {
+          } else if (record->second.kind != "backend" && record->second.kind != "ownership_store") {
             info.problem = "declares an unknown kind '" + record->second.kind + "'";
           } else {
             info.kind = record->second.kind == "backend" ? PluginKind::backend

@@ -18,7 +18,6 @@ namespace {
 
 constexpr std::uint64_t kMaxSectionNames = 1 << 20;
 constexpr std::uint64_t kMaxMetadataBytes = 1 << 20;
-constexpr std::uint64_t kMaxSections = 1 << 16;
 
 [[noreturn]] void unreadable(const std::string& path, const std::string& why) {
   throw std::runtime_error(path + " is not a plugin library this host can read: " + why);
@@ -33,7 +32,8 @@ std::string read_at(int fd, std::uint64_t offset, std::uint64_t size, std::uint6
   std::string out(size, '\0');
   std::uint64_t done = 0;
   while (done < size) {
-    const ssize_t n = ::pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
+    const ssize_t n =
+        ::pread(fd, out.data() + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) unreadable(path, std::string("cannot read its ") + what);
     done += static_cast<std::uint64_t>(n);
@@ -48,8 +48,8 @@ std::vector<PluginMetadata> parse_plugin_metadata(const std::string& section) {
   std::size_t at = 0;
   while (at < section.size()) {
     const std::size_t end = section.find('\0', at);
-    const std::string token = section.substr(at, end == std::string::npos ? std::string::npos
-                                                                          : end - at);
+    const std::string token =
+        section.substr(at, end == std::string::npos ? std::string::npos : end - at);
     at = end == std::string::npos ? section.size() : end + 1;
     if (token.empty()) continue;  // padding between records
     if (token == kMetadataRecordStart) {
@@ -89,15 +89,17 @@ std::vector<PluginMetadata> read_plugin_metadata(const std::string& path) {
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) unreadable(path, "not a regular file");
   const auto file_size = static_cast<std::uint64_t>(st.st_size);
 
-  const std::string header = read_at(fd.get(), 0, sizeof(Elf64_Ehdr), file_size, path, "ELF header");
+  const std::string header =
+      read_at(fd.get(), 0, sizeof(Elf64_Ehdr), file_size, path, "ELF header");
   Elf64_Ehdr ehdr;
   std::memcpy(&ehdr, header.data(), sizeof ehdr);
   if (std::memcmp(ehdr.e_ident, ELFMAG, SELFMAG) != 0) unreadable(path, "not an ELF file");
   if (ehdr.e_ident[EI_CLASS] != ELFCLASS64 || ehdr.e_ident[EI_DATA] != ELFDATA2LSB) {
     unreadable(path, "not a 64-bit little-endian ELF file");
   }
+  // e_shnum is 16 bits, so the table is at most 65,535 entries (4 MiB) by its type.
   if (ehdr.e_shentsize != sizeof(Elf64_Shdr) || ehdr.e_shnum == 0 ||
-      ehdr.e_shnum > kMaxSections || ehdr.e_shstrndx >= ehdr.e_shnum) {
+      ehdr.e_shstrndx >= ehdr.e_shnum) {
     unreadable(path, "its section table is missing or malformed");
   }
   const std::string table =

@@ -351,13 +351,14 @@ bool Provider::Impl::sandbox_uses_thread_data_mounts(const std::string& sandbox_
 std::string Provider::Impl::sandbox_id_for_thread(const std::optional<std::string>& thread_id,
                                                   const std::string& user_id,
                                                   const Snapshot& snapshot) {
-  if (seams_.sandbox_id_for_thread) return seams_.sandbox_id_for_thread(thread_id, user_id, snapshot);
+  if (seams_.sandbox_id_for_thread)
+    return seams_.sandbox_id_for_thread(thread_id, user_id, snapshot);
   return sandbox_id_for_thread_step(thread_id, user_id, snapshot);
 }
 
-std::string Provider::Impl::sandbox_id_for_thread_step(
-    const std::optional<std::string>& thread_id, const std::string& user_id,
-    const Snapshot& snapshot) {
+std::string Provider::Impl::sandbox_id_for_thread_step(const std::optional<std::string>& thread_id,
+                                                       const std::string& user_id,
+                                                       const Snapshot& snapshot) {
   if (!thread_id) return random_sandbox_id();
   if (snapshot) return deterministic_sandbox_id(*thread_id, user_id, snapshot->version);
   if (negotiates_contract()) {

@@ -33,9 +33,8 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
 AcquireResult Provider::Impl::acquire_traced(const std::optional<std::string>& thread_id,
                                              const std::optional<std::string>& user_id) {
   AcquireResult result;
-  ScopeExit restore([outer = std::exchange(t_acquire_path, &result.path)] {
-    t_acquire_path = outer;
-  });
+  ScopeExit restore(
+      [outer = std::exchange(t_acquire_path, &result.path)] { t_acquire_path = outer; });
   result.sandbox_id = acquire(thread_id, user_id);
   return result;
 }
@@ -145,8 +144,7 @@ void Provider::Impl::check_warm_identity_locked(const std::string& sandbox_id,
 
 // ── revalidation (SPEC §5.7) ─────────────────────────────────────────────────
 
-void Provider::Impl::check_reported_identity(const SandboxInfo& info,
-                                             const std::string& thread_id,
+void Provider::Impl::check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
                                              const std::string& user_id) const {
   // A verified identity that differs is a collision: nothing is destroyed or re-created.
   if ((info.user_id && *info.user_id != user_id) ||
@@ -171,8 +169,8 @@ InfoPtr Provider::Impl::revalidate_through_create(const std::string& thread_id,
   return validated;
 }
 
-void Provider::Impl::install_validated_info(const std::string& sandbox_id,
-                                            const InfoPtr& examined, const InfoPtr& validated) {
+void Provider::Impl::install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
+                                            const InfoPtr& validated) {
   ClientPtr fresh;
   if (validated->sandbox_url != examined->sandbox_url) {
     fresh = make_client(sandbox_id, validated->sandbox_url);

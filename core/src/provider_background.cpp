@@ -81,9 +81,9 @@ void Provider::Impl::renewal_loop() {
 // ── async acquire (SPEC §12) ─────────────────────────────────────────────────
 
 void Provider::Impl::run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
-                                     const std::optional<std::string>& thread_id,
-                                     const std::string& user,
-                                     const std::shared_ptr<ThreadLock>& lock) {
+                                           const std::optional<std::string>& thread_id,
+                                           const std::string& user,
+                                           const std::shared_ptr<ThreadLock>& lock) {
   std::string result;
   std::exception_ptr error;
   if (!state->is_cancelled()) {

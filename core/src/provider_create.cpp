@@ -113,8 +113,8 @@ bool Provider::Impl::make_room(const std::string& creating_id) {
     }
     if (!policy_->create_beyond_replicas()) return false;
     log(LogLevel::warning, "All " + std::to_string(options_.replicas) +
-                               " replica slots are in active use; creating sandbox " +
-                               creating_id + " beyond the soft limit");
+                               " replica slots are in active use; creating sandbox " + creating_id +
+                               " beyond the soft limit");
     return true;
   }
 }
@@ -138,8 +138,7 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   {
     MutexLock lock(mutex_);
     registry_.begin_creation(sandbox_id);
-    over_cap =
-        registry_.slots_in_use(sandbox_id) >= static_cast<std::size_t>(options_.replicas);
+    over_cap = registry_.slots_in_use(sandbox_id) >= static_cast<std::size_t>(options_.replicas);
   }
   ScopeExit uncount([&] {
     MutexLock lock(mutex_);
@@ -202,9 +201,9 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
                              " failed to become ready within timeout at " + info->sandbox_url);
   }
   if (room.valid() && !room.get()) {
-    destroy_untracked_creation(sandbox_id, *info,
-                               "sandbox " + sandbox_id + " created beyond replicas=" +
-                                   std::to_string(options_.replicas));
+    destroy_untracked_creation(
+        sandbox_id, *info,
+        "sandbox " + sandbox_id + " created beyond replicas=" + std::to_string(options_.replicas));
     throw std::runtime_error("all " + std::to_string(options_.replicas) +
                              " replica slots are in use and the lifecycle policy refuses to "
                              "create beyond them");
@@ -218,8 +217,7 @@ void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,
 }
 
 void Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
-                                                const SandboxInfo& info,
-                                                const std::string& what) {
+                                                const SandboxInfo& info, const std::string& what) {
   const bool reserved = reserve_local_teardown(sandbox_id, [sandbox_id](const SandboxRegistry& r) {
     return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_warm(sandbox_id);
   });

@@ -65,8 +65,7 @@ struct ProviderSeams {
                             const std::string&)>
       register_created_sandbox;
   // The id scheme.
-  std::function<std::string(const std::optional<std::string>&, const std::string&,
-                            const Snapshot&)>
+  std::function<std::string(const std::optional<std::string>&, const std::string&, const Snapshot&)>
       sandbox_id_for_thread;
   std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>
       get_extra_mounts;
@@ -126,8 +125,7 @@ struct Provider::Impl {
   std::string acquire_internal(const std::optional<std::string>& thread_id,
                                const std::string& user_id, Snapshot snapshot) EXCLUDES(mutex_);
   std::string acquire_internal_step(const std::optional<std::string>& thread_id,
-                                    const std::string& user_id, Snapshot snapshot)
-      EXCLUDES(mutex_);
+                                    const std::string& user_id, Snapshot snapshot) EXCLUDES(mutex_);
   std::optional<std::string> reuse_in_process_sandbox(
       const std::optional<std::string>& thread_id, const std::string& user_id,
       const std::optional<std::string>& expected_sandbox_id, bool post_lock,
@@ -136,9 +134,10 @@ struct Provider::Impl {
       const std::optional<std::string>& thread_id, const std::string& user_id,
       const std::optional<std::string>& expected_sandbox_id, bool post_lock,
       const Snapshot& snapshot) EXCLUDES(mutex_);
-  std::optional<std::string> reclaim_warm_pool_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& sandbox_id,
-      const std::string& user_id, bool post_lock, const Snapshot& snapshot) EXCLUDES(mutex_);
+  std::optional<std::string> reclaim_warm_pool_sandbox(const std::optional<std::string>& thread_id,
+                                                       const std::string& sandbox_id,
+                                                       const std::string& user_id, bool post_lock,
+                                                       const Snapshot& snapshot) EXCLUDES(mutex_);
   std::string discover_or_create_with_lock(const std::string& thread_id,
                                            const std::string& sandbox_id,
                                            const std::string& user_id, const Snapshot& snapshot)

@@ -191,8 +191,8 @@ void Provider::Impl::renew_owned_leases() {
     MutexLock lock(mutex_);
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
       if ((entry.active() && entry.client) || entry.warm()) {
-        ids.emplace_back(id, entry.epoch ? std::optional<std::uint64_t>(entry.epoch)
-                                         : std::nullopt);
+        ids.emplace_back(id,
+                         entry.epoch ? std::optional<std::uint64_t>(entry.epoch) : std::nullopt);
       }
     });
   }

@@ -261,8 +261,8 @@ bool Provider::Impl::destroy_warm_entry(const std::string& sandbox_id, const War
   return destroy_warm_entry_step(sandbox_id, entry, reason, still_reapable);
 }
 
-bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id,
-                                             const WarmEntry& entry, const std::string& reason,
+bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id, const WarmEntry& entry,
+                                             const std::string& reason,
                                              const Predicate& still_reapable) {
   if (!reserve_local_teardown(sandbox_id, still_reapable)) {
     log(LogLevel::info, "Refusing to destroy warm-pool sandbox " + sandbox_id + " for " + reason +

@@ -58,9 +58,10 @@ class ProviderTestPeer {
     return impl_.reuse_in_process_sandbox(thread_id, user_id, expected_sandbox_id, post_lock,
                                           snapshot);
   }
-  std::optional<std::string> reclaim_warm_pool_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& sandbox_id,
-      const std::string& user_id, bool post_lock, const Snapshot& snapshot) {
+  std::optional<std::string> reclaim_warm_pool_sandbox(const std::optional<std::string>& thread_id,
+                                                       const std::string& sandbox_id,
+                                                       const std::string& user_id, bool post_lock,
+                                                       const Snapshot& snapshot) {
     return impl_.reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, post_lock, snapshot);
   }
   std::string discover_or_create_with_lock(const std::string& thread_id,

@@ -50,9 +50,9 @@ struct SandboxEntry {
   std::optional<ThreadKey> identity;
   double since = 0.0;  // monotonic: last activity (active) or release time (warm)
 
-  bool teardown = false;  // this instance reserved it for a teardown
-  int publishing = 0;     // acquisitions publishing its lease right now
-  int creations = 0;      // creations between their replica check and their registration
+  bool teardown = false;    // this instance reserved it for a teardown
+  int publishing = 0;       // acquisitions publishing its lease right now
+  int creations = 0;        // creations between their replica check and their registration
   std::uint64_t epoch = 0;  // the acquisition that last published its lease (0: none)
 
   bool active() const { return state == SandboxState::active; }
@@ -89,7 +89,7 @@ class SandboxRegistry {
   // entry's identity. Nothing tracked: all empty.
   struct Parked {
     ClientPtr client;
-    InfoPtr info;        // the warm entry's info (null: it was not active)
+    InfoPtr info;  // the warm entry's info (null: it was not active)
     bool was_warm = false;
     std::uint64_t epoch = 0;
   };

@@ -31,8 +31,7 @@ void validate_id(const std::string& id) {
 }  // namespace
 
 double wall_clock_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 SandboxView SandboxView::of(const TrackedSandbox& tracked) {
@@ -157,8 +156,15 @@ Listing SandboxService::list() {
   for (const auto& t : registry.sandboxes) {
     tracked_ids.insert(t.info.sandbox_id);
     const SandboxView view = SandboxView::of(t);
-    ListedSandbox row{view.sandbox_id, view.state, view.sandbox_url, view.user_id.value_or(""),
-                      view.thread_id.value_or(""), std::nullopt, view.since, std::nullopt, ""};
+    ListedSandbox row{view.sandbox_id,
+                      view.state,
+                      view.sandbox_url,
+                      view.user_id.value_or(""),
+                      view.thread_id.value_or(""),
+                      std::nullopt,
+                      view.since,
+                      std::nullopt,
+                      ""};
     if (running) row.running = running_ids.count(t.info.sandbox_id) > 0;
     listing.sandboxes.push_back(std::move(row));
   }
@@ -211,8 +217,7 @@ Reaped SandboxService::reap(int idle_timeout) {
 
 Health SandboxService::health() {
   const auto counts = provider_.counts();
-  return {provider_.owner_id(), counts.active, counts.warm,
-          provider_.uses_thread_data_mounts()};
+  return {provider_.owner_id(), counts.active, counts.warm, provider_.uses_thread_data_mounts()};
 }
 
 }  // namespace sandboxd::core

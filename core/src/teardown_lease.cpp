@@ -110,17 +110,16 @@ void TeardownLeases::hold(const std::string& sandbox_id, const std::function<voi
     }
     shared->stop = true;
     shared->wake.notify_all();
-    const bool exited = shared->wake.wait_for(
-        lock, std::chrono::duration<double>(join_timeout_),
-        [&] { return shared->exited; });
+    const bool exited = shared->wake.wait_for(lock, std::chrono::duration<double>(join_timeout_),
+                                              [&] { return shared->exited; });
     lock.unlock();
     if (exited) {
       shared->thread.join();
     } else {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%.1f", join_timeout_);
-      logger_->warning("Teardown heartbeat for " + sandbox_id + " did not exit within " +
-                       seconds + "s; its lease release is deferred to that thread");
+      logger_->warning("Teardown heartbeat for " + sandbox_id + " did not exit within " + seconds +
+                       "s; its lease release is deferred to that thread");
       shared->thread.detach();
     }
   };

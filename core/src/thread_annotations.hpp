@@ -60,6 +60,11 @@ class SCOPED_CAPABILITY MutexLock {
   void wait_for(std::condition_variable& cv, const Duration& timeout) {
     cv.wait_for(lock_, timeout);
   }
+  void wait(std::condition_variable& cv) { cv.wait(lock_); }
+  template <class TimePoint>
+  void wait_until(std::condition_variable& cv, const TimePoint& deadline) {
+    cv.wait_until(lock_, deadline);
+  }
 
  private:
   std::unique_lock<std::mutex> lock_;

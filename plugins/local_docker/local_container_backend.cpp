@@ -59,9 +59,9 @@
 #include <vector>
 
 #include "docker_support.hpp"
-#include "sandboxd/json.hpp"
 #include "engine_answers.hpp"
 #include "engine_client.hpp"
+#include "sandboxd/json.hpp"
 
 namespace sandboxd::local_docker {
 namespace {
@@ -399,9 +399,7 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
                                                int host_port) const {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  const auto str = [&w](const std::string& text) {
-    write_json_string(w, text);
-  };
+  const auto str = [&w](const std::string& text) { write_json_string(w, text); };
   w.StartObject();
   w.Key("Image");
   str(settings_.image);

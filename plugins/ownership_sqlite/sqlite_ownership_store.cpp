@@ -63,7 +63,8 @@ std::string describe_error(sqlite3* db) {
 
 // The connection's last error as a SqliteFailure that knows its primary result code.
 SqliteFailure failure_of(sqlite3* db) {
-  return SqliteFailure(describe_error(db), db != nullptr ? (sqlite3_errcode(db) & 0xff) : SQLITE_NOMEM);
+  return SqliteFailure(describe_error(db),
+                       db != nullptr ? (sqlite3_errcode(db) & 0xff) : SQLITE_NOMEM);
 }
 
 struct ConnectionCloser {
@@ -242,11 +243,11 @@ class SqliteOwnershipStore final : public OwnershipStore {
       } catch (const SqliteFailure& failure) {
         close();  // statements, then the connection: the next attempt starts clean
         if (!failure.busy() || std::chrono::steady_clock::now() >= deadline) {
-          throw PluginConfigError(path_key, "cannot use " + described_path +
-                                                " as the ownership database: " + failure.what() +
-                                                (attempt > 1 ? " (after " + std::to_string(attempt) +
-                                                                   " attempts)"
-                                                             : std::string()));
+          throw PluginConfigError(
+              path_key, "cannot use " + described_path +
+                            " as the ownership database: " + failure.what() +
+                            (attempt > 1 ? " (after " + std::to_string(attempt) + " attempts)"
+                                         : std::string()));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2 + jitter() % 20));
       }
@@ -339,9 +340,10 @@ class SqliteOwnershipStore final : public OwnershipStore {
                      const std::string& described_path, bool created_file) {
     sqlite3* raw = nullptr;
     // NOMUTEX: mutex_ already serialises every use of this connection.
-    const int rc =
-        sqlite3_open_v2(path_.c_str(), &raw,
-                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, nullptr);
+    const int rc = sqlite3_open_v2(
+        path_.c_str(), &raw,
+        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+        nullptr);
     db_.reset(raw);  // a failed open still hands back a handle that must be closed
     if (rc != SQLITE_OK) throw failure_of(db_.get());
     sqlite3* db = db_.get();

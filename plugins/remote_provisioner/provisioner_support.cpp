@@ -1,5 +1,4 @@
 #include "provisioner_support.hpp"
-#include "sandboxd/json.hpp"
 
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -12,6 +11,7 @@
 #include <set>
 
 #include "sandboxd/host_path.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 
 namespace sandboxd::remote_provisioner {

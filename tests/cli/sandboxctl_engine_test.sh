@@ -161,12 +161,13 @@ expect_rc "A no longer tracks it" 5 "$ctl" --config "$work/a.json" get "$shared_
 expect_rc "B destroys" 0 "$ctl" --config "$work/b.json" destroy "$shared_id"
 
 # ── reap: an idle sandbox of this state directory is stopped, a fresh one is not ───────────
-sed 's/"idle_timeout": 600/"idle_timeout": 1/; s/state-a/state-d/' "$work/a.json" >"$work/d.json"
-expect_rc "D acquires (idle_timeout 1)" 0 "$ctl" --config "$work/d.json" acquire --user dan --thread t-1 --json
+# The idle timeout must outlast an acquire and a reap on a loaded CI machine (1 s did not).
+sed 's/"idle_timeout": 600/"idle_timeout": 4/; s/state-a/state-d/' "$work/a.json" >"$work/d.json"
+expect_rc "D acquires (idle_timeout 4)" 0 "$ctl" --config "$work/d.json" acquire --user dan --thread t-1 --json
 idle_id=$(field "$out" 'd["sandbox_id"]')
 expect_rc "D reaps at once" 0 "$ctl" --config "$work/d.json" reap --json
 [ "$(field "$out" 'len(d["reaped"])')" = 0 ]; check "a sandbox just used is not reaped" $? "$out"
-sleep 2.2
+sleep 4.5
 expect_rc "D reaps after the idle timeout" 0 "$ctl" --config "$work/d.json" reap --json
 [ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
 gone "$prefix-$idle_id"; check "and its container is gone" $? ""

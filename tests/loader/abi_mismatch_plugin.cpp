@@ -21,13 +21,18 @@ const sandboxd::PluginDescriptor sandboxd_descriptor_FutureBackend = {
 BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_FutureBackend, sandboxd_plugin_FutureBackend,
                           sandboxd)
 // Its metadata record says the same, as a future SDK's macro would write it.
-extern "C" __attribute__((used, section("sandboxd_meta"))) const char sandboxd_meta_FutureBackend[] =
+extern "C" __attribute__((used, section("sandboxd_meta")))
+const char sandboxd_meta_FutureBackend[] =
     "sandboxd-plugin\0abi=999\0kind=backend\0class=FutureBackend\0description=built against a "
     "future SDK\0";
 
 // A plugin from before metadata records: a descriptor only. Listing says so without loading it.
 extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend;
 const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend = {
-    sandboxd::kSdkAbiVersion, static_cast<std::uint32_t>(sandboxd::PluginKind::backend),
-    "OldBackend", "built before metadata records", must_not_run, nullptr};
+    sandboxd::kSdkAbiVersion,
+    static_cast<std::uint32_t>(sandboxd::PluginKind::backend),
+    "OldBackend",
+    "built before metadata records",
+    must_not_run,
+    nullptr};
 BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_OldBackend, sandboxd_plugin_OldBackend, sandboxd)

@@ -147,10 +147,9 @@ TEST(PluginLoaderTest, AbiMismatchIsRefusedBeforeTheFactoryRuns) {
   // The fixture's factory aborts the process: reaching it would fail this test loudly.
   const std::string message =
       load_error([&] { loader.load_backend("abi_mismatch:FutureBackend", make_context(), "w"); });
-  EXPECT_THAT(message,
-              AllOf(HasSubstr("built for sandboxd SDK ABI 999"),
-                    HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
-                    HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
+  EXPECT_THAT(message, AllOf(HasSubstr("built for sandboxd SDK ABI 999"),
+                             HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
+                             HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
 }
 
 TEST(PluginLoaderTest, FactoryExceptionMessageIsIncluded) {

@@ -13,10 +13,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <map>
 #include <vector>
 
 #include "fs_fixtures.hpp"
@@ -59,8 +59,8 @@ class HostIntegrityTest : public CleanPathEnvTest {
     }
     EXPECT_EQ(mode_of(outside()), 0700u) << "a host directory outside the state was chmodded";
     EXPECT_EQ(mode_of(outside() / "secret"), 0600u);
-    for (const char* name : {"workspace", "uploads", "outputs", ".upload-conversions",
-                             "acp-workspace", "user-data"}) {
+    for (const char* name :
+         {"workspace", "uploads", "outputs", ".upload-conversions", "acp-workspace", "user-data"}) {
       EXPECT_FALSE(fs::exists(outside() / name)) << name << " was created through the link";
     }
   }
@@ -127,18 +127,19 @@ TEST_F(HostIntegrityTest, ACredentialTreeRacedWithSymlinkSwapsNeverChmodsAHostFi
   fs::create_directories(root / "config");
   fs::create_directories(root / "data");
   const fs::path victim_file = outside() / "secret";
-  fs::permissions(outside(), fs::perms::owner_all | fs::perms::group_read |
-                                 fs::perms::group_exec | fs::perms::others_read |
-                                 fs::perms::others_exec,
+  fs::permissions(outside(),
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
                   fs::perm_options::replace);
-  fs::permissions(victim_file, fs::perms::owner_read | fs::perms::owner_write |
-                                   fs::perms::group_read | fs::perms::others_read,
+  fs::permissions(victim_file,
+                  fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                      fs::perms::others_read,
                   fs::perm_options::replace);  // 0644
   const fs::path victim_dir = tmp_.path() / "public";
   fs::create_directories(victim_dir);
-  fs::permissions(victim_dir, fs::perms::owner_all | fs::perms::group_read |
-                                  fs::perms::group_exec | fs::perms::others_read |
-                                  fs::perms::others_exec,
+  fs::permissions(victim_dir,
+                  fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                      fs::perms::others_read | fs::perms::others_exec,
                   fs::perm_options::replace);  // 0755
 
   std::atomic<bool> stop{false};
@@ -231,8 +232,8 @@ TEST_F(HostIntegrityTest, ASandboxRacingLinksInEveryWritableMountChangesNothingO
   const fs::path user_data = thread_dir() / "user-data";
   const fs::path lark_data = base() / "users/alice/integrations/lark-cli/data";
   const std::vector<fs::path> writable = {
-      user_data / "workspace", user_data / "uploads", user_data / "outputs",
-      user_data / ".upload-conversions", lark_data / "token", lark_data / "cache"};
+      user_data / "workspace",           user_data / "uploads", user_data / "outputs",
+      user_data / ".upload-conversions", lark_data / "token",   lark_data / "cache"};
   const std::vector<fs::path> targets = {victim, victim / "etc", victim / "etc" / "shadow"};
   std::atomic<bool> stop{false};
   std::atomic<long> swaps{0};

@@ -216,8 +216,9 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
                                                "sandbox-async-lock");
     // The seed sets only the client dict: an active entry with a client and no info.
     provider->registry_.install_active(
-        "sandbox-async-lock", std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox"),
-        nullptr, std::nullopt, 0.0);
+        "sandbox-async-lock",
+        std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox"), nullptr,
+        std::nullopt, 0.0);
   }
   provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-async-lock"); };
   // The seed calls the discover-or-create step directly; through acquire_async the pre-lock

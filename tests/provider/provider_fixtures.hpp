@@ -1,7 +1,7 @@
 // Fixtures for the provider tests: a scriptable in-process backend, a recording sandbox client,
 // recording executors, the Provider under test with its test peer (whose seams replace steps, as
-// the Python seed does with monkeypatch), and a gtest fixture that wires them to the real memory ownership
-// store, a manual clock and a real temporary base directory.
+// the Python seed does with monkeypatch), and a gtest fixture that wires them to the real memory
+// ownership store, a manual clock and a real temporary base directory.
 //
 // Lock story: every fake guards its call records with its own mutex; the std::function members
 // that script behaviour are set by the test before the provider runs and only read afterwards.
@@ -32,9 +32,9 @@
 #include <utility>
 #include <vector>
 
+#include "provider_test_peer.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
-#include "provider_test_peer.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/sdk.hpp"
@@ -434,9 +434,7 @@ class TestProvider {
   void shutdown() { owned_->shutdown(); }
   void detach() { owned_->detach(); }
   core::RegistrySnapshot export_registry() const { return owned_->export_registry(); }
-  std::optional<core::TrackedSandbox> find(const std::string& id) const {
-    return owned_->find(id);
-  }
+  std::optional<core::TrackedSandbox> find(const std::string& id) const { return owned_->find(id); }
   void import_registry(const core::RegistrySnapshot& snapshot) {
     owned_->import_registry(snapshot);
   }
@@ -476,9 +474,10 @@ class TestProvider {
                                const std::string& user_id, Snapshot snapshot) {
     return peer_.acquire_internal(thread_id, user_id, std::move(snapshot));
   }
-  std::optional<std::string> reuse_in_process_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& user_id,
-      const std::optional<std::string>& expected, bool post_lock, const Snapshot& snapshot) {
+  std::optional<std::string> reuse_in_process_sandbox(const std::optional<std::string>& thread_id,
+                                                      const std::string& user_id,
+                                                      const std::optional<std::string>& expected,
+                                                      bool post_lock, const Snapshot& snapshot) {
     return peer_.reuse_in_process_sandbox(thread_id, user_id, expected, post_lock, snapshot);
   }
   std::optional<std::string> base_reuse_in_process_sandbox(

@@ -21,8 +21,8 @@ class ProviderRegistryTest : public ProviderFixture {
   std::shared_ptr<Provider> make_shared_provider() {
     std::lock_guard lock(build_mutex);
     ++builds;
-    return std::make_shared<Provider>(deps_over(
-        backend, load_memory_store(clock, logger, tmp.path().string()), logger, clock));
+    return std::make_shared<Provider>(
+        deps_over(backend, load_memory_store(clock, logger, tmp.path().string()), logger, clock));
   }
   bool is_shut_down(const std::shared_ptr<Provider>& provider) {
     core::ProviderTestPeer peer(*provider);

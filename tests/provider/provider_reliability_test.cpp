@@ -318,10 +318,20 @@ class RegistryMutexProbingLogger final : public Logger {
   void watch(TestProvider* provider) { provider_.store(provider); }
   void log(LogLevel level, std::string_view message) override {
     if (TestProvider* provider = provider_.load()) {
+      // Another thread of the provider (an eviction runs beside the create) may hold the
+      // mutex for a moment while this line is written; the logging thread, blocked here,
+      // would hold it for the whole call. So "held" means: not free once within a second.
       const bool held = std::async(std::launch::async, [provider] {
-                          if (!provider->mutex_.try_lock()) return true;
-                          provider->mutex_.unlock();
-                          return false;
+                          const auto give_up =
+                              std::chrono::steady_clock::now() + std::chrono::seconds(1);
+                          while (std::chrono::steady_clock::now() < give_up) {
+                            if (provider->mutex_.try_lock()) {
+                              provider->mutex_.unlock();
+                              return false;
+                            }
+                            std::this_thread::sleep_for(std::chrono::microseconds(200));
+                          }
+                          return true;
                         }).get();
       if (held) {
         std::lock_guard lock(mutex_);

@@ -190,8 +190,8 @@ TEST_P(SandboxMountModeTest, SandboxMountModeUsesInstanceContractNotGlobalCapabi
     info.mount_contract_version = param.sandbox_version;
     std::lock_guard lock(provider->mutex_);
     // The seed sets only the info dict: an active entry with an info and no client.
-    provider->registry_.install_active("sandbox-1", nullptr,
-                                       std::make_shared<const SandboxInfo>(info), std::nullopt, 0.0);
+    provider->registry_.install_active(
+        "sandbox-1", nullptr, std::make_shared<const SandboxInfo>(info), std::nullopt, 0.0);
   }
 
   EXPECT_EQ(provider->sandbox_uses_thread_data_mounts("sandbox-1"), param.expected);

@@ -196,8 +196,8 @@ TEST_F(ProvisionerEndToEndTest, AcquireReleaseReclaimAndDestroyThroughTheService
   ASSERT_TRUE(client);
   EXPECT_TRUE(sandboxd::wait_for_sandbox_ready(client->base_url(), 5.0)) << client->base_url();
   ASSERT_EQ(engine_containers(prefix_), std::vector<std::string>{prefix_ + "-" + id});
-  EXPECT_TRUE(std::filesystem::is_directory(dir_.str() +
-                                            "/state/users/alice/threads/thread-1/user-data"));
+  EXPECT_TRUE(
+      std::filesystem::is_directory(dir_.str() + "/state/users/alice/threads/thread-1/user-data"));
 
   provider_->release(id);
   EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "release keeps the sandbox warm";
@@ -229,22 +229,25 @@ TEST_F(ProvisionerEndToEndTest, UserDataIsTheGatewaysPerUserDirectoryAndNobodyEl
   const std::string bob = provider_->acquire("t1", "bob");
   ASSERT_NE(alice, bob);
   const std::string alice_box = prefix_ + "-" + alice, bob_box = prefix_ + "-" + bob;
-  EXPECT_EQ(sandboxd::testing::engine_exec(alice_box, "cat /mnt/user-data/workspace/from-gateway.txt"),
-            "written by the gateway\n");
-  sandboxd::testing::engine_exec(alice_box, "echo written inside > /mnt/user-data/outputs/result.txt");
+  EXPECT_EQ(
+      sandboxd::testing::engine_exec(alice_box, "cat /mnt/user-data/workspace/from-gateway.txt"),
+      "written by the gateway\n");
+  sandboxd::testing::engine_exec(alice_box,
+                                 "echo written inside > /mnt/user-data/outputs/result.txt");
   std::ifstream result(alice_data / "outputs" / "result.txt");
   std::string line;
   std::getline(result, line);
   EXPECT_EQ(line, "written inside") << "a file written inside is not in the gateway's directory";
-  const std::string bob_sees =
-      sandboxd::testing::engine_exec(bob_box, "ls -A /mnt/user-data/workspace /mnt/user-data/outputs");
+  const std::string bob_sees = sandboxd::testing::engine_exec(
+      bob_box, "ls -A /mnt/user-data/workspace /mnt/user-data/outputs");
   EXPECT_EQ(bob_sees.find("from-gateway.txt"), std::string::npos) << bob_sees;
   EXPECT_EQ(bob_sees.find("result.txt"), std::string::npos) << bob_sees;
   EXPECT_NE(bob_sees.find("/mnt/user-data/workspace"), std::string::npos)
       << "bob's sandbox has no user data at all: " << bob_sees;
   provider_->shutdown();
-  std::printf("user data through sandboxd-provisioner: the gateway's file seen inside, the "
-              "sandbox's file seen by the gateway, bob's sandbox for the same thread empty\n");
+  std::printf(
+      "user data through sandboxd-provisioner: the gateway's file seen inside, the "
+      "sandbox's file seen by the gateway, bob's sandbox for the same thread empty\n");
 }
 
 TEST_F(ProvisionerEndToEndTest, AWrongKeyIsAClearErrorAndCreatesNothing) {

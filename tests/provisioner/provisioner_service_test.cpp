@@ -132,11 +132,13 @@ class ProvisionerServiceTest : public ::testing::Test {
  protected:
   void start(int contract_version = kSandboxMountContractVersion, std::string key = kKey,
              double backend_timeout = 10.0, std::size_t max_body = 1024 * 1024) {
-    start_with([&](ServiceSettings& settings) {
-      settings.api_key = std::move(key);
-      settings.mount_contract_version = contract_version;
-      settings.backend_timeout_seconds = backend_timeout;
-    }, max_body);
+    start_with(
+        [&](ServiceSettings& settings) {
+          settings.api_key = std::move(key);
+          settings.mount_contract_version = contract_version;
+          settings.backend_timeout_seconds = backend_timeout;
+        },
+        max_body);
   }
   template <class Adjust>
   void start_with(Adjust adjust, std::size_t max_body = 1024 * 1024) {

@@ -110,9 +110,9 @@ inline void set_mode(int fd, mode_t mode, const std::filesystem::path& shown) {
   const std::string self = "/proc/self/fd/" + std::to_string(fd);
   if (::chmod(self.c_str(), mode) != 0) {
     const int error = errno;
-    throw_errno(error == ENOENT ? "cannot set permissions (is /proc mounted?)"
-                                : "cannot set permissions",
-                shown, error);
+    throw_errno(
+        error == ENOENT ? "cannot set permissions (is /proc mounted?)" : "cannot set permissions",
+        shown, error);
   }
 }
 

@@ -80,11 +80,11 @@ inline constexpr const char* kDescriptorSection = "sandboxd";
 #define SANDBOXD_DETAIL_TEXT2(x) #x
 #define SANDBOXD_DETAIL_TEXT(x) SANDBOXD_DETAIL_TEXT2(x)
 // One metadata record: "sandboxd-plugin\0abi=N\0kind=K\0class=C\0description=D\0".
-#define SANDBOXD_DETAIL_METADATA(Class, KindText, Description)                             \
-  extern "C" __attribute__((used, section("sandboxd_meta"), aligned(1))) const char         \
-      sandboxd_meta_##Class[] = "sandboxd-plugin\0abi=" SANDBOXD_DETAIL_TEXT(              \
-          SANDBOXD_SDK_ABI_VERSION) "\0kind=" KindText "\0class=" #Class                   \
-                                    "\0description=" Description "\0";
+#define SANDBOXD_DETAIL_METADATA(Class, KindText, Description)                                    \
+  extern "C" __attribute__((used, section("sandboxd_meta"), aligned(1)))                          \
+  const char sandboxd_meta_##Class[] = "sandboxd-plugin\0abi=" SANDBOXD_DETAIL_TEXT(              \
+      SANDBOXD_SDK_ABI_VERSION) "\0kind=" KindText "\0class=" #Class "\0description=" Description \
+                                "\0";
 
 #define SANDBOXD_DETAIL_EXPORT(Class, KindValue, Description, BackendFactory, StoreFactory) \
   extern "C" const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class;                \
