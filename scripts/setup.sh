@@ -11,6 +11,11 @@ packages=(
   build-essential cmake pkg-config git clang-format
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev libhiredis-dev redis-server redis-tools
+  # yaml-cpp: sandboxctl and serve read DeerFlow's own config.yaml.
+  libyaml-cpp-dev
+  # python3-venv and python3-wheel-whl: the test that installs clients/python into a fresh
+  # virtual environment offline (pip and setuptools come with the venv, wheel from Debian).
+  python3-venv python3-wheel-whl
   libgtest-dev libgmock-dev libcpp-httplib-dev python3-pytest
   # The libFuzzer targets (scripts/fuzz.sh): clang, and its runtime libraries (libFuzzer, ASan,
   # UBSan), which are only a Recommends of clang.

@@ -18,6 +18,7 @@
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/core/service_json.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
@@ -130,15 +131,36 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
 
 // ── check-config ─────────────────────────────────────────────────────────────
 
+// The id DeerFlow's AioSandboxProvider computed before its mount contract was versioned: a
+// fleet mixing it with sandboxd shares Redis keys but not the key of one conversation.
+static std::string older_deerflow_sandbox_id(const std::string& user_id,
+                                             const std::string& thread_id) {
+  return core::sha256_hex(user_id + ":" + thread_id).substr(0, 16);
+}
+
 int cmd_check_config(GlobalContext& context, const std::vector<std::string>& args) {
   const CommandHelp help{
-      "sandboxctl [--config FILE] check-config [--json]",
-      "Loads the config (--config FILE, else the built-in default) and constructs the plugins it\n"
-      "names, which validates their own options, then prints the resolved settings with every\n"
-      "secret shown as <redacted>. Exit 3 on any error, naming the file, key and value.\n\n"
-      "Example:\n  sandboxctl --config /etc/sandboxd.json check-config\n"};
+      "sandboxctl [--config FILE] check-config [--user U --thread T] [--json]",
+      "Loads the config (--config FILE, else the built-in default; a DeerFlow config.yaml is\n"
+      "read as is) and constructs the plugins it names, which validates their own options, then\n"
+      "prints the resolved settings with every secret shown as <redacted> and the mapping made\n"
+      "from DeerFlow's keys. Exit 3 on any error, naming the file, line (YAML), key and value.\n"
+      "With --user and --thread it also prints the sandbox id that conversation gets, and the id\n"
+      "an older DeerFlow (sha256(user:thread)) would give it, to check a mixed fleet.\n\n"
+      "Example:\n  sandboxctl --config /etc/sandboxd.json check-config\n"
+      "  sandboxctl --config config.yaml check-config --user alice --thread t-1\n"};
   po::options_description options("Options");
+  options.add_options()("user", po::value<std::string>(), "user id of a conversation to show")(
+      "thread", po::value<std::string>(), "thread id of a conversation to show");
   const auto vm = parse_args(help, options, args);
+  if (vm.count("user") != vm.count("thread")) {
+    throw CliError(ErrorKind::invalid_argument,
+                   "check-config: --user and --thread go together (the id is of a conversation)");
+  }
+  std::optional<std::pair<std::string, std::string>> conversation;
+  if (vm.count("thread")) {
+    conversation.emplace(vm["user"].as<std::string>(), vm["thread"].as<std::string>());
+  }
   const core::SandboxConfig config = load_command_config(context.config_file);
   for (const auto& warning : config.warnings) context.logger->warning(warning);
   core::HostServices services;
@@ -177,6 +199,17 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     write_json_member(w, "sandboxctl_owner_id", one_shot_owner);
     w.Key("sandboxctl_lease_ttl_seconds");
     w.Double(one_shot_ttl);
+    if (conversation) {
+      w.Key("conversation");
+      w.StartObject();
+      write_json_member(w, "user_id", conversation->first);
+      write_json_member(w, "thread_id", conversation->second);
+      write_json_member(w, "sandbox_id",
+                        core::deterministic_sandbox_id(conversation->second, conversation->first));
+      write_json_member(w, "older_deerflow_sandbox_id",
+                        older_deerflow_sandbox_id(conversation->first, conversation->second));
+      w.EndObject();
+    }
     w.EndObject();
     emit(buffer);
     return kOk;
@@ -187,6 +220,15 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
             << (cross_process ? "cross-process" : "single-process") << ")\n";
   std::cout << "sandboxctl commands: registry " << registry_file.string() << ", owner "
             << one_shot_owner << ", leases of " << one_shot_ttl << "s (at least idle_timeout)\n";
+  if (conversation) {
+    std::cout << "conversation (" << conversation->first << ", " << conversation->second
+              << "): sandbox id "
+              << core::deterministic_sandbox_id(conversation->second, conversation->first)
+              << " (sha256(\"mount-v" << kSandboxMountContractVersion
+              << ":{user}:{thread}\")[:16]); an older DeerFlow (sha256(\"{user}:{thread}\")[:16]) "
+              << "gives " << older_deerflow_sandbox_id(conversation->first, conversation->second)
+              << "\n";
+  }
   return kOk;
 }
 

@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "deerflow_yaml.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/plugin_config.hpp"
 
@@ -38,10 +39,22 @@ using Allocator = Document::AllocatorType;
 constexpr const char* kFlatBackendKeys[] = {
     "provisioner_url", "provisioner_api_key", "image",           "port",
     "mounts",          "environment",         "container_prefix"};
+// Keys of DeerFlow's `sandbox:` section that concern its other providers, its own process or
+// the Python provider that talks to serve (sandboxd_*), not a sandbox this core runs: read
+// quietly from a DeerFlow config.yaml, named in one note.
+constexpr const char* kDeerFlowOnlySandboxKeys[] = {"allow_host_bash", "base_url",
+                                                    "auto_start",      "sandboxd_socket",
+                                                    "sandboxd_url",    "sandboxd_token_env"};
 // Keys of our own shape.
-constexpr const char* kKnownSandboxKeys[] = {
-    "use",      "backend",      "ownership",          "base_dir",
-    "replicas", "idle_timeout", "thread_data_mounts", "plugin_dirs"};
+constexpr const char* kKnownSandboxKeys[] = {"use",
+                                             "backend",
+                                             "ownership",
+                                             "base_dir",
+                                             "replicas",
+                                             "idle_timeout",
+                                             "thread_data_mounts",
+                                             "plugin_dirs",
+                                             "teardown_wait_seconds"};
 
 bool is_flat_backend_key(std::string_view key) {
   return std::find(std::begin(kFlatBackendKeys), std::end(kFlatBackendKeys), key) !=
@@ -105,6 +118,9 @@ class Parser {
       : source_(source_name.empty() ? std::string("<config>") : std::move(source_name)),
         relative_base_(std::move(relative_base)) {}
 
+  // The document came from DeerFlow's config.yaml: errors name the line of their key.
+  void from_deerflow_yaml(const DeerFlowYaml& yaml) { yaml_ = &yaml; }
+
   SandboxConfig parse(const std::string& text, const std::string& source_file) {
     config_.source_file = source_file;
     Document doc;
@@ -133,6 +149,17 @@ class Parser {
 
  private:
   [[noreturn]] void error(const std::string& message) const {
+    if (yaml_ != nullptr) {
+      // "sandbox.replicas: expected …": the longest key path the message starts with.
+      std::string path = message.substr(0, message.find(": "));
+      while (!path.empty()) {
+        if (auto line = yaml_->lines.find(path); line != yaml_->lines.end()) {
+          throw ConfigError(source_ + ":" + std::to_string(line->second) + ": " + message);
+        }
+        const std::size_t cut = path.find_last_of(".[");
+        path = cut == std::string::npos ? "" : path.substr(0, cut);
+      }
+    }
     throw ConfigError(source_ + ": " + message);
   }
   [[noreturn]] void fail(const std::string& key_path, const std::string& expected,
@@ -474,6 +501,12 @@ class Parser {
       if (!v->IsBool()) fail("sandbox.thread_data_mounts", "true, false or null", *v);
       config_.thread_data_mounts = v->GetBool();
     }
+    if (const Value* v = member(sandbox, "teardown_wait_seconds")) {
+      if (!v->IsNumber() || !(v->GetDouble() > 0) || v->GetDouble() > 3600) {
+        fail("sandbox.teardown_wait_seconds", "a number of seconds > 0 and <= 3600", *v);
+      }
+      config_.teardown_wait_seconds = v->GetDouble();
+    }
   }
 
   void read_plugin_dirs(const Value& sandbox) {
@@ -493,15 +526,27 @@ class Parser {
   }
 
   void warn_unknown_keys(const Value& sandbox) {
+    std::string deerflow_only;
     for (auto it = sandbox.MemberBegin(); it != sandbox.MemberEnd(); ++it) {
       const std::string key = name_of(it->name);
       if (is_known_sandbox_key(key) || is_flat_backend_key(key)) continue;
+      if (yaml_ != nullptr &&
+          std::find(std::begin(kDeerFlowOnlySandboxKeys), std::end(kDeerFlowOnlySandboxKeys),
+                    key) != std::end(kDeerFlowOnlySandboxKeys)) {
+        deerflow_only += (deerflow_only.empty() ? "" : ", ") + key;
+        continue;
+      }
       config_.warnings.push_back("unknown key sandbox." + key + " (ignored)");
+    }
+    if (!deerflow_only.empty()) {
+      config_.mapping_notes.push_back("sandbox." + deerflow_only +
+                                      " → ignored: DeerFlow's own settings, not a sandbox's");
     }
   }
 
   std::string source_;
   std::filesystem::path relative_base_;
+  const DeerFlowYaml* yaml_ = nullptr;
   SandboxConfig config_;
 };
 
@@ -539,7 +584,47 @@ SandboxConfig load_config_file(const std::string& path) {
 
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   Parser parser(path, absolute_or_cwd(dir.string()));
-  return parser.parse(text, path);
+  if (!looks_like_yaml(path, text)) return parser.parse(text, path);
+
+  const DeerFlowYaml yaml = read_deerflow_yaml(text, path);
+  parser.from_deerflow_yaml(yaml);
+  SandboxConfig config = parser.parse(yaml.json, path);
+  std::string note =
+      "read as DeerFlow's config.yaml: its sandbox:, skills: and stream_bridge: "
+      "sections";
+  if (!yaml.other_sections.empty()) {
+    note += " (" + std::to_string(yaml.other_sections.size()) +
+            " other top-level sections left to DeerFlow)";
+  }
+  config.mapping_notes.insert(config.mapping_notes.begin(), note);
+  config.warnings.insert(config.warnings.begin(), yaml.warnings.begin(), yaml.warnings.end());
+  config.source_lines = yaml.lines;
+  for (const auto& [path, line] : yaml.lines) {
+    for (const char* flat : kFlatBackendKeys) {
+      const std::string key = std::string("sandbox.") + flat;
+      if (path.compare(0, key.size(), key) == 0 &&
+          (path.size() == key.size() || path[key.size()] == '.' || path[key.size()] == '[')) {
+        config.source_lines.emplace("sandbox.backend." + path.substr(8), line);
+      }
+    }
+  }
+  return config;
+}
+
+std::string with_source_line(const SandboxConfig& config, const std::string& message) {
+  if (config.source_lines.empty() || config.source_file.empty()) return message;
+  const std::string prefix = config.source_file + ": ";
+  if (message.compare(0, prefix.size(), prefix) != 0) return message;
+  const std::string rest = message.substr(prefix.size());
+  std::string path = rest.substr(0, rest.find(": "));
+  while (!path.empty()) {
+    if (auto line = config.source_lines.find(path); line != config.source_lines.end()) {
+      return config.source_file + ":" + std::to_string(line->second) + ": " + rest;
+    }
+    const std::size_t cut = path.find_last_of(".[");
+    path = cut == std::string::npos ? "" : path.substr(0, cut);
+  }
+  return message;
 }
 
 }  // namespace sandboxd::core

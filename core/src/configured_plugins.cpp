@@ -27,12 +27,16 @@ ConfiguredPlugins load_configured_plugins(const SandboxConfig& config,
                                           const HostServices& services) {
   const PluginLoader loader(config.plugin_dirs);
   ConfiguredPlugins plugins;
-  plugins.ownership = loader.load_ownership_store(
-      config.ownership.use, make_plugin_context(config, config.ownership, services),
-      where_of(config, config.ownership));
-  plugins.backend =
-      loader.load_backend(config.backend.use, make_plugin_context(config, config.backend, services),
-                          where_of(config, config.backend));
+  try {
+    plugins.ownership = loader.load_ownership_store(
+        config.ownership.use, make_plugin_context(config, config.ownership, services),
+        where_of(config, config.ownership));
+    plugins.backend = loader.load_backend(config.backend.use,
+                                          make_plugin_context(config, config.backend, services),
+                                          where_of(config, config.backend));
+  } catch (const PluginLoadError& e) {
+    throw PluginLoadError(with_source_line(config, e.what()));  // a config.yaml's line
+  }
   return plugins;
 }
 

@@ -94,6 +94,14 @@ Provider::Impl::Impl(ProviderDeps deps)
   if (options_.replicas <= 0) {
     throw std::invalid_argument("replicas must be > 0, got " + std::to_string(options_.replicas));
   }
+  if (backend_) {
+    negotiation_ = backend_capability<MountContractNegotiation>(*backend_);
+    if (backend_->mount_mode_kind() == MountModeKind::contract_negotiated && !negotiation_) {
+      throw std::invalid_argument(
+          "the backend says its mounts are contract_negotiated but offers no "
+          "MountContractNegotiation capability (sandboxd/capabilities.hpp)");
+    }
+  }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {
       return std::make_shared<BasicSandboxClient>(id, url);
@@ -172,11 +180,13 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   deps.mounts = std::make_shared<MountComposer>(paths, composer);
   deps.options.replicas = config.replicas;
   deps.options.idle_timeout = config.idle_timeout;
+  deps.options.teardown_wait_seconds = config.teardown_wait_seconds;
   deps.options.thread_data_mounts = config.thread_data_mounts;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
-  if (deps.backend->mount_mode_kind() == MountModeKind::contract_negotiated) {
-    deps.backend->refresh_capabilities_if_stale();  // first probe here, never in the plugin ctor
+  if (auto* negotiation = backend_capability<MountContractNegotiation>(*deps.backend);
+      negotiation && deps.backend->mount_mode_kind() == MountModeKind::contract_negotiated) {
+    negotiation->refresh_capabilities_if_stale();  // first probe here, never in the plugin ctor
   }
   auto provider = std::make_unique<Provider>(std::move(deps));
   if (host.start) provider->start();
@@ -308,7 +318,7 @@ ClientPtr Provider::Impl::make_client(const std::string& sandbox_id, const std::
 }
 
 bool Provider::Impl::negotiates_contract() const {
-  return backend_ && backend_->mount_mode_kind() == MountModeKind::contract_negotiated;
+  return negotiation_ && backend_->mount_mode_kind() == MountModeKind::contract_negotiated;
 }
 
 // ── mount mode (SPEC §3.6) ───────────────────────────────────────────────────
@@ -317,7 +327,7 @@ bool Provider::Impl::uses_thread_data_mounts() const {
   if (options_.thread_data_mounts.has_value()) {
     if (!*options_.thread_data_mounts) return false;
     if (negotiates_contract()) {
-      return backend_->cached_mount_contract_version() == kSandboxMountContractVersion;
+      return negotiation_->cached_mount_contract_version() == kSandboxMountContractVersion;
     }
     return true;
   }
@@ -327,7 +337,7 @@ bool Provider::Impl::uses_thread_data_mounts() const {
 }
 
 bool Provider::Impl::provider_uses_thread_data_mounts() {
-  if (negotiates_contract()) backend_->refresh_capabilities_if_stale();
+  if (negotiates_contract()) negotiation_->refresh_capabilities_if_stale();
   return uses_thread_data_mounts();
 }
 
@@ -362,7 +372,8 @@ std::string Provider::Impl::sandbox_id_for_thread_step(const std::optional<std::
   if (!thread_id) return random_sandbox_id();
   if (snapshot) return deterministic_sandbox_id(*thread_id, user_id, snapshot->version);
   if (negotiates_contract()) {
-    return deterministic_sandbox_id(*thread_id, user_id, backend_->cached_mount_contract_version());
+    return deterministic_sandbox_id(*thread_id, user_id,
+                                    negotiation_->cached_mount_contract_version());
   }
   return deterministic_sandbox_id(*thread_id, user_id);
 }

@@ -46,8 +46,8 @@ Snapshot Provider::Impl::acquisition_contract_snapshot() {
 
 Snapshot Provider::Impl::acquisition_contract_snapshot_step() {
   if (!negotiates_contract()) return std::nullopt;
-  backend_->refresh_capabilities_if_stale();
-  return backend_->mount_contract_snapshot();
+  negotiation_->refresh_capabilities_if_stale();
+  return negotiation_->mount_contract_snapshot();
 }
 
 std::string Provider::Impl::acquire_with_restarts(const std::optional<std::string>& thread_id,

@@ -34,6 +34,7 @@
 
 #include "async_acquisitions.hpp"
 #include "sandbox_registry.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "teardown_lease.hpp"
 #include "thread_annotations.hpp"
@@ -260,6 +261,8 @@ struct Provider::Impl {
 
   // ── collaborators ──
   std::shared_ptr<SandboxBackend> backend_;
+  // backend_'s MountContractNegotiation capability, or nullptr; set once by the constructor.
+  MountContractNegotiation* negotiation_ = nullptr;
   std::shared_ptr<OwnershipStore> ownership_;
   std::shared_ptr<Logger> logger_;
   std::shared_ptr<Clock> clock_;

@@ -19,6 +19,7 @@
 
 #include "provisioner_answers.hpp"
 #include "provisioner_support.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/http.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sdk.hpp"
@@ -36,7 +37,7 @@ constexpr double kUnavailableProbeInterval = 1.0;
 
 }  // namespace
 
-class RemoteSandboxBackend final : public SandboxBackend {
+class RemoteSandboxBackend final : public SandboxBackend, public MountContractNegotiation {
  public:
   explicit RemoteSandboxBackend(const PluginContext& context)
       : logger_(context.logger),

@@ -19,16 +19,16 @@ contains() { grep -qE -- "$2" <<<"$1"; }
 # plugins: both stores and the out-of-tree example backend, one line each.
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins 2>&1); rc=$?
 check "plugins exits 0" $rc "$out"
-for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=1 +/' \
-            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=1 +/' \
-            'process_backend:ProcessSandboxBackend +backend +abi=1 +.*process_backend.so'; do
+for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=2 +/' \
+            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=2 +/' \
+            'process_backend:ProcessSandboxBackend +backend +abi=2 +.*process_backend.so'; do
   contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
 done
 # Listing reads the libraries' own metadata: a plugin whose static initialiser writes a file is
 # listed, and the file never appears (no plugin code runs).
 out=$(SANDBOXD_TEST_STATIC_INIT_MARKER="$work/static-init-ran" SANDBOXD_PLUGIN_PATH="$static_init_dir" \
       "$ctl" plugins 2>&1); rc=$?
-contains "$out" 'static_init:MarkerBackend +backend +abi=1'; check "plugins lists the static-init plugin" $? "$out"
+contains "$out" 'static_init:MarkerBackend +backend +abi=2'; check "plugins lists the static-init plugin" $? "$out"
 [ ! -e "$work/static-init-ran" ]; check "listing ran no plugin code" $? "$(cat "$work/static-init-ran" 2>&1)"
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins --json 2>&1)
 contains "$out" '"use": "process_backend:ProcessSandboxBackend"'; check "plugins --json" $? "$out"
@@ -72,6 +72,35 @@ printf '{"sandbox": {"replicas": 2,,}}' >"$work/malformed.json"
 out=$("$ctl" --config "$work/malformed.json" check-config 2>&1); rc=$?
 [ $rc -ne 0 ]; check "malformed JSON fails" $? "$out"
 contains "$out" "line 1"; check "malformed JSON reports the line" $? "$out"
+
+# Issue 25: DeerFlow's config.yaml as is; the id of a conversation, and an older DeerFlow's.
+cat >"$work/config.yaml" <<'YAML'
+models:
+  - name: gpt-4
+    api_key: $SANDBOXD_TEST_NEVER_SET
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+  image: busybox
+  replicas: 2
+  teardown_wait_seconds: 45
+YAML
+out=$("$ctl" --config "$work/config.yaml" check-config --user alice --thread t-1 2>&1); rc=$?
+[ $rc -eq 0 ]; check "check-config reads a DeerFlow config.yaml" $? "$out"
+contains "$out" "read as DeerFlow's config.yaml"; check "check-config shows the YAML mapping" $? "$out"
+contains "$out" '"teardown_wait_seconds": 45'; check "check-config shows the teardown wait" $? "$out"
+! contains "$out" "SANDBOXD_TEST_NEVER_SET"; check "DeerFlow's own sections raise no warning" $? "$out"
+want=$(python3 -c 'import hashlib; print(hashlib.sha256(b"mount-v2:alice:t-1").hexdigest()[:16])')
+old=$(python3 -c 'import hashlib; print(hashlib.sha256(b"alice:t-1").hexdigest()[:16])')
+contains "$out" "sandbox id $want .*gives $old"; check "check-config prints both ids of (alice, t-1)" $? "$out"
+out=$("$ctl" --config "$work/config.yaml" check-config --user alice --thread t-1 --json 2>/dev/null)
+python3 -c 'import json,sys; c=json.loads(sys.argv[1])["conversation"]; assert c["sandbox_id"]==sys.argv[2] and c["older_deerflow_sandbox_id"]==sys.argv[3]' "$out" "$want" "$old"
+check "check-config --json carries the conversation's ids" $? "$out"
+out=$("$ctl" --config "$work/config.yaml" check-config --user alice 2>&1); rc=$?
+[ $rc -eq 3 ] || [ $rc -eq 2 ]; check "--user without --thread is refused" $? "rc=$rc $out"
+printf 'sandbox:\n  replicas: many\n' >"$work/bad.yaml"
+out=$("$ctl" --config "$work/bad.yaml" check-config 2>&1); rc=$?
+[ $rc -eq 3 ] && contains "$out" "bad.yaml:2: sandbox.replicas: expected an integer > 0"
+check "a YAML error names the file, line and key" $? "rc=$rc $out"
 
 out=$("$ctl" frobnicate 2>&1); rc=$?
 [ $rc -eq 2 ]; check "unknown command exits 2" $? "$out"

@@ -36,3 +36,20 @@ const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend = {
     must_not_run,
     nullptr};
 BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_OldBackend, sandboxd_plugin_OldBackend, sandboxd)
+
+// A plugin built against SDK ABI 1, before the mount-contract verbs left SandboxBackend for a
+// capability interface: its vtable is not this host's, so it must be refused unmapped.
+extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_AbiOneBackend;
+const sandboxd::PluginDescriptor sandboxd_descriptor_AbiOneBackend = {
+    1,
+    static_cast<std::uint32_t>(sandboxd::PluginKind::backend),
+    "AbiOneBackend",
+    "built against SDK ABI 1",
+    must_not_run,
+    nullptr};
+BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_AbiOneBackend, sandboxd_plugin_AbiOneBackend,
+                          sandboxd)
+extern "C" __attribute__((used, section("sandboxd_meta")))
+const char sandboxd_meta_AbiOneBackend[] =
+    "sandboxd-plugin\0abi=1\0kind=backend\0class=AbiOneBackend\0description=built against SDK "
+    "ABI 1\0";

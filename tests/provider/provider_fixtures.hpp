@@ -136,7 +136,7 @@ class RecordingExecutor final : public core::Executor {
 };
 
 // An in-process SandboxBackend whose every call is scripted by a std::function and recorded.
-class FakeBackend final : public SandboxBackend {
+class FakeBackend final : public SandboxBackend, public MountContractNegotiation {
  public:
   // ── behaviour (defaults: create answers http://{id}, alive, nothing discovered) ──
   std::function<SandboxInfo(const CreateRequest&)> create_fn;

@@ -213,6 +213,33 @@ TEST_F(ProviderOwnershipTest, APeersTeardownThatOutlastsTheDeadlineFailsTheAcqui
   EXPECT_FALSE(is_tracked(id));
 }
 
+// Issue 25 item 4: a wait whose deadline has already passed was logged as "at most -0.0s".
+TEST_F(ProviderOwnershipTest, AWaitWithNoTimeLeftIsLoggedAsZeroNotNegative) {
+  options.teardown_wait_seconds = 0;
+  build();
+  const std::string id = core::deterministic_sandbox_id("thread-1", "alice");
+  ASSERT_TRUE(peer->claim(id, true));
+  EXPECT_THROW(provider->acquire("thread-1", "alice"), SandboxBeingDestroyedError);
+  EXPECT_TRUE(logger->contains(LogLevel::info, "waiting for the teardown to finish (at most 0.0s)"))
+      << "the wait's line is missing or its bound is not 0.0s";
+  EXPECT_FALSE(logger->contains(LogLevel::info, "-0.0s"));
+}
+
+// Issue 25 item 4: every pass of the idle checker's reconciliation was logged as the startup's.
+TEST_F(ProviderOwnershipTest, APeriodicReconciliationPassIsNotLoggedAsTheStartupOne) {
+  build();
+  backend->list_running_fn = [] { return std::vector<SandboxInfo>{make_info("p-1", "http://p")}; };
+  ASSERT_TRUE(peer->claim("p-1", false));  // a live peer's: skipped, never adopted
+  provider->reconcile_orphans();
+  EXPECT_EQ(logger->count(LogLevel::info, "Startup reconciliation complete"), 1u);
+  provider->reconcile_orphans();
+  provider->reconcile_orphans();
+  EXPECT_EQ(logger->count(LogLevel::info, "Startup reconciliation complete"), 1u)
+      << "a periodic pass said it was the startup's";
+  EXPECT_EQ(logger->count(LogLevel::info, "Reconciliation pass complete: 0 adopted"), 2u);
+  backend->list_running_fn = nullptr;
+}
+
 TEST_F(ProviderOwnershipTest, OrphansAreAdoptedOnlyAfterTheRecoveryGrace) {
   build();
   const SandboxInfo orphan = make_info("orphan-1", "http://orphan-1");

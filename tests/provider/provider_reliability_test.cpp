@@ -468,5 +468,40 @@ TEST_F(ProviderReliabilityTest, AWallClockStepReapsNothingAndTheRegistryStillSpe
   EXPECT_EQ(provider->counts().warm, 0u);
 }
 
+// Issue 21: optional verbs are capability interfaces. A backend that claims negotiated mounts
+// without offering the negotiation capability is refused at construction, by name, instead of
+// failing at the first acquire.
+class NegotiatingWithoutTheCapability final : public SandboxBackend {
+ public:
+  SandboxInfo create(const CreateRequest& request) override {
+    return make_info(request.sandbox_id, "http://x");
+  }
+  void destroy(const SandboxInfo&) override {}
+  bool is_alive(const SandboxInfo&) override { return true; }
+  std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
+  MountModeKind mount_mode_kind() const override { return MountModeKind::contract_negotiated; }
+};
+
+TEST_F(ProviderReliabilityTest, ANegotiatedMountModeWithoutItsCapabilityIsRefused) {
+  ProviderDeps deps;
+  deps.backend = std::make_shared<NegotiatingWithoutTheCapability>();
+  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
+  deps.logger = logger;
+  deps.clock = clock;
+  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
+  deps.options = options;
+  deps.hooks = hooks.make_hooks();
+  try {
+    Provider refused(std::move(deps));
+    FAIL() << "constructed";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("offers no MountContractNegotiation capability"),
+              std::string::npos)
+        << e.what();
+  }
+  // The fixture's backend offers it, and the provider finds it (FakeBackend derives from it).
+  EXPECT_NE(backend_capability<MountContractNegotiation>(*backend), nullptr);
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

@@ -20,6 +20,7 @@
 
 #include "engine_listing.hpp"
 #include "free_port.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -28,6 +29,14 @@
 
 namespace sandboxd::core {
 namespace {
+
+// The backend's mount-contract negotiation capability (a remote provisioner backend has it).
+[[maybe_unused]] sandboxd::MountContractNegotiation* negotiation(
+    sandboxd::SandboxBackend& backend) {
+  auto* offered = sandboxd::backend_capability<sandboxd::MountContractNegotiation>(backend);
+  if (!offered) throw std::logic_error("the backend offers no MountContractNegotiation");
+  return offered;
+}
 
 using sandboxd::testing::CapturingLogger;
 using sandboxd::testing::containers_left_after_removal;
@@ -253,8 +262,9 @@ TEST_F(ProvisionerEndToEndTest, UserDataIsTheGatewaysPerUserDirectoryAndNobodyEl
 TEST_F(ProvisionerEndToEndTest, AWrongKeyIsAClearErrorAndCreatesNothing) {
   start_service();
   auto backend = remote("not-the-key");
-  backend->refresh_capabilities_if_stale();
-  EXPECT_FALSE(backend->cached_mount_contract_capability_known()) << "a 401 is not an answer";
+  negotiation(*backend)->refresh_capabilities_if_stale();
+  EXPECT_FALSE(negotiation(*backend)->cached_mount_contract_capability_known())
+      << "a 401 is not an answer";
   CreateRequest request;
   request.sandbox_id = "wrongkey1";
   request.thread_id = "t";
@@ -278,13 +288,14 @@ TEST_F(ProvisionerEndToEndTest, ALegacyServiceDowngradesTheContractAndLeavesNoSt
   start_service();
   make_provider();
   ASSERT_TRUE(provider_->provider_uses_thread_data_mounts());
-  ASSERT_EQ(provider_->backend()->mount_contract_snapshot(), (MountContractSnapshot{2, true}));
+  ASSERT_EQ(negotiation(*provider_->backend())->mount_contract_snapshot(),
+            (MountContractSnapshot{2, true}));
   EXPECT_EQ(service_->stop(), 0);
   start_service({"--mount-contract-version", "0"});
 
   const std::string id = provider_->acquire("thread-9", "alice");
-  EXPECT_EQ(provider_->backend()->cached_mount_contract_version(), 0);
-  EXPECT_TRUE(provider_->backend()->cached_mount_contract_capability_known());
+  EXPECT_EQ(negotiation(*provider_->backend())->cached_mount_contract_version(), 0);
+  EXPECT_TRUE(negotiation(*provider_->backend())->cached_mount_contract_capability_known());
   EXPECT_EQ(engine_containers(prefix_), std::vector<std::string>{prefix_ + "-" + id})
       << "the sandbox of the stale contract must be gone";
   EXPECT_TRUE(logger_->contains("under mount contract 0 instead of 2")) << "no downgrade seen";
@@ -296,17 +307,18 @@ TEST_F(ProvisionerEndToEndTest, ALegacyServiceDowngradesTheContractAndLeavesNoSt
 TEST_F(ProvisionerEndToEndTest, AServiceThatComesUpIsPickedUpByTheProbeRetry) {
   auto clock = std::make_shared<sandboxd::testing::ManualClock>(1000.0);
   auto backend = remote(kKey, clock);
-  backend->refresh_capabilities_if_stale();
-  EXPECT_FALSE(backend->cached_mount_contract_capability_known());
+  negotiation(*backend)->refresh_capabilities_if_stale();
+  EXPECT_FALSE(negotiation(*backend)->cached_mount_contract_capability_known());
   EXPECT_TRUE(logger_->contains(LogLevel::warning, "Provisioner capability probe failed"));
 
   start_service();
-  backend->refresh_capabilities_if_stale();
-  EXPECT_FALSE(backend->cached_mount_contract_capability_known()) << "retried before 1 s";
+  negotiation(*backend)->refresh_capabilities_if_stale();
+  EXPECT_FALSE(negotiation(*backend)->cached_mount_contract_capability_known())
+      << "retried before 1 s";
   clock->advance(1.0);
-  backend->refresh_capabilities_if_stale();
-  EXPECT_TRUE(backend->cached_mount_contract_capability_known());
-  EXPECT_EQ(backend->cached_mount_contract_version(), 2);
+  negotiation(*backend)->refresh_capabilities_if_stale();
+  EXPECT_TRUE(negotiation(*backend)->cached_mount_contract_capability_known());
+  EXPECT_EQ(negotiation(*backend)->cached_mount_contract_version(), 2);
 }
 
 TEST_F(ProvisionerEndToEndTest, TheBinaryRefusesABadConfigNamingTheValue) {

@@ -45,6 +45,14 @@ class CapturingLogger final : public Logger {
     }
     return false;
   }
+  std::size_t count(LogLevel level, const std::string& fragment) const {
+    std::lock_guard lock(mutex_);
+    std::size_t found = 0;
+    for (const auto& line : lines_) {
+      found += line.level == level && line.message.find(fragment) != std::string::npos;
+    }
+    return found;
+  }
   bool contains(const std::string& fragment) const {
     std::lock_guard lock(mutex_);
     for (const auto& line : lines_) {

@@ -12,7 +12,8 @@ DeerFlow constructs the provider without arguments, so it reads those extra keys
 
 When ``deerflow`` is importable the class subclasses DeerFlow's ``SandboxProvider`` and ``get``
 returns DeerFlow's own ``AioSandbox(id, base_url)``; without it, a ``SandboxHandle`` with ``id``
-and ``base_url``. The daemon owns the sandboxes' lifecycle (warm pool, idle reaping, leases):
+and ``base_url``. DeerFlow without an importable ``AioSandbox`` (its ``agent-sandbox``
+dependency missing) is refused at construction with ``DeerFlowSandboxUnavailable``. The daemon owns the sandboxes' lifecycle (warm pool, idle reaping, leases):
 ``shutdown`` releases what this process acquired to the daemon's warm pool rather than
 destroying it, and ``reset`` only forgets this process's cache.
 """
@@ -29,13 +30,27 @@ from .client import Client
 
 try:  # DeerFlow is optional: the provider works (and is tested) without it.
     from deerflow.sandbox.sandbox_provider import SandboxProvider as _ProviderBase
+
+    _HAVE_DEERFLOW = True
 except ImportError:  # pragma: no cover - exercised when DeerFlow is installed
     _ProviderBase = object  # type: ignore[assignment,misc]
+    _HAVE_DEERFLOW = False
 
+_AIO_SANDBOX_IMPORT_ERROR: ImportError | None = None
 try:
     from deerflow.community.aio_sandbox.aio_sandbox import AioSandbox as _DeerFlowSandbox
-except ImportError:
+except ImportError as error:
     _DeerFlowSandbox = None
+    _AIO_SANDBOX_IMPORT_ERROR = error
+
+
+class DeerFlowSandboxUnavailable(ImportError):
+    """DeerFlow is installed but its ``AioSandbox`` cannot be imported.
+
+    ``get`` would then hand DeerFlow's tools a ``SandboxHandle``, which has no
+    ``execute_command``: they would fail later with an ``AttributeError``. The provider refuses
+    at construction instead, naming the module that is missing.
+    """
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,14 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
         client: Client | None = None,
         **_ignored: Any,
     ) -> None:
+        if _HAVE_DEERFLOW and _DeerFlowSandbox is None:
+            missing = getattr(_AIO_SANDBOX_IMPORT_ERROR, "name", None) or "unknown"
+            raise DeerFlowSandboxUnavailable(
+                "DeerFlow is installed but deerflow.community.aio_sandbox.aio_sandbox.AioSandbox "
+                f"cannot be imported (missing module {missing!r}: install DeerFlow's "
+                "'agent-sandbox' dependency into this environment); without it the sandboxes "
+                f"this provider returns have no execute_command: {_AIO_SANDBOX_IMPORT_ERROR}"
+            )
         if client is None:
             section = _deerflow_sandbox_section() if not (socket_path or url) else None
             socket_path = socket_path or _setting(section, "sandboxd_socket")

@@ -8,8 +8,10 @@
 
 namespace sandboxd {
 
+// 2: the mount-contract verbs left SandboxBackend for the MountContractNegotiation capability
+//    (capabilities.hpp); later optional verbs are capabilities too and need no bump.
 // A macro too, so a plugin's metadata record (plugin.hpp) can carry it as text.
-#define SANDBOXD_SDK_ABI_VERSION 1
+#define SANDBOXD_SDK_ABI_VERSION 2
 inline constexpr std::uint32_t kSdkAbiVersion = SANDBOXD_SDK_ABI_VERSION;
 
 }  // namespace sandboxd

@@ -48,15 +48,8 @@ class SandboxBackend {
   // create call (remote provisioner); reuse, reclaim and discovery then go through create.
   virtual bool requires_create_validation() const { return false; }
 
+  // contract_negotiated requires the MountContractNegotiation capability (capabilities.hpp).
   virtual MountModeKind mount_mode_kind() const { return MountModeKind::other; }
-
-  // Mount-contract negotiation. Only backends whose mount_mode_kind() is contract_negotiated
-  // override these. refresh and snapshot may block (a network probe under a lock); the two
-  // cached accessors must never block.
-  virtual void refresh_capabilities_if_stale() {}
-  virtual MountContractSnapshot mount_contract_snapshot() { return {}; }
-  virtual int cached_mount_contract_version() const { return kSandboxMountContractVersion; }
-  virtual bool cached_mount_contract_capability_known() const { return true; }
 };
 
 }  // namespace sandboxd

@@ -3,6 +3,7 @@
 
 #include "sandboxd/abi.hpp"
 #include "sandboxd/backend.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/json.hpp"

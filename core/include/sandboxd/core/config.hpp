@@ -7,6 +7,7 @@
 // both ways is an error.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -52,11 +53,18 @@ struct SandboxConfig {
   std::optional<bool> thread_data_mounts;  // null / true / false carried through unchanged
   std::vector<std::string> plugin_dirs;
   std::string skills_container_path = "/mnt/skills";  // top-level `skills.container_path`
+  // How long an acquire waits for a teardown of its sandbox (ours or a peer's `del` lease)
+  // before it answers "being destroyed" (serve: 409). A gateway's HTTP timeout must exceed it.
+  double teardown_wait_seconds = 30.0;
 
   // From the ownership section; validated here because the core runs the renewal thread.
   double renewal_interval_seconds = 30.0;  // > 0
   double ttl_multiplier = 4.0;             // >= 2
   double ttl_seconds() const { return renewal_interval_seconds * ttl_multiplier; }
+
+  // Read from a DeerFlow config.yaml: key path → its 1-based line, a flat key also under its
+  // sandbox.backend.* path, so a plugin's complaint can name the line. Empty for JSON.
+  std::map<std::string, int> source_lines;
 
   std::vector<std::string> mapping_notes;  // e.g. "sandbox.image → sandbox.backend.image"
   std::vector<std::string> warnings;       // unknown keys and similar
@@ -71,6 +79,9 @@ SandboxConfig load_config_file(const std::string& path);
 // `relative_base_dir`, or against the current directory when it is empty.
 SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
                            const std::string& relative_base_dir = "");
+
+// "{file}: {key path}: …" → "{file}:{line}: {key path}: …" when the key's line is known.
+std::string with_source_line(const SandboxConfig& config, const std::string& message);
 
 // true when a key of this name holds a secret: its lower-cased name (with '-' read as '_')
 // contains api_key, apikey, secret, password, token or credential.

@@ -1,0 +1,38 @@
+// Optional backend verbs as capability interfaces (issue 21). A backend that offers a verb
+// also derives from its interface; the host asks with backend_capability<T>(backend), a
+// dynamic_cast, and a backend without it simply is not asked. So a new optional verb is a new
+// interface in this file: SandboxBackend's layout and the SDK ABI stay as they are.
+//
+// The interfaces carry no data and no key function: their type_info is compared by name
+// across the plugin boundary (libstdc++ does so for libraries loaded RTLD_LOCAL), which is why
+// each must keep its name and its namespace once published.
+#pragma once
+
+#include "sandboxd/backend.hpp"
+#include "sandboxd/types.hpp"
+
+namespace sandboxd {
+
+// Mount-contract negotiation (SPEC §3.6, §5.7): offered by a backend whose mount_mode_kind()
+// is contract_negotiated (the remote provisioner). refresh and snapshot may block (a network
+// probe under a lock); the two cached accessors must never block.
+class MountContractNegotiation {
+ public:
+  virtual ~MountContractNegotiation() = default;
+  virtual void refresh_capabilities_if_stale() = 0;
+  virtual MountContractSnapshot mount_contract_snapshot() = 0;
+  virtual int cached_mount_contract_version() const = 0;
+  virtual bool cached_mount_contract_capability_known() const = 0;
+};
+
+// The capability `Capability` of a backend, or nullptr when it does not offer it.
+template <class Capability>
+Capability* backend_capability(SandboxBackend& backend) {
+  return dynamic_cast<Capability*>(&backend);
+}
+template <class Capability>
+const Capability* backend_capability(const SandboxBackend& backend) {
+  return dynamic_cast<const Capability*>(&backend);
+}
+
+}  // namespace sandboxd

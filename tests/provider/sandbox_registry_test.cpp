@@ -1,0 +1,146 @@
+// The registry's invariants as properties of the type (issue 21 item 1), with no threads, no
+// backend and no provider: one state per entry, counts that follow it, marks that keep an
+// entry alive and nothing else, nothing installed after shutdown began, a forget that yields
+// to work in flight.
+#include "sandbox_registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "sandboxd/core/sandbox_client.hpp"
+
+namespace sandboxd::core {
+namespace {
+
+InfoPtr info(const std::string& id) {
+  auto made = std::make_shared<SandboxInfo>();
+  made->sandbox_id = id;
+  made->sandbox_url = "http://" + id;
+  return made;
+}
+ClientPtr client(const std::string& id) {
+  return std::make_shared<BasicSandboxClient>(id, "http://" + id);
+}
+const ThreadKey kAlice{"alice", "t-1"};
+const ThreadKey kBob{"bob", "t-1"};
+
+TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
+  SandboxRegistry registry;
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  EXPECT_TRUE(registry.find("a")->active());
+  EXPECT_FALSE(registry.is_warm("a"));
+  EXPECT_EQ(registry.active_count(), 1u);
+  EXPECT_EQ(registry.warm_count(), 0u);
+  EXPECT_EQ(registry.conversations().find(kAlice)->second, "a");
+
+  const auto parked = registry.park("a", 2.0);
+  EXPECT_NE(parked.client, nullptr) << "the client is handed back to be closed";
+  EXPECT_TRUE(registry.is_warm("a"));
+  EXPECT_FALSE(registry.find("a")->active());
+  EXPECT_EQ(registry.active_count(), 0u);
+  EXPECT_EQ(registry.warm_count(), 1u);
+  EXPECT_EQ(registry.find("a")->identity, kAlice) << "warm remembers who it served";
+  EXPECT_EQ(registry.conversations().find(kAlice), registry.conversations().end());
+
+  // Reclaimed: warm → active again, one entry throughout.
+  registry.install_active("a", client("a"), info("a"), kAlice, 3.0);
+  EXPECT_EQ(registry.active_count(), 1u);
+  EXPECT_EQ(registry.warm_count(), 0u);
+  EXPECT_EQ(registry.slots_in_use("other"), 1u);
+}
+
+TEST(SandboxRegistryTest, AWarmAddNeverOverwritesATrackedSandbox) {
+  SandboxRegistry registry;
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  EXPECT_FALSE(registry.add_warm("a", info("a"), 1.0, std::nullopt));
+  EXPECT_TRUE(registry.find("a")->active());
+  EXPECT_TRUE(registry.add_warm("b", info("b"), 1.0, std::nullopt));
+  EXPECT_EQ(registry.warm_count(), 1u);
+}
+
+TEST(SandboxRegistryTest, NothingIsInstalledAfterShutdownBegan) {
+  SandboxRegistry registry;
+  EXPECT_TRUE(registry.begin_shutdown());
+  EXPECT_FALSE(registry.begin_shutdown()) << "shutdown begins once";
+  EXPECT_THROW(registry.install_active("a", client("a"), info("a"), kAlice, 1.0),
+               std::runtime_error);
+  EXPECT_EQ(registry.find("a"), nullptr);
+  EXPECT_EQ(registry.active_count(), 0u);
+}
+
+TEST(SandboxRegistryTest, MarksKeepAnEntryAndAnEntryWithNothingLeftIsErased) {
+  SandboxRegistry registry;
+  registry.begin_creation("c");
+  ASSERT_NE(registry.find("c"), nullptr);
+  EXPECT_TRUE(registry.any_creation());
+  EXPECT_EQ(registry.slots_in_use("other"), 1u) << "a creation in flight takes a slot";
+  EXPECT_EQ(registry.slots_in_use("c"), 0u) << "but not its own";
+  registry.end_creation("c");
+  EXPECT_EQ(registry.find("c"), nullptr) << "no state and no mark: erased";
+
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  EXPECT_TRUE(registry.reserve_teardown("a"));
+  EXPECT_FALSE(registry.reserve_teardown("a")) << "one teardown at a time";
+  EXPECT_EQ(registry.teardown_count(), 1u);
+  const auto removed = registry.remove("a", nullptr);
+  EXPECT_TRUE(removed.removed);
+  ASSERT_NE(registry.find("a"), nullptr) << "the teardown mark outlives the state";
+  EXPECT_TRUE(registry.tearing_down("a"));
+  registry.finish_teardown("a");
+  EXPECT_EQ(registry.find("a"), nullptr);
+  EXPECT_EQ(registry.teardown_count(), 0u);
+}
+
+TEST(SandboxRegistryTest, RemoveTakesOnlyTheInfoItWasAskedAbout) {
+  SandboxRegistry registry;
+  const InfoPtr current = info("a");
+  registry.install_active("a", client("a"), current, kAlice, 1.0);
+  EXPECT_FALSE(registry.remove("a", info("a")).removed) << "another info: a newer sandbox";
+  EXPECT_TRUE(registry.find("a")->active());
+  EXPECT_TRUE(registry.remove("a", current).removed);
+  EXPECT_EQ(registry.find("a"), nullptr);
+  EXPECT_EQ(registry.conversations().find(kAlice), registry.conversations().end());
+}
+
+TEST(SandboxRegistryTest, AForgetYieldsToATeardownAPublishAndANewerAcquisition) {
+  SandboxRegistry registry;
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  const char* kept = nullptr;
+
+  registry.begin_publish("a");
+  EXPECT_EQ(registry.forget("a", std::nullopt, &kept), nullptr);
+  EXPECT_NE(kept, nullptr);
+  EXPECT_TRUE(registry.find("a")->active()) << "kept while its lease is being published";
+  registry.end_publish("a", /*taken=*/true);
+  const auto epoch = registry.epoch_of("a");
+  ASSERT_TRUE(epoch.has_value());
+
+  kept = nullptr;
+  EXPECT_EQ(registry.forget("a", *epoch - 1, &kept), nullptr) << "an older lease check";
+  EXPECT_NE(kept, nullptr);
+  EXPECT_TRUE(registry.find("a")->active());
+
+  kept = nullptr;
+  EXPECT_NE(registry.forget("a", *epoch, &kept), nullptr) << "the client, to be closed";
+  EXPECT_EQ(kept, nullptr);
+  EXPECT_EQ(registry.find("a"), nullptr);
+  EXPECT_EQ(registry.active_count(), 0u);
+}
+
+TEST(SandboxRegistryTest, TakeWarmEmptiesThePoolAndLeavesActiveOnes) {
+  SandboxRegistry registry;
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  registry.add_warm("w1", info("w1"), 1.0, kBob);
+  registry.add_warm("w2", info("w2"), 2.0, std::nullopt);
+  const auto taken = registry.take_warm();
+  EXPECT_EQ(taken.size(), 2u);
+  EXPECT_EQ(registry.warm_count(), 0u);
+  EXPECT_EQ(registry.find("w1"), nullptr);
+  EXPECT_TRUE(registry.find("a")->active());
+}
+
+}  // namespace
+}  // namespace sandboxd::core
