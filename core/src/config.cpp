@@ -561,10 +561,48 @@ std::filesystem::path absolute_or_cwd(const std::string& dir) {
 
 }  // namespace
 
-SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
+namespace {
+
+// DeerFlow's config.yaml: its sandbox sections as the JSON document the parser validates, the
+// line of every key kept for errors (here and in a plugin's complaint, with_source_line).
+SandboxConfig parse_deerflow_yaml(const std::string& text, const std::string& source,
+                                  const std::filesystem::path& relative_base) {
+  const DeerFlowYaml yaml = read_deerflow_yaml(text, source);
+  Parser parser(source, relative_base);
+  parser.from_deerflow_yaml(yaml);
+  SandboxConfig config = parser.parse(yaml.json, source);
+  std::string note =
+      "read as DeerFlow's config.yaml: its sandbox:, skills: and stream_bridge: sections";
+  if (!yaml.other_sections.empty()) {
+    note += " (" + std::to_string(yaml.other_sections.size()) +
+            " other top-level sections left to DeerFlow)";
+  }
+  config.mapping_notes.insert(config.mapping_notes.begin(), note);
+  config.warnings.insert(config.warnings.begin(), yaml.warnings.begin(), yaml.warnings.end());
+  config.source_lines = yaml.lines;
+  for (const auto& [key_path, line] : yaml.lines) {
+    for (const char* flat : kFlatBackendKeys) {
+      const std::string key = std::string("sandbox.") + flat;
+      if (key_path.compare(0, key.size(), key) == 0 &&
+          (key_path.size() == key.size() || key_path[key.size()] == '.' ||
+           key_path[key.size()] == '[')) {
+        config.source_lines.emplace("sandbox.backend." + key_path.substr(8), line);
+      }
+    }
+  }
+  return config;
+}
+
+}  // namespace
+
+SandboxConfig parse_config(const std::string& text, const std::string& source_name,
                            const std::string& relative_base_dir) {
+  // Text has no name to sniff beyond its extension: "x.yaml" is YAML, anything else JSON.
+  if (looks_like_yaml(source_name, "{")) {
+    return parse_deerflow_yaml(text, source_name, absolute_or_cwd(relative_base_dir));
+  }
   Parser parser(source_name, absolute_or_cwd(relative_base_dir));
-  return parser.parse(json_text, source_name);
+  return parser.parse(text, source_name);
 }
 
 SandboxConfig load_config_file(const std::string& path) {
@@ -582,33 +620,11 @@ SandboxConfig load_config_file(const std::string& path) {
   std::fclose(file);
   if (failed) throw ConfigError(path + ": cannot read config file: " + std::strerror(err));
 
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  Parser parser(path, absolute_or_cwd(dir.string()));
-  if (!looks_like_yaml(path, text)) return parser.parse(text, path);
-
-  const DeerFlowYaml yaml = read_deerflow_yaml(text, path);
-  parser.from_deerflow_yaml(yaml);
-  SandboxConfig config = parser.parse(yaml.json, path);
-  std::string note =
-      "read as DeerFlow's config.yaml: its sandbox:, skills: and stream_bridge: "
-      "sections";
-  if (!yaml.other_sections.empty()) {
-    note += " (" + std::to_string(yaml.other_sections.size()) +
-            " other top-level sections left to DeerFlow)";
-  }
-  config.mapping_notes.insert(config.mapping_notes.begin(), note);
-  config.warnings.insert(config.warnings.begin(), yaml.warnings.begin(), yaml.warnings.end());
-  config.source_lines = yaml.lines;
-  for (const auto& [path, line] : yaml.lines) {
-    for (const char* flat : kFlatBackendKeys) {
-      const std::string key = std::string("sandbox.") + flat;
-      if (path.compare(0, key.size(), key) == 0 &&
-          (path.size() == key.size() || path[key.size()] == '.' || path[key.size()] == '[')) {
-        config.source_lines.emplace("sandbox.backend." + path.substr(8), line);
-      }
-    }
-  }
-  return config;
+  const std::filesystem::path dir =
+      absolute_or_cwd(std::filesystem::path(path).parent_path().string());
+  if (looks_like_yaml(path, text)) return parse_deerflow_yaml(text, path, dir);
+  Parser parser(path, dir);
+  return parser.parse(text, path);
 }
 
 std::string with_source_line(const SandboxConfig& config, const std::string& message) {

@@ -70,12 +70,14 @@ struct SandboxConfig {
   std::vector<std::string> warnings;       // unknown keys and similar
 };
 
-// Reads and validates `path`. Throws ConfigError. Relative `plugin_dirs` entries are resolved
+// Reads and validates `path`: JSON, or DeerFlow's config.yaml (a .yaml/.yml name, or text that
+// is not a JSON object). Throws ConfigError. Relative `plugin_dirs` entries are resolved
 // against the directory that holds the file.
 SandboxConfig load_config_file(const std::string& path);
 
-// Parses config text; `source_name` is used in error messages in place of a file name (and is
-// stored as source_file). Relative `plugin_dirs` entries are resolved against
+// Parses config text: JSON, or DeerFlow's YAML when `source_name` ends in .yaml or .yml.
+// `source_name` is used in error messages in place of a file name (and is stored as
+// source_file). Relative `plugin_dirs` entries are resolved against
 // `relative_base_dir`, or against the current directory when it is empty.
 SandboxConfig parse_config(const std::string& json_text, const std::string& source_name,
                            const std::string& relative_base_dir = "");
