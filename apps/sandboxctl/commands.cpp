@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli_error.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/owner_id.hpp"
@@ -169,6 +170,12 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   services.owner_id = core::generate_owner_id();
   services.base_dir = core::resolve_base_dir(config.base_dir);
   const auto plugins = core::load_configured_plugins(config, services);  // validates options
+  // The optional verbs the backend offers (sandboxd/capabilities.hpp), so an operator sees
+  // which features it can have before turning them on.
+  std::vector<std::string> capabilities;
+  if (backend_capability<MountContractNegotiation>(*plugins.backend)) {
+    capabilities.emplace_back("mount_contract_negotiation");
+  }
   const double ttl = plugins.ownership->ttl_seconds();
   const bool cross_process = plugins.ownership->supports_cross_process();
   plugins.ownership->close();
@@ -195,6 +202,10 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     w.Double(ttl);
     w.Key("cross_process");
     w.Bool(cross_process);
+    w.Key("backend_capabilities");
+    w.StartArray();
+    for (const auto& capability : capabilities) write_json_string(w, capability);
+    w.EndArray();
     write_json_member(w, "sandboxctl_registry", registry_file.string());
     write_json_member(w, "sandboxctl_owner_id", one_shot_owner);
     w.Key("sandboxctl_lease_ttl_seconds");
@@ -215,7 +226,10 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     return kOk;
   }
   std::cout << rendered << "\n";
-  std::cout << "backend: " << config.backend.use << " loaded\n";
+  std::string offered;
+  for (const auto& capability : capabilities) offered += (offered.empty() ? "" : ", ") + capability;
+  std::cout << "backend: " << config.backend.use
+            << " loaded (optional capabilities: " << (offered.empty() ? "none" : offered) << ")\n";
   std::cout << "ownership: " << config.ownership.use << " loaded (ttl " << ttl << "s, "
             << (cross_process ? "cross-process" : "single-process") << ")\n";
   std::cout << "sandboxctl commands: registry " << registry_file.string() << ", owner "

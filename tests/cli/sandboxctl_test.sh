@@ -45,6 +45,7 @@ check "check-config good exits 0" $rc "$out"
 contains "$out" '"TOKEN": "<redacted>"'; check "check-config redacts env" $? "$out"
 ! contains "$out" 's3cr3t-value-from-env|inline-secret'; check "no secret in output" $? "$out"
 contains "$out" 'ownership: ownership_sqlite:SqliteOwnershipStore loaded'; check "store loaded" $? "$out"
+contains "$out" 'optional capabilities: none'; check "check-config names the backend's capabilities" $? "$out"
 [ -f "$work/leases.db" ]; check "sqlite file created" $? "$(ls -l "$work")"
 
 cat >"$work/bad.json" <<'JSON'
@@ -128,6 +129,10 @@ for example in "$examples"/*.json; do
   mkdir -p "$work/example-state"
   out=$(MY_API_KEY=k PROVISIONER_API_KEY=k "$ctl" --config "$work/example.json" check-config 2>&1)
   check "check-config $(basename "$example")" $? "$out"
+  if grep -q remote_provisioner "$example"; then
+    contains "$out" 'optional capabilities: mount_contract_negotiation'
+    check "check-config $(basename "$example") names the negotiation capability" $? "$out"
+  fi
 done
 
 echo "sandboxctl: $passes passed, $failures failed"
