@@ -176,6 +176,7 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   if (backend_capability<MountContractNegotiation>(*plugins.backend)) {
     capabilities.emplace_back("mount_contract_negotiation");
   }
+  if (backend_capability<SandboxPausing>(*plugins.backend)) capabilities.emplace_back("pause");
   const double ttl = plugins.ownership->ttl_seconds();
   const bool cross_process = plugins.ownership->supports_cross_process();
   plugins.ownership->close();

@@ -93,6 +93,10 @@ std::optional<ContainerState> parse_inspect_answer(const std::string& body) {
     if (running != s->value.MemberEnd() && running->value.IsBool()) {
       state.running = running->value.GetBool();
     }
+    auto paused = s->value.FindMember("Paused");
+    if (paused != s->value.MemberEnd() && paused->value.IsBool()) {
+      state.paused = paused->value.GetBool();
+    }
   }
   if (auto config = doc.FindMember("Config");
       config != doc.MemberEnd() && config->value.IsObject()) {

@@ -20,7 +20,8 @@ struct ContainerState {
   std::string name;
   std::string status;  // "created", "running", "exited", ...
   bool running = false;
-  int host_port = 0;  // 0: not published (yet)
+  bool paused = false;  // frozen by /pause (Docker keeps running true, podman may not)
+  int host_port = 0;    // 0: not published (yet)
   double created_at = 0.0;
   std::map<std::string, std::string> labels;
 };

@@ -45,7 +45,7 @@ check "check-config good exits 0" $rc "$out"
 contains "$out" '"TOKEN": "<redacted>"'; check "check-config redacts env" $? "$out"
 ! contains "$out" 's3cr3t-value-from-env|inline-secret'; check "no secret in output" $? "$out"
 contains "$out" 'ownership: ownership_sqlite:SqliteOwnershipStore loaded'; check "store loaded" $? "$out"
-contains "$out" 'optional capabilities: none'; check "check-config names the backend's capabilities" $? "$out"
+contains "$out" 'optional capabilities: pause'; check "check-config names the backend's capabilities" $? "$out"
 [ -f "$work/leases.db" ]; check "sqlite file created" $? "$(ls -l "$work")"
 
 cat >"$work/bad.json" <<'JSON'

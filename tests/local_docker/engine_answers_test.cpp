@@ -28,6 +28,21 @@ TEST(EngineAnswers, AnInspectAnswerGivesStatePortAndLabels) {
   EXPECT_EQ(state->labels.at("sandboxd.user-id"), "alice");
 }
 
+TEST(EngineAnswers, APausedContainerIsReadAsPausedOnBothEnginesAnswers) {
+  // Docker keeps Running true while paused; podman's compatible answer says false.
+  const auto docker = parse_inspect_answer(
+      R"({"Id": "d", "State": {"Status": "paused", "Running": true, "Paused": true}})");
+  const auto podman = parse_inspect_answer(
+      R"({"Id": "p", "State": {"Status": "paused", "Running": false, "Paused": true}})");
+  const auto running = parse_inspect_answer(
+      R"({"Id": "r", "State": {"Status": "running", "Running": true, "Paused": false}})");
+  ASSERT_TRUE(docker && podman && running);
+  EXPECT_TRUE(docker->paused);
+  EXPECT_TRUE(podman->paused);
+  EXPECT_FALSE(running->paused);
+  EXPECT_FALSE(parse_inspect_answer(R"({"Id": "x", "State": {"Paused": "yes"}})")->paused);
+}
+
 TEST(EngineAnswers, AnInspectAnswerOfTheWrongShapeIsAbsentOrUnpublished) {
   for (const char* body :
        {"", "[]", "null", "{}", R"({"Id": 5})", "{\"Id\":\"x\"", R"({"Id": ""})"}) {

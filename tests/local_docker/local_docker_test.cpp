@@ -480,6 +480,42 @@ TEST_F(LocalDockerTest, MountsAreWritableOrReadOnlyAsConfigured) {
   loaded.backend->destroy(info);
 }
 
+// Issue 23: pausing is a capability local_docker offers on both engines. A paused sandbox is
+// alive but frozen (it answers no HTTP); unpaused, it serves again with its processes and
+// files as they were; a paused one can still be destroyed; both verbs are idempotent.
+TEST_F(LocalDockerTest, APausedSandboxIsFrozenAliveAndComesBackWhole) {
+  Loaded loaded = load();
+  auto* pausing = sandboxd::backend_capability<sandboxd::SandboxPausing>(*loaded.backend);
+  ASSERT_NE(pausing, nullptr) << "local_docker offers no SandboxPausing capability";
+  const SandboxInfo info = loaded.backend->create(request("pause1"));
+  ASSERT_TRUE(info.container_id.has_value());
+  ASSERT_TRUE(wait_ready(info.sandbox_url, 10));
+  auto started =
+      engine_->exec(*info.container_id, {"sh", "-c",
+                                         "echo kept > /tmp/kept; sleep 1000 >/dev/null 2>&1 & "
+                                         "echo $! > /tmp/sleeper"});
+  ASSERT_EQ(started.exit_code, 0) << started.output;
+
+  pausing->pause(info);
+  pausing->pause(info);  // already paused: done
+  EXPECT_TRUE(loaded.backend->is_alive(info)) << "a paused sandbox was taken for dead";
+  EXPECT_FALSE(wait_ready(info.sandbox_url, 1.0)) << "a paused sandbox still answered HTTP";
+
+  pausing->unpause(info);
+  pausing->unpause(info);  // not paused: done
+  EXPECT_TRUE(wait_ready(info.sandbox_url, 10)) << "no answer after unpause";
+  auto survived = engine_->exec(*info.container_id,
+                                {"sh", "-c", "cat /tmp/kept && kill -0 \"$(cat /tmp/sleeper)\""});
+  EXPECT_EQ(survived.exit_code, 0)
+      << "the file or the process did not survive: " << survived.output;
+  EXPECT_NE(survived.output.find("kept"), std::string::npos) << survived.output;
+
+  // Destroyed while paused: gone, not stuck.
+  pausing->pause(info);
+  loaded.backend->destroy(info);
+  EXPECT_FALSE(loaded.backend->is_alive(info));
+}
+
 // Issue 13 D: secure defaults, checked on the engine's own record of the container and from
 // inside it: no-new-privileges, every capability dropped but eight, the pids limit, and the
 // engine's default seccomp profile (no seccomp=unconfined unless configured).

@@ -25,6 +25,19 @@ class MountContractNegotiation {
   virtual bool cached_mount_contract_capability_known() const = 0;
 };
 
+// Freezing a sandbox's processes and thawing them (issue 23; the engine's cgroup freezer): a
+// paused sandbox uses no CPU and keeps its memory, processes and files. While paused it is
+// alive (is_alive() answers true) but does not answer HTTP, so the host thaws it before
+// handing it out. Both calls are idempotent and may block on the engine.
+class SandboxPausing {
+ public:
+  virtual ~SandboxPausing() = default;
+  // "Already paused" counts as done. Throws when the engine refuses or the sandbox is gone.
+  virtual void pause(const SandboxInfo& info) = 0;
+  // "Not paused" counts as done. Throws like pause().
+  virtual void unpause(const SandboxInfo& info) = 0;
+};
+
 // The capability `Capability` of a backend, or nullptr when it does not offer it.
 template <class Capability>
 Capability* backend_capability(SandboxBackend& backend) {
