@@ -70,8 +70,9 @@ int fail(ErrorKind kind, const std::string& message, bool as_json) {
 
 int main(int argc, char** argv) {
   po::options_description global("Global options");
-  global.add_options()("help,h", "show this help")("config,c", po::value<std::string>(),
-                                                   "JSON config file with a `sandbox` section")(
+  global.add_options()("help,h", "show this help")(
+      "config,c", po::value<std::string>(),
+      "config file: JSON with a `sandbox` section, or DeerFlow's config.yaml")(
       "log-level", po::value<std::string>()->default_value("warning"),
       "debug, info, warning or error (log lines go to stderr; serve: info)")(
       "json", "print one JSON document on stdout (also accepted after the command)");
