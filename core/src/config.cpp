@@ -598,7 +598,7 @@ SandboxConfig parse_deerflow_yaml(const std::string& text, const std::string& so
 SandboxConfig parse_config(const std::string& text, const std::string& source_name,
                            const std::string& relative_base_dir) {
   // Text has no name to sniff beyond its extension: "x.yaml" is YAML, anything else JSON.
-  if (looks_like_yaml(source_name, "{")) {
+  if (has_yaml_extension(source_name)) {
     return parse_deerflow_yaml(text, source_name, absolute_or_cwd(relative_base_dir));
   }
   Parser parser(source_name, absolute_or_cwd(relative_base_dir));

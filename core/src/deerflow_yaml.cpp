@@ -141,21 +141,23 @@ class Converter {
         return Value(false);
       }
       static const std::regex integer("[-+]?(0|[1-9][0-9_]*)");
+      // The last two alternatives are YAML 1.1's infinities and NaN: numbers JSON cannot carry.
       static const std::regex floating(
-          "[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?|[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
+          "[-+]?([0-9][0-9_]*)?\\.[0-9_]*([eE][-+][0-9]+)?|([-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)"
+          ")");
       std::string digits;
       for (char c : text) {
         if (c != '_') digits += c;
       }
-      if (std::regex_match(text, integer)) {
+      const bool is_integer = std::regex_match(text, integer);
+      if (is_integer) {
         errno = 0;
         const long long number = std::strtoll(digits.c_str(), nullptr, 10);
         if (errno == 0) return Value(static_cast<int64_t>(number));
       }
-      if (std::regex_match(text, integer) || std::regex_match(text, floating)) {
-        if (text.find("nan") != std::string::npos || text.find("NaN") != std::string::npos ||
-            text.find("NAN") != std::string::npos || text.find("inf") != std::string::npos ||
-            text.find("Inf") != std::string::npos || text.find("INF") != std::string::npos) {
+      std::smatch parts;
+      if (is_integer || std::regex_match(text, parts, floating)) {
+        if (!is_integer && parts[3].matched) {
           fail_at(node, path, "expected a finite number, got " + text);
         }
         return Value(std::strtod(digits.c_str(), nullptr));
@@ -183,13 +185,22 @@ class Converter {
 
 }  // namespace
 
+namespace {
+
+bool ends_with(const std::string& path, std::string_view suffix) {
+  return path.size() >= suffix.size() &&
+         std::string_view(path).substr(path.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+bool has_yaml_extension(const std::string& path) {
+  return ends_with(path, ".yaml") || ends_with(path, ".yml");
+}
+
 bool looks_like_yaml(const std::string& path, const std::string& text) {
-  const auto ends_with = [&](std::string_view suffix) {
-    return path.size() >= suffix.size() &&
-           std::string_view(path).substr(path.size() - suffix.size()) == suffix;
-  };
-  if (ends_with(".yaml") || ends_with(".yml")) return true;
-  if (ends_with(".json")) return false;
+  if (has_yaml_extension(path)) return true;
+  if (ends_with(path, ".json")) return false;
   std::size_t at = 0;
   if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) at = 3;  // UTF-8 BOM
   while (at < text.size()) {

@@ -24,6 +24,9 @@ struct DeerFlowYaml {
   std::vector<std::string> other_sections;  // top-level keys left to DeerFlow
 };
 
+// true for a name ending in .yaml or .yml.
+bool has_yaml_extension(const std::string& path);
+
 // true for a file named *.yaml or *.yml, or whose text does not start (after blanks and `#`
 // comments) with '{': JSON config files are objects, DeerFlow's config.yaml is not.
 bool looks_like_yaml(const std::string& path, const std::string& text);

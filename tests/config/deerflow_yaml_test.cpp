@@ -210,6 +210,26 @@ sandbox:
             "from-the-environment");
 }
 
+TEST_F(DeerFlowYamlTest, NumbersAreYamlOnesAndInfinityOrNanIsRefusedByLine) {
+  const SandboxConfig config = load_config_file(write(R"(
+sandbox:
+  replicas: 1_2
+  teardown_wait_seconds: 1_0.5
+)"));
+  EXPECT_EQ(config.replicas, 12);
+  EXPECT_DOUBLE_EQ(config.teardown_wait_seconds, 10.5);
+  for (const char* value : {".inf", "-.Inf", ".NaN"}) {
+    EXPECT_THAT(
+        error_for(std::string("sandbox:\n  teardown_wait_seconds: ") + value + "\n"),
+        HasSubstr(std::string("config.yaml:2: sandbox.teardown_wait_seconds: expected a finite "
+                              "number, got ") +
+                  value));
+  }
+  // Quoted, it is text, and the parser says what it expected.
+  EXPECT_THAT(error_for("sandbox:\n  teardown_wait_seconds: \".inf\"\n"),
+              Not(HasSubstr("finite number")));
+}
+
 TEST_F(DeerFlowYamlTest, EveryErrorNamesTheFileTheLineAndTheKeyPath) {
   EXPECT_THAT(error_for(R"(models: []
 sandbox:

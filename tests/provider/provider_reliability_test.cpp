@@ -219,15 +219,11 @@ TEST_F(ProviderReliabilityTest, DestroyingTheProviderWaitsForItsOwnPools) {
     resume.wait();
     return make_info(request.sandbox_id, "http://" + request.sandbox_id);
   };
-  ProviderDeps deps;
-  deps.backend = backend;
-  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
-  deps.logger = logger;
-  deps.clock = clock;
-  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
-  deps.options = options;
-  deps.hooks = hooks.make_hooks();
-  auto own = std::make_unique<Provider>(std::move(deps));  // private executors
+  ProviderDeps deps =
+      deps_over(backend, load_memory_store(clock, logger, tmp.path().string()), logger, clock);
+  deps.blocking_executor.reset();  // the provider makes its own pools
+  deps.lock_wait_executor.reset();
+  auto own = std::make_unique<Provider>(std::move(deps));
   AsyncAcquisition acquisition = own->acquire_async("t-1", "alice");
   creating.wait();
   auto destroying = std::async(std::launch::async, [&] { own.reset(); });
@@ -483,14 +479,9 @@ class NegotiatingWithoutTheCapability final : public SandboxBackend {
 };
 
 TEST_F(ProviderReliabilityTest, ANegotiatedMountModeWithoutItsCapabilityIsRefused) {
-  ProviderDeps deps;
-  deps.backend = std::make_shared<NegotiatingWithoutTheCapability>();
-  deps.ownership = load_memory_store(clock, logger, tmp.path().string());
-  deps.logger = logger;
-  deps.clock = clock;
-  deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
-  deps.options = options;
-  deps.hooks = hooks.make_hooks();
+  ProviderDeps deps =
+      deps_over(std::make_shared<NegotiatingWithoutTheCapability>(),
+                load_memory_store(clock, logger, tmp.path().string()), logger, clock);
   try {
     Provider refused(std::move(deps));
     FAIL() << "constructed";
