@@ -10,6 +10,11 @@
 //   backend_is_alive, engine_inspect_provider_container
 //                     the plugin's liveness check of the reclaimed container, and the same
 //                     container inspected directly (where a reclaim's time goes)
+//   provider_resume   (issue 23) release, pause pass, then acquire of the same conversation
+//                     (the thaw, the liveness check and the hand-out: path resumed)
+//   engine_unpause_inspect
+//                     the engine alone: one POST /containers/{id}/unpause of a paused
+//                     container and one inspect, which is what a resume must cost
 //   replica_pressure  with replicas = 1 and one warm sandbox, acquire of a new conversation
 //                     (the eviction's stop and the create)
 //   engine_stop       one POST /containers/{id}/stop?t=2
@@ -105,7 +110,8 @@ class EngineBench {
     std::filesystem::remove_all(base_, ignored);
   }
 
-  std::unique_ptr<Provider> provider(int replicas, const std::string& name) {
+  std::unique_ptr<Provider> provider(int replicas, const std::string& name,
+                                     double pause_after_seconds = 0) {
     const std::filesystem::path dir = base_ / name;
     std::filesystem::create_directories(dir);
     auto logger = std::make_shared<QuietLogger>();
@@ -132,6 +138,7 @@ class EngineBench {
     deps.paths = std::make_shared<const Paths>(dir, dir.string());
     deps.options.replicas = replicas;
     deps.options.idle_timeout = 0;
+    deps.options.pause_after_seconds = pause_after_seconds;
     deps.options.run_background_threads = false;
     deps.options.reconcile_on_start = false;
     auto out = std::make_unique<Provider>(std::move(deps));
@@ -236,6 +243,32 @@ class EngineBench {
     }
     p->shutdown();
 
+    // The paused tier: a released sandbox paused by a pause pass, then resumed by an acquire;
+    // beside it the engine alone unpausing a paused container and inspecting it.
+    auto r = provider(1000, "p", /*pause_after_seconds=*/0.001);
+    double ready_us = 0;
+    const std::string frozen = engine_cold("frozen", ready_us);
+    for (int round = 0; round < options_.rounds; ++round) {
+      const std::string thread = "resume";
+      const std::string id = r->acquire(thread, "bench-user");
+      r->release(id);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (r->pause_idle_warm() < 1) throw std::runtime_error("the pause pass paused nothing");
+      auto start = Steady::now();
+      const AcquireResult resumed = r->acquire_traced(thread, "bench-user");
+      if (resumed.path != AcquirePath::resumed) throw std::runtime_error("not resumed");
+      note("provider_resume", round, micros_since(start));
+
+      call(options_.socket, "POST", "http://d/containers/" + frozen + "/pause");
+      start = Steady::now();
+      call(options_.socket, "POST", "http://d/containers/" + frozen + "/unpause");
+      call(options_.socket, "GET", "http://d/containers/" + frozen + "/json");
+      note("engine_unpause_inspect", round, micros_since(start));
+      r->release(id);
+    }
+    call(options_.socket, "POST", "http://d/containers/" + frozen + "/stop?t=2", "", 60.0);
+    r->shutdown();
+
     // replicas = 1: each new conversation evicts the one released before it.
     auto q = provider(1, "b");
     q->release(q->acquire("pressure-warm", "bench-user"));
@@ -268,6 +301,8 @@ class EngineBench {
     ratio("warm reclaim / one inspect, median", "provider_reclaim", "engine_inspect", false);
     ratio("warm reclaim right after another / one inspect, median", "provider_reclaim_again",
           "engine_inspect", false);
+    ratio("resume of a paused sandbox / (one unpause + one inspect), median", "provider_resume",
+          "engine_unpause_inspect", false);
     const double longer = std::max(figures["provider_cold"].first, figures["engine_stop"].first);
     std::printf("%-58s %6.2f\n", "replica_pressure / longer of cold acquire and one stop",
                 longer > 0 ? figures["replica_pressure"].first / longer : 0.0);

@@ -176,7 +176,13 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   if (backend_capability<MountContractNegotiation>(*plugins.backend)) {
     capabilities.emplace_back("mount_contract_negotiation");
   }
-  if (backend_capability<SandboxPausing>(*plugins.backend)) capabilities.emplace_back("pause");
+  const bool can_pause = backend_capability<SandboxPausing>(*plugins.backend) != nullptr;
+  if (can_pause) capabilities.emplace_back("pause");
+  if (config.pause_after_seconds > 0 && !can_pause) {
+    context.logger->warning("sandbox.pause_after_seconds is set but backend " + config.backend.use +
+                            " cannot pause sandboxes; released sandboxes stay warm until "
+                            "idle_timeout");
+  }
   const double ttl = plugins.ownership->ttl_seconds();
   const bool cross_process = plugins.ownership->supports_cross_process();
   plugins.ownership->close();
@@ -313,7 +319,7 @@ void print_one(const core::SandboxView& t, const std::string& result) {
             << "sandbox_url:  " << t.sandbox_url << "\n"
             << "state:        " << t.state << "\n"
             << "conversation: " << conversation << "\n"
-            << (t.state == "warm" ? "released:     " : "last used:    ")
+            << (t.state != "active" ? "released:     " : "last used:    ")
             << seconds_text(core::wall_clock_now() - t.since) << " ago\n";
   if (!result.empty()) std::cout << "result:       " << result << "\n";
 }
@@ -476,8 +482,10 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
   const CommandHelp help{
       "sandboxctl [--config FILE] reap [--json]",
       "One idle pass over this state directory: stops active sandboxes unused for longer than\n"
-      "idle_timeout and warm ones released longer ago than that (never one whose lease another\n"
-      "instance holds). Run it from cron beside `reconcile`; `idle_timeout: 0` disables it.\n\n"
+      "idle_timeout and released ones (warm or paused) released longer ago than that (never one\n"
+      "whose lease another instance holds); `idle_timeout: 0` disables that. With\n"
+      "pause_after_seconds set and a backend that can pause, it also pauses warm sandboxes\n"
+      "released at least that long ago. Run it from cron beside `reconcile`.\n\n"
       "Example:\n  sandboxctl reap\n"};
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
@@ -488,11 +496,18 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
   session.commit();
   if (json_output(context, vm)) {
     std::cout << core::to_json(result) << "\n";
-  } else if (idle_timeout <= 0) {
-    std::cout << "idle reaping is disabled (idle_timeout: 0); nothing reaped\n";
   } else {
-    std::cout << reaped.size() << " reaped (idle longer than " << idle_timeout << "s), "
-              << result.active << " active and " << result.warm << " warm left\n";
+    if (idle_timeout <= 0) {
+      std::cout << "idle reaping is disabled (idle_timeout: 0); nothing reaped\n";
+    } else {
+      std::cout << reaped.size() << " reaped (idle longer than " << idle_timeout << "s), ";
+    }
+    if (!result.newly_paused.empty()) {
+      std::cout << result.newly_paused.size() << " paused (released longer than "
+                << session.config().pause_after_seconds << "s ago), ";
+    }
+    std::cout << result.active << " active, " << result.warm << " warm and " << result.paused
+              << " paused left\n";
   }
   return kOk;
 }

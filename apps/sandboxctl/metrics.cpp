@@ -71,7 +71,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
 
   header(out, "sandboxd_acquires_total", "counter",
          "Acquisitions that returned a sandbox, by how it was obtained.");
-  for (const char* path : {"reused", "reclaimed", "discovered", "created"}) {
+  for (const char* path : {"reused", "reclaimed", "resumed", "discovered", "created"}) {
     const auto it = acquires_by_path_.find(path);
     out << "sandboxd_acquires_total{path=\"" << path << "\"} "
         << (it == acquires_by_path_.end() ? 0 : it->second) << "\n";
@@ -107,6 +107,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       {"sandboxd_lease_renewals_total", events.lease_renewals},
       {"sandboxd_lease_lapses_total", events.lease_lapses},
       {"sandboxd_lease_losses_total", events.lease_losses},
+      {"sandboxd_pauses_total", events.pauses},
+      {"sandboxd_pause_failures_total", events.pause_failures},
+      {"sandboxd_resumes_total", events.resumes},
   };
   const char* provider_help[] = {
       "Warm sandboxes stopped to stay within replicas.",
@@ -115,6 +118,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       "Lease renewals that found the lease ours.",
       "Lease renewals that found the lease lapsed.",
       "Sandboxes dropped because another instance holds their lease.",
+      "Warm sandboxes paused after pause_after_seconds.",
+      "Pauses the backend refused (the sandbox stayed warm).",
+      "Paused sandboxes thawed and handed out (acquire path resumed).",
   };
   for (std::size_t i = 0; i < std::size(provider_counters); ++i) {
     header(out, provider_counters[i].first, "counter", provider_help[i]);
@@ -131,6 +137,12 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   out << "sandboxd_active_sandboxes " << counts.active << "\n";
   header(out, "sandboxd_warm_sandboxes", "gauge", "Sandboxes parked in the warm pool now.");
   out << "sandboxd_warm_sandboxes " << counts.warm << "\n";
+  header(out, "sandboxd_paused_sandboxes", "gauge",
+         "Released sandboxes paused (frozen, no CPU) now.");
+  out << "sandboxd_paused_sandboxes " << counts.paused << "\n";
+  header(out, "sandboxd_resume_seconds_total", "counter",
+         "Total time of resumes (thaw + liveness check); divide by sandboxd_resumes_total.");
+  out << "sandboxd_resume_seconds_total " << number(events.resume_seconds) << "\n";
   return out.str();
 }
 

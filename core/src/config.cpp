@@ -54,7 +54,17 @@ constexpr const char* kKnownSandboxKeys[] = {"use",
                                              "idle_timeout",
                                              "thread_data_mounts",
                                              "plugin_dirs",
-                                             "teardown_wait_seconds"};
+                                             "teardown_wait_seconds",
+                                             "pause_after_seconds"};
+
+// A week: longer than any idle_timeout anyone runs, short enough to catch a unit mistake.
+constexpr double kMaxPauseAfterSeconds = 604800;
+
+std::string shortest(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
+}
 
 bool is_flat_backend_key(std::string_view key) {
   return std::find(std::begin(kFlatBackendKeys), std::end(kFlatBackendKeys), key) !=
@@ -506,6 +516,20 @@ class Parser {
         fail("sandbox.teardown_wait_seconds", "a number of seconds > 0 and <= 3600", *v);
       }
       config_.teardown_wait_seconds = v->GetDouble();
+    }
+    if (const Value* v = member(sandbox, "pause_after_seconds")) {
+      if (!v->IsNumber() || !(v->GetDouble() >= 0) || v->GetDouble() > kMaxPauseAfterSeconds) {
+        fail("sandbox.pause_after_seconds", "a number of seconds >= 0 and <= 604800 (0: never)",
+             *v);
+      }
+      config_.pause_after_seconds = v->GetDouble();
+    }
+    if (config_.pause_after_seconds > 0 && config_.idle_timeout > 0 &&
+        config_.pause_after_seconds >= config_.idle_timeout) {
+      config_.warnings.push_back(
+          "sandbox.pause_after_seconds (" + shortest(config_.pause_after_seconds) +
+          ") is not below sandbox.idle_timeout (" + std::to_string(config_.idle_timeout) +
+          "): released sandboxes are reaped before they would be paused");
     }
   }
 

@@ -90,6 +90,7 @@ std::string render_redacted(const SandboxConfig& config) {
   doc.AddMember("replicas", config.replicas, alloc);
   doc.AddMember("idle_timeout", config.idle_timeout, alloc);
   doc.AddMember("teardown_wait_seconds", config.teardown_wait_seconds, alloc);
+  doc.AddMember("pause_after_seconds", config.pause_after_seconds, alloc);
   if (config.thread_data_mounts) {
     doc.AddMember("thread_data_mounts", *config.thread_data_mounts, alloc);
   } else {

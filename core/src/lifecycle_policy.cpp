@@ -6,6 +6,7 @@ namespace sandboxd::core {
 
 std::vector<std::string> LifecyclePolicy::eviction_order(std::vector<WarmCandidate> warm) const {
   std::stable_sort(warm.begin(), warm.end(), [](const WarmCandidate& a, const WarmCandidate& b) {
+    if (a.paused != b.paused) return a.paused;
     return a.released_at < b.released_at;
   });
   std::vector<std::string> order;

@@ -299,11 +299,13 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
       t.info.mount_contract_version =
           static_cast<int>(number_or_zero(item, "mount_contract_version", path_));
       const std::string state = optional_string(item, "state", path_);
-      if (state != "active" && state != "warm") {
+      if (state != "active" && state != "warm" && state != "paused") {
         throw RegistryFileError(path_.string() + ": sandbox " + t.info.sandbox_id +
-                                " has state \"" + state + "\" (expected active or warm)" + fix);
+                                " has state \"" + state + "\" (expected active, warm or paused)" +
+                                fix);
       }
-      t.warm = state == "warm";
+      t.warm = state != "active";
+      t.paused = state == "paused";
       t.since = number_or_zero(item, "since", path_);
       const std::string user = optional_string(item, "user_id", path_);
       const std::string thread = optional_string(item, "thread_id", path_);
@@ -333,7 +335,7 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     w.Key("sandbox_id");
     w.String(t.info.sandbox_id.c_str());
     w.Key("state");
-    w.String(t.warm ? "warm" : "active");
+    w.String(t.paused ? "paused" : t.warm ? "warm" : "active");
     write_optional(
         w, "user_id",
         t.conversation ? std::optional<std::string>(t.conversation->user_id) : std::nullopt);

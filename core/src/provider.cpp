@@ -54,6 +54,8 @@ const char* to_string(AcquirePath path) {
       return "reused";
     case AcquirePath::reclaimed:
       return "reclaimed";
+    case AcquirePath::resumed:
+      return "resumed";
     case AcquirePath::discovered:
       return "discovered";
     case AcquirePath::created:
@@ -101,6 +103,11 @@ Provider::Impl::Impl(ProviderDeps deps)
           "the backend says its mounts are contract_negotiated but offers no "
           "MountContractNegotiation capability (sandboxd/capabilities.hpp)");
     }
+    pausing_ = backend_capability<SandboxPausing>(*backend_);
+  }
+  if (options_.pause_after_seconds < 0) {
+    throw std::invalid_argument("pause_after_seconds must be >= 0, got " +
+                                std::to_string(options_.pause_after_seconds));
   }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {
@@ -124,6 +131,11 @@ Provider::Impl::Impl(ProviderDeps deps)
   if (!blocking_executor_) blocking_executor_ = std::make_shared<ThreadPoolExecutor>(4);
   if (!lock_wait_executor_) {
     lock_wait_executor_ = std::make_shared<ThreadPoolExecutor>(kLockWaitPoolSize);
+  }
+  if (options_.pause_after_seconds > 0 && !pausing_) {
+    log(LogLevel::warning,
+        "pause_after_seconds is set but the backend cannot pause sandboxes (no SandboxPausing "
+        "capability); released sandboxes stay warm until idle_timeout");
   }
   if (!ownership_->supports_cross_process()) {
     log(LogLevel::warning,
@@ -181,6 +193,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   deps.options.replicas = config.replicas;
   deps.options.idle_timeout = config.idle_timeout;
   deps.options.teardown_wait_seconds = config.teardown_wait_seconds;
+  deps.options.pause_after_seconds = config.pause_after_seconds;
   deps.options.thread_data_mounts = config.thread_data_mounts;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
@@ -252,6 +265,9 @@ void Provider::reap_expired_warm(std::optional<double> timeout) {
 std::optional<std::string> Provider::evict_oldest_warm() {
   return impl_->evict_oldest_warm();
 }
+int Provider::pause_idle_warm() {
+  return impl_->pause_idle_warm();
+}
 ReconcileReport Provider::reconcile_orphans() {
   return impl_->reconcile_orphans();
 }
@@ -290,14 +306,24 @@ ProviderEventCounts Provider::event_counts() const {
 
 ProviderEventCounts Provider::Impl::event_counts() const {
   constexpr auto relaxed = std::memory_order_relaxed;
-  return {events_.evictions.load(relaxed),    events_.idle_reaps.load(relaxed),
-          events_.adoptions.load(relaxed),    events_.lease_renewals.load(relaxed),
-          events_.lease_lapses.load(relaxed), events_.lease_losses.load(relaxed)};
+  ProviderEventCounts counts;
+  counts.evictions = events_.evictions.load(relaxed);
+  counts.idle_reaps = events_.idle_reaps.load(relaxed);
+  counts.adoptions = events_.adoptions.load(relaxed);
+  counts.lease_renewals = events_.lease_renewals.load(relaxed);
+  counts.lease_lapses = events_.lease_lapses.load(relaxed);
+  counts.lease_losses = events_.lease_losses.load(relaxed);
+  counts.pauses = events_.pauses.load(relaxed);
+  counts.pause_failures = events_.pause_failures.load(relaxed);
+  counts.resumes = events_.resumes.load(relaxed);
+  counts.resume_seconds = static_cast<double>(events_.resume_microseconds.load(relaxed)) / 1e6;
+  return counts;
 }
 
 Provider::Counts Provider::Impl::counts() {
   MutexLock lock(mutex_);
-  return {registry_.active_count(), registry_.warm_count(), registry_.teardown_count()};
+  return {registry_.active_count(), registry_.warm_count(), registry_.paused_count(),
+          registry_.teardown_count()};
 }
 
 std::string Provider::Impl::effective_user(const std::optional<std::string>& user_id) const {
@@ -347,7 +373,7 @@ bool Provider::Impl::sandbox_uses_thread_data_mounts(const std::string& sandbox_
     {
       MutexLock lock(mutex_);
       if (const SandboxEntry* entry = registry_.find(sandbox_id);
-          entry && (entry->active() || entry->warm())) {
+          entry && (entry->active() || entry->released())) {
         info = entry->info;
       }
     }
@@ -411,7 +437,8 @@ TrackedSandbox Provider::Impl::tracked_entry(const SandboxEntry& entry) const {
   TrackedSandbox tracked;
   tracked.info = *entry.info;
   tracked.conversation = entry.identity;
-  tracked.warm = entry.warm();
+  tracked.warm = entry.released();
+  tracked.paused = entry.paused();
   tracked.since = to_wall(entry.since);
   return tracked;
 }
@@ -421,7 +448,7 @@ RegistrySnapshot Provider::Impl::export_registry() {
   {
     MutexLock lock(mutex_);
     registry_.for_each([&](const std::string&, const SandboxEntry& entry) {
-      if (entry.info && (entry.active() || entry.warm())) {
+      if (entry.info && (entry.active() || entry.released())) {
         snapshot.sandboxes.push_back(tracked_entry(entry));
       }
     });
@@ -436,7 +463,7 @@ RegistrySnapshot Provider::Impl::export_registry() {
 std::optional<TrackedSandbox> Provider::Impl::find(const std::string& sandbox_id) {
   MutexLock lock(mutex_);
   const SandboxEntry* entry = registry_.find(sandbox_id);
-  if (!entry || !entry->info || !(entry->active() || entry->warm())) return std::nullopt;
+  if (!entry || !entry->info || !(entry->active() || entry->released())) return std::nullopt;
   return tracked_entry(*entry);
 }
 
@@ -451,13 +478,13 @@ void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {
   MutexLock lock(mutex_);
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
-    if (!tracked.warm || registry_.has_info(id) || registry_.is_warm(id)) continue;
-    registry_.add_warm(id, std::make_shared<const SandboxInfo>(tracked.info),
-                       from_wall(tracked.since), tracked.conversation);
+    if (!tracked.warm || registry_.has_info(id) || registry_.is_released(id)) continue;
+    registry_.add_released(id, std::make_shared<const SandboxInfo>(tracked.info),
+                           from_wall(tracked.since), tracked.conversation, tracked.paused);
   }
   for (auto& [tracked, client] : active) {
     const std::string& id = tracked->info.sandbox_id;
-    if (registry_.has_info(id) || registry_.is_warm(id)) continue;
+    if (registry_.has_info(id) || registry_.is_released(id)) continue;
     registry_.install_active(id, std::move(client),
                              std::make_shared<const SandboxInfo>(tracked->info),
                              tracked->conversation, from_wall(tracked->since));

@@ -1,5 +1,7 @@
 // Provider: acquisition (SPEC §5.3–§5.11): reuse an active sandbox, reclaim a warm one,
 // discover a running one or create one, under the conversation's locks.
+#include <chrono>
+
 #include "provider_impl.hpp"
 #include "scope_exit.hpp"
 
@@ -97,8 +99,8 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
     MutexLock lock(mutex_);
     check_active_identity_locked(sandbox_id, {user_id, *thread_id});
   }
+  // Notes its own path: reclaimed, or resumed when it thawed a paused sandbox.
   if (auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, false, snapshot)) {
-    note_acquire_path(AcquirePath::reclaimed);
     return std::move(*reclaimed);
   }
   // A teardown of this very id, by this process (eviction, idle reap) or by a peer, is the one
@@ -135,7 +137,7 @@ void Provider::Impl::check_active_identity_locked(const std::string& sandbox_id,
 void Provider::Impl::check_warm_identity_locked(const std::string& sandbox_id,
                                                 const ThreadKey& key) const {
   const SandboxEntry* entry = registry_.find(sandbox_id);
-  if (entry && entry->warm() && entry->identity && *entry->identity != key) {
+  if (entry && entry->released() && entry->identity && *entry->identity != key) {
     throw SandboxIdentityCollisionError("sandbox ID collision for " + sandbox_id +
                                         ": tracked identity is " + to_repr(entry->identity) +
                                         ", requested identity is " + to_repr(key));
@@ -286,15 +288,26 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
   if (!thread_id) return std::nullopt;
   const ThreadKey key{user_id, *thread_id};
   InfoPtr info;
+  bool paused = false;
   {
     MutexLock lock(mutex_);
     const SandboxEntry* entry = registry_.find(sandbox_id);
-    if (!entry || !entry->warm()) return std::nullopt;
+    if (!entry || !entry->released()) return std::nullopt;
     check_warm_identity_locked(sandbox_id, key);
-    if (entry->teardown) return std::nullopt;
+    if (entry->teardown) return std::nullopt;  // a stop or a pause is under way: waited out
     info = entry->info;
+    paused = entry->paused() && pausing_;
   }
 
+  const auto thaw_started = std::chrono::steady_clock::now();
+  // Thawed first: a frozen sandbox is alive but answers nothing. The entry stays paused in the
+  // registry until it is installed; a failed hand-out below marks it warm again.
+  if (paused && !thaw_for_reclaim(sandbox_id, info)) return std::nullopt;
+  ScopeExit stays_thawed([&] {
+    if (!paused) return;
+    MutexLock lock(mutex_);
+    registry_.mark_thawed(sandbox_id, info);  // no-op once installed, stopped or replaced
+  });
   if (check_alive(sandbox_id, *info) == false) {
     drop_unhealthy_sandbox(sandbox_id, "warm-pool container is no longer running", info);
     return std::nullopt;
@@ -320,7 +333,7 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
       client.reset();
     } else {
       check_warm_identity_locked(sandbox_id, key);
-      if (!registry_.is_warm(sandbox_id)) {
+      if (!registry_.is_released(sandbox_id)) {
         client.reset();
       } else {
         registry_.install_active(sandbox_id, client, info, key, now());
@@ -328,6 +341,22 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
     }
   }
   if (!client) return std::nullopt;
+  if (paused) {
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - thaw_started).count();
+    events_.resumes.fetch_add(1, std::memory_order_relaxed);
+    events_.resume_microseconds.fetch_add(static_cast<std::uint64_t>(took * 1e6),
+                                          std::memory_order_relaxed);
+    note_acquire_path(AcquirePath::resumed);
+    log_lazily(LogLevel::info, [&] {
+      return "Resumed paused sandbox " + sandbox_id + " for user/thread " + user_id + "/" +
+             *thread_id + " at " + info->sandbox_url + " in " +
+             std::to_string(static_cast<long>(took * 1e3 + 0.5)) + " ms" +
+             (post_lock ? " (post-lock check)" : "");
+    });
+    return sandbox_id;
+  }
+  note_acquire_path(AcquirePath::reclaimed);
   log_lazily(LogLevel::info, [&] {
     return "Reclaimed warm-pool sandbox " + sandbox_id + " for user/thread " + user_id + "/" +
            *thread_id + " at " + info->sandbox_url + (post_lock ? " (post-lock check)" : "");
@@ -350,9 +379,7 @@ std::optional<std::string> Provider::Impl::recheck_cached_sandbox(const std::str
     note_acquire_path(AcquirePath::reused);
     return reused;
   }
-  auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, true, snapshot);
-  if (reclaimed) note_acquire_path(AcquirePath::reclaimed);
-  return reclaimed;
+  return reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, true, snapshot);
 }
 
 std::string Provider::Impl::discover_or_create_with_lock(const std::string& thread_id,
@@ -379,6 +406,7 @@ std::string Provider::Impl::discover_or_create_with_lock(const std::string& thre
     return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
   }
   if (auto discovered = backend_->discover(sandbox_id)) {
+    thaw_found(*discovered);  // a previous process may have paused it
     note_acquire_path(AcquirePath::discovered);
     return register_discovered_sandbox(thread_id, std::make_shared<const SandboxInfo>(*discovered),
                                        user_id);

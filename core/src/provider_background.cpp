@@ -1,5 +1,6 @@
 // Provider: start-up, the two background threads (idle checker, lease renewer) and
 // acquire_async (SPEC §5.2, §6, §7.10, §12).
+#include <algorithm>
 #include <cstdio>
 
 #include "provider_impl.hpp"
@@ -25,11 +26,16 @@ void Provider::Impl::start_background_threads() {
   log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
                           fixed(options_.renewal_interval_seconds, 1) +
                           "s, ttl: " + fixed(ownership_->ttl_seconds(), 1) + "s)");
-  if (options_.idle_timeout > 0) {
-    const double idle_timeout = options_.idle_timeout;
+  std::optional<double> idle_timeout;
+  if (options_.idle_timeout > 0) idle_timeout = options_.idle_timeout;
+  if (idle_timeout || pausing_enabled()) {
     idle_checker_ = std::thread([this, idle_timeout] { idle_checker_loop(idle_timeout); });
-    log(LogLevel::info, "Started warm-pool idle checker thread (timeout: " +
-                            std::to_string(options_.idle_timeout) + "s)");
+    log(LogLevel::info,
+        "Started warm-pool idle checker thread (timeout: " + std::to_string(options_.idle_timeout) +
+            "s" +
+            (pausing_enabled() ? ", pause after: " + fixed(options_.pause_after_seconds, 1) + "s"
+                               : std::string()) +
+            ")");
   }
 }
 
@@ -51,11 +57,23 @@ bool Provider::Impl::wait_for_background_tick(double seconds) {
                         [&]() NO_THREAD_SAFETY_ANALYSIS { return background_stop_; });
 }
 
-void Provider::Impl::idle_checker_loop(double idle_timeout) {
-  while (wait_for_background_tick(options_.idle_check_interval_seconds)) {
+void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
+  // Reconciliation and idle reaping run every idle-check interval; the pause pass runs more
+  // often when pause_after_seconds is shorter, so a sandbox is paused within half of it late.
+  const double interval = options_.idle_check_interval_seconds;
+  const double tick = pausing_enabled()
+                          ? std::min(interval, std::max(0.5, options_.pause_after_seconds / 2))
+                          : interval;
+  double since_full_pass = 0;
+  while (wait_for_background_tick(tick)) {
+    since_full_pass += tick;
     try {
-      reconcile_orphans();
-      cleanup_idle_sandboxes(idle_timeout);
+      if (idle_timeout && since_full_pass + 1e-9 >= interval) {
+        since_full_pass = 0;
+        reconcile_orphans();
+        cleanup_idle_sandboxes(*idle_timeout);
+      }
+      pause_idle_warm();
     } catch (const std::exception& e) {
       log(LogLevel::error, std::string("Error in warm-pool idle checker loop: ") + e.what());
     }

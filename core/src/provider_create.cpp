@@ -219,7 +219,7 @@ void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,
 void Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
                                                 const SandboxInfo& info, const std::string& what) {
   const bool reserved = reserve_local_teardown(sandbox_id, [sandbox_id](const SandboxRegistry& r) {
-    return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_warm(sandbox_id);
+    return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_released(sandbox_id);
   });
   if (!reserved) {
     log(LogLevel::warning,

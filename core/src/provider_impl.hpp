@@ -219,6 +219,18 @@ struct Provider::Impl {
                                const std::string& reason, const Predicate& still_reapable)
       EXCLUDES(mutex_);
   void reap_expired_warm_step(std::optional<double> timeout) EXCLUDES(mutex_);
+  // ── the paused tier (issue 23; provider_pause.cpp) ──
+  bool pausing_enabled() const { return pausing_ && options_.pause_after_seconds > 0; }
+  // Pauses every warm sandbox released longer than pause_after_seconds ago (the policy
+  // agreeing); returns how many it paused.
+  int pause_idle_warm() EXCLUDES(mutex_);
+  // Thaws a paused pool entry before a reclaim hands it out. false: the container is gone (the
+  // entry is dropped, the acquisition creates anew); throws when the backend refuses and the
+  // container is still there (the entry stays paused).
+  bool thaw_for_reclaim(const std::string& sandbox_id, const InfoPtr& info) EXCLUDES(mutex_);
+  // A sandbox found by discovery or reconciliation may have been paused by a previous
+  // process: thaw it (idempotent) before it is handed out or pooled as running.
+  void thaw_found(const SandboxInfo& info);
   Predicate still_this_warm_entry(const std::string& sandbox_id, const WarmEntry& entry) const;
   std::optional<bool> check_alive(const std::string& sandbox_id, const SandboxInfo& info);
   void drop_unhealthy_sandbox(const std::string& sandbox_id, const std::string& reason,
@@ -252,7 +264,7 @@ struct Provider::Impl {
   // ── background threads (provider_background.cpp) ──
   void start_background_threads();
   void stop_background_threads() EXCLUDES(background_mutex_);
-  void idle_checker_loop(double idle_timeout);
+  void idle_checker_loop(std::optional<double> idle_timeout);
   void renewal_loop();
   bool wait_for_background_tick(double seconds) EXCLUDES(background_mutex_);
   void run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
@@ -263,6 +275,9 @@ struct Provider::Impl {
   std::shared_ptr<SandboxBackend> backend_;
   // backend_'s MountContractNegotiation capability, or nullptr; set once by the constructor.
   MountContractNegotiation* negotiation_ = nullptr;
+  // backend_'s SandboxPausing capability, or nullptr (the paused tier is then skipped); set once
+  // by the constructor.
+  SandboxPausing* pausing_ = nullptr;
   std::shared_ptr<OwnershipStore> ownership_;
   std::shared_ptr<Logger> logger_;
   std::shared_ptr<Clock> clock_;
@@ -281,7 +296,8 @@ struct Provider::Impl {
   // only for metrics), so counting takes no lock.
   struct EventCounters {
     std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
-        lease_lapses{0}, lease_losses{0};
+        lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
+        resume_microseconds{0};
   };
   EventCounters events_;
 

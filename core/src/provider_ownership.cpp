@@ -190,7 +190,7 @@ void Provider::Impl::renew_owned_leases() {
   {
     MutexLock lock(mutex_);
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
-      if ((entry.active() && entry.client) || entry.warm()) {
+      if ((entry.active() && entry.client) || entry.released()) {
         ids.emplace_back(id,
                          entry.epoch ? std::optional<std::uint64_t>(entry.epoch) : std::nullopt);
       }

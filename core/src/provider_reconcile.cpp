@@ -85,14 +85,15 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
       ++skipped;
       continue;
     }
+    thaw_found(info);  // a previous process may have paused it; it is pooled as running
     {
       MutexLock lock(mutex_);
-      if (registry_.has_client(id) || registry_.has_info(id) || registry_.is_warm(id)) continue;
+      if (registry_.has_client(id) || registry_.has_info(id) || registry_.is_released(id)) continue;
       if (registry_.tearing_down(id) || registry_.shut_down()) {
         ++deferred;  // shutting down: a late adoption would never be stopped
         continue;
       }
-      registry_.add_warm(id, std::make_shared<const SandboxInfo>(info), current, std::nullopt);
+      registry_.add_released(id, std::make_shared<const SandboxInfo>(info), current, std::nullopt);
       registry_.unowned_since().erase(id);
     }
     ++adopted;

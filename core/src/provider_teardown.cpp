@@ -131,7 +131,7 @@ void Provider::Impl::shutdown() {
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
       if (entry.active() && entry.client) active.push_back(id);
     });
-    warm = registry_.take_warm();
+    warm = registry_.take_released();
   }
   // Stop renewal before destroying, so it does not re-publish leases being dropped.
   stop_background_threads();
@@ -296,7 +296,7 @@ bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id, cons
   {
     // Still inside the reservation: drop the entry only if it is the very one we stopped.
     MutexLock lock(mutex_);
-    registry_.erase_warm_if(sandbox_id, entry.info);
+    registry_.erase_released_if(sandbox_id, entry.info);
   }
   if (reason == "idle_timeout") {
     events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
@@ -317,7 +317,7 @@ Predicate Provider::Impl::still_this_warm_entry(const std::string& sandbox_id,
                                                 const WarmEntry& entry) const {
   return [sandbox_id, entry](const SandboxRegistry& registry) {
     const SandboxEntry* now = registry.find(sandbox_id);
-    return now && now->warm() && now->info == entry.info && now->since == entry.released_at;
+    return now && now->released() && now->info == entry.info && now->since == entry.released_at;
   };
 }
 
@@ -337,12 +337,12 @@ void Provider::Impl::reap_expired_warm_step(std::optional<double> timeout) {
   {
     MutexLock lock(mutex_);
     current = now();
-    for (auto& [id, entry] : registry_.warm_entries()) {
+    for (auto& [id, entry] : registry_.released_entries()) {
       if (current - entry.released_at > limit) expired.emplace_back(id, std::move(entry));
     }
   }
   for (const auto& [id, entry] : expired) {
-    if (!policy_->stop_expired_warm({id, entry.released_at, entry.identity},
+    if (!policy_->stop_expired_warm({id, entry.released_at, entry.identity, entry.paused},
                                     current - entry.released_at)) {
       continue;
     }
@@ -354,12 +354,12 @@ std::optional<std::string> Provider::Impl::evict_oldest_warm() {
   std::vector<std::pair<std::string, WarmEntry>> warm;
   {
     MutexLock lock(mutex_);
-    warm = registry_.warm_entries();
+    warm = registry_.released_entries();
   }
   std::vector<WarmCandidate> candidates;
   candidates.reserve(warm.size());
   for (const auto& [id, entry] : warm) {
-    candidates.push_back({id, entry.released_at, entry.identity});
+    candidates.push_back({id, entry.released_at, entry.identity, entry.paused});
   }
   for (const std::string& id : policy_->eviction_order(std::move(candidates))) {
     auto it = std::find_if(warm.begin(), warm.end(), [&](const auto& w) { return w.first == id; });

@@ -25,23 +25,25 @@ bool SandboxRegistry::has_info(const std::string& id) const {
   return e && e->active() && e->info;
 }
 
-bool SandboxRegistry::is_warm(const std::string& id) const {
+bool SandboxRegistry::is_released(const std::string& id) const {
   const SandboxEntry* e = find(id);
-  return e && e->warm();
+  return e && e->released();
 }
 
 bool SandboxRegistry::tracked(const std::string& id) const {
   const SandboxEntry* e = find(id);
-  return e && e->info && (e->active() || e->warm());
+  return e && e->info && (e->active() || e->released());
 }
 
 void SandboxRegistry::set_state(SandboxEntry& e, SandboxState state) {
   if (e.state == state) return;
   if (e.state == SandboxState::active) --active_;
   if (e.state == SandboxState::warm) --warm_;
+  if (e.state == SandboxState::paused) --paused_;
   e.state = state;
   if (state == SandboxState::active) ++active_;
   if (state == SandboxState::warm) ++warm_;
+  if (state == SandboxState::paused) ++paused_;
 }
 
 void SandboxRegistry::collect(std::map<std::string, SandboxEntry>::iterator it) {
@@ -73,7 +75,7 @@ SandboxRegistry::Parked SandboxRegistry::park(const std::string& id, double now)
   if (it == entries_.end()) return parked;
   SandboxEntry& e = it->second;
   parked.epoch = e.epoch;
-  if (e.warm()) {
+  if (e.released()) {
     parked.was_warm = true;
     return parked;
   }
@@ -93,15 +95,29 @@ SandboxRegistry::Parked SandboxRegistry::park(const std::string& id, double now)
   return parked;
 }
 
-bool SandboxRegistry::add_warm(const std::string& id, InfoPtr info, double released_at,
-                               std::optional<ThreadKey> identity) {
+bool SandboxRegistry::add_released(const std::string& id, InfoPtr info, double released_at,
+                                   std::optional<ThreadKey> identity, bool paused) {
   SandboxEntry& e = entry(id);
   if (e.state != SandboxState::none) return false;
   e.info = std::move(info);
   e.since = released_at;
   e.identity = std::move(identity);
   e.client.reset();
-  set_state(e, SandboxState::warm);
+  set_state(e, paused ? SandboxState::paused : SandboxState::warm);
+  return true;
+}
+
+bool SandboxRegistry::mark_paused(const std::string& id, const InfoPtr& info, double released_at) {
+  SandboxEntry* e = find(id);
+  if (!e || !e->warm() || e->info != info || e->since != released_at) return false;
+  set_state(*e, SandboxState::paused);
+  return true;
+}
+
+bool SandboxRegistry::mark_thawed(const std::string& id, const InfoPtr& info) {
+  SandboxEntry* e = find(id);
+  if (!e || !e->paused() || e->info != info) return false;
+  set_state(*e, SandboxState::warm);
   return true;
 }
 
@@ -111,14 +127,14 @@ SandboxRegistry::Removed SandboxRegistry::remove(const std::string& id,
   auto it = entries_.find(id);
   if (expected_info) {
     const bool matches = it != entries_.end() && it->second.info == expected_info &&
-                         (it->second.active() || it->second.warm());
+                         (it->second.active() || it->second.released());
     if (!matches) return removed;
   }
   removed.removed = true;
   conversations_.erase_sandbox(id);
   if (it == entries_.end()) return removed;
   SandboxEntry& e = it->second;
-  if (e.active() || e.warm()) {
+  if (e.active() || e.released()) {
     removed.client = std::move(e.client);
     removed.info = std::move(e.info);
   }
@@ -129,15 +145,15 @@ SandboxRegistry::Removed SandboxRegistry::remove(const std::string& id,
   return removed;
 }
 
-std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::take_warm() {
-  std::vector<std::pair<std::string, WarmEntry>> taken = warm_entries();
-  for (const auto& [id, warm] : taken) erase_warm_if(id, warm.info);
+std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::take_released() {
+  std::vector<std::pair<std::string, WarmEntry>> taken = released_entries();
+  for (const auto& [id, released] : taken) erase_released_if(id, released.info);
   return taken;
 }
 
-void SandboxRegistry::erase_warm_if(const std::string& id, const InfoPtr& info) {
+void SandboxRegistry::erase_released_if(const std::string& id, const InfoPtr& info) {
   auto it = entries_.find(id);
-  if (it == entries_.end() || !it->second.warm() || it->second.info != info) return;
+  if (it == entries_.end() || !it->second.released() || it->second.info != info) return;
   it->second.info.reset();
   it->second.identity.reset();
   set_state(it->second, SandboxState::none);
@@ -246,20 +262,20 @@ bool SandboxRegistry::any_creation() const {
 }
 
 std::size_t SandboxRegistry::slots_in_use(const std::string& creating_id) const {
-  std::size_t in_use = active_ + warm_;
+  std::size_t in_use = active_ + warm_ + paused_;
   for (const auto& [id, e] : entries_) {
-    // A creation already registered is counted as active (or warm), not twice.
-    if (e.creations == 0 || id == creating_id || e.active() || e.warm()) continue;
+    // A creation already registered is counted as active (or released), not twice.
+    if (e.creations == 0 || id == creating_id || e.active() || e.released()) continue;
     in_use += static_cast<std::size_t>(e.creations);
   }
   return in_use;
 }
 
-std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::warm_entries() const {
+std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::released_entries() const {
   std::vector<std::pair<std::string, WarmEntry>> out;
-  out.reserve(warm_);
+  out.reserve(warm_ + paused_);
   for (const auto& [id, e] : entries_) {
-    if (e.warm()) out.emplace_back(id, WarmEntry{e.info, e.since, e.identity});
+    if (e.released()) out.emplace_back(id, WarmEntry{e.info, e.since, e.identity, e.paused()});
   }
   return out;
 }

@@ -5,9 +5,11 @@
 // only with that mutex held. Nothing here blocks, logs or calls out.
 //
 // An entry's `state` is where the sandbox is in its lifecycle: active (handed to a
-// conversation), warm (released, still running) or none (the entry only carries marks of work
-// in flight). Being active or warm is one field, so "active or warm, never both" cannot be
-// broken; a later state (paused, a pre-started spare) is one more enumerator. The marks are
+// conversation), warm (released, still running), paused (released and frozen by the backend,
+// issue 23) or none (the entry only carries marks of work in flight). Being active, warm or
+// paused is one field, so "never two at once" cannot be broken; warm and paused together are
+// the released pool, and most of the provider asks only whether a sandbox is released. A later
+// state (a pre-started spare) is one more enumerator. The marks are
 // orthogonal to the state because the work they record overlaps it: a local teardown reserves
 // an active or warm sandbox that stays visible until its stop begins; acquisitions publishing
 // its lease; creations under its id counted against the replica cap; the acquisition epoch
@@ -39,6 +41,7 @@ enum class SandboxState {
   none,    // nothing tracked; the entry only holds marks
   active,  // handed to a conversation (or an anonymous caller)
   warm,    // released to the warm pool, still running
+  paused,  // released, then frozen by the backend (SandboxPausing) after pause_after_seconds
 };
 
 struct SandboxEntry {
@@ -48,7 +51,9 @@ struct SandboxEntry {
   // The conversation it was handed to (active) or last served (warm; nullopt for an adopted
   // orphan): another identity under the same id is a collision, not a reuse.
   std::optional<ThreadKey> identity;
-  double since = 0.0;  // monotonic: last activity (active) or release time (warm)
+  // monotonic: last activity (active) or release time (warm and paused: the time spent
+  // paused counts toward the idle timeout, issue 23).
+  double since = 0.0;
 
   bool teardown = false;    // this instance reserved it for a teardown
   int publishing = 0;       // acquisitions publishing its lease right now
@@ -57,13 +62,17 @@ struct SandboxEntry {
 
   bool active() const { return state == SandboxState::active; }
   bool warm() const { return state == SandboxState::warm; }
+  bool paused() const { return state == SandboxState::paused; }
+  bool released() const { return warm() || paused(); }  // in the pool, running or frozen
 };
 
-// A warm sandbox as a snapshot (what the reaper and eviction act on, outside the mutex).
+// A released sandbox (warm or paused) as a snapshot: what the reaper, the pauser and eviction
+// act on, outside the mutex.
 struct WarmEntry {
   InfoPtr info;
   double released_at = 0.0;
   std::optional<ThreadKey> identity;
+  bool paused = false;
 };
 
 class SandboxRegistry {
@@ -74,13 +83,13 @@ class SandboxRegistry {
   // The reference's `id in _sandboxes` / `id in _sandbox_infos`: active with a client / info.
   bool has_client(const std::string& id) const;
   bool has_info(const std::string& id) const;
-  bool is_warm(const std::string& id) const;
-  // Active or warm with an info: what a find() or export shows.
+  bool is_released(const std::string& id) const;  // warm or paused
+  // Active or released with an info: what a find() or export shows.
   bool tracked(const std::string& id) const;
 
   // ── state changes ──
   // Makes `id` active for `key` (throws std::runtime_error once shutdown began: shutdown stops
-  // only what it snapshotted). A warm entry under the id becomes active; the conversation
+  // only what it snapshotted). A released entry under the id becomes active; the conversation
   // index maps `key` to it.
   void install_active(const std::string& id, ClientPtr client, InfoPtr info,
                       const std::optional<ThreadKey>& key, double now);
@@ -94,9 +103,14 @@ class SandboxRegistry {
     std::uint64_t epoch = 0;
   };
   Parked park(const std::string& id, double now);
-  // An adopted or imported warm sandbox (not when already tracked).
-  bool add_warm(const std::string& id, InfoPtr info, double released_at,
-                std::optional<ThreadKey> identity);
+  // An adopted or imported released sandbox, warm or paused (not when already tracked).
+  bool add_released(const std::string& id, InfoPtr info, double released_at,
+                    std::optional<ThreadKey> identity, bool paused = false);
+  // Warm → paused, only while the entry still holds `info` released at `released_at` (the one
+  // the backend froze); false otherwise. Its release time stays.
+  bool mark_paused(const std::string& id, const InfoPtr& info, double released_at);
+  // Paused → warm (a thaw that could not hand it out), only while it still holds `info`.
+  bool mark_thawed(const std::string& id, const InfoPtr& info);
   // Untracks `id` (active or warm) when `expected_info` is null or is the tracked info: the
   // conversation index and the epoch go too. `removed` says whether it did.
   struct Removed {
@@ -105,10 +119,10 @@ class SandboxRegistry {
     bool removed = false;
   };
   Removed remove(const std::string& id, const InfoPtr& expected_info);
-  // Untracks every warm sandbox and returns them (shutdown stops each itself).
-  std::vector<std::pair<std::string, WarmEntry>> take_warm();
-  // Drops the warm entry only if it still holds `info` (the one a teardown stopped).
-  void erase_warm_if(const std::string& id, const InfoPtr& info);
+  // Untracks every released sandbox and returns them (shutdown stops each itself).
+  std::vector<std::pair<std::string, WarmEntry>> take_released();
+  // Drops the released entry only if it still holds `info` (the one a teardown stopped).
+  void erase_released_if(const std::string& id, const InfoPtr& info);
   // Replaces an active entry's info (and client) if it still holds `examined`; the replaced
   // client is returned for closing.
   ClientPtr replace_info(const std::string& id, const InfoPtr& examined, InfoPtr validated,
@@ -130,7 +144,7 @@ class SandboxRegistry {
   void begin_creation(const std::string& id);
   void end_creation(const std::string& id);
   bool any_creation() const;
-  // Active + warm + other creations in flight: what the replica cap is checked against (a
+  // Active + released + other creations in flight: what the replica cap is checked against (a
   // creation already registered under its id is counted once).
   std::size_t slots_in_use(const std::string& creating_id) const;
 
@@ -143,9 +157,10 @@ class SandboxRegistry {
   void for_each(Visit visit) const {
     for (const auto& [id, entry] : entries_) visit(id, entry);
   }
-  std::vector<std::pair<std::string, WarmEntry>> warm_entries() const;
+  std::vector<std::pair<std::string, WarmEntry>> released_entries() const;  // warm and paused
   std::size_t active_count() const { return active_; }
-  std::size_t warm_count() const { return warm_; }
+  std::size_t warm_count() const { return warm_; }  // running, not paused
+  std::size_t paused_count() const { return paused_; }
   std::size_t teardown_count() const { return teardowns_; }
 
   // ── reconciliation's first sightings of unowned containers (SPEC §8) ──
@@ -175,7 +190,7 @@ class SandboxRegistry {
   std::map<std::string, double> unowned_since_;
   std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks_;
   std::uint64_t epoch_counter_ = 0;
-  std::size_t active_ = 0, warm_ = 0, teardowns_ = 0;
+  std::size_t active_ = 0, warm_ = 0, paused_ = 0, teardowns_ = 0;
   bool shutdown_ = false;
 };
 

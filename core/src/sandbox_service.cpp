@@ -38,7 +38,7 @@ SandboxView SandboxView::of(const TrackedSandbox& tracked) {
   SandboxView view;
   view.sandbox_id = tracked.info.sandbox_id;
   view.sandbox_url = tracked.info.sandbox_url;
-  view.state = tracked.warm ? "warm" : "active";
+  view.state = tracked.paused ? "paused" : tracked.warm ? "warm" : "active";
   if (tracked.conversation) {
     view.user_id = tracked.conversation->user_id;
     view.thread_id = tracked.conversation->thread_id;
@@ -209,15 +209,26 @@ Reaped SandboxService::reap(int idle_timeout) {
       if (!provider_.find(t.info.sandbox_id)) reaped.reaped.push_back(t.info.sandbox_id);
     }
   }
+  {
+    const auto before = provider_.export_registry();
+    typed([&] { provider_.pause_idle_warm(); });  // logs its own failures
+    for (const auto& t : before.sandboxes) {
+      if (t.paused || !t.warm) continue;
+      const auto now = provider_.find(t.info.sandbox_id);
+      if (now && now->paused) reaped.newly_paused.push_back(t.info.sandbox_id);
+    }
+  }
   const auto left = provider_.counts();
   reaped.active = left.active;
   reaped.warm = left.warm;
+  reaped.paused = left.paused;
   return reaped;
 }
 
 Health SandboxService::health() {
   const auto counts = provider_.counts();
-  return {provider_.owner_id(), counts.active, counts.warm, provider_.uses_thread_data_mounts()};
+  return {provider_.owner_id(), counts.active, counts.warm, counts.paused,
+          provider_.uses_thread_data_mounts()};
 }
 
 }  // namespace sandboxd::core

@@ -26,7 +26,7 @@ void members(Writer& w, const SandboxView& s) {
   write_json_member(w, "state", s.state);
   write_json_optional(w, "user_id", s.user_id);
   write_json_optional(w, "thread_id", s.thread_id);
-  w.Key(s.state == "warm" ? "released_at" : "last_activity");
+  w.Key(s.state != "active" ? "released_at" : "last_activity");
   w.Double(s.since);
   write_json_optional(w, "container_name", s.container_name);
 }
@@ -134,10 +134,16 @@ std::string to_json(const Reaped& reaped) {
     w.StartArray();
     for (const auto& id : reaped.reaped) write_json_string(w, id);
     w.EndArray();
+    w.Key("newly_paused");
+    w.StartArray();
+    for (const auto& id : reaped.newly_paused) write_json_string(w, id);
+    w.EndArray();
     w.Key("active");
     w.Uint64(reaped.active);
     w.Key("warm");
     w.Uint64(reaped.warm);
+    w.Key("paused");
+    w.Uint64(reaped.paused);
   });
 }
 
@@ -149,6 +155,8 @@ std::string to_json(const Health& health) {
     w.Uint64(health.active);
     w.Key("warm");
     w.Uint64(health.warm);
+    w.Key("paused");
+    w.Uint64(health.paused);
     w.Key("uses_thread_data_mounts");
     w.Bool(health.uses_thread_data_mounts);
   });

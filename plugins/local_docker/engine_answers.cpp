@@ -136,8 +136,11 @@ std::vector<ContainerState> parse_running_listing(const std::string& body,
     state.name = listing_name(entry);
     if (state.name.size() <= name_prefix.size() || state.name.rfind(name_prefix, 0) != 0) continue;
     state.status = string_member(entry, "State");
-    if (!state.status.empty() && state.status != "running") continue;
+    // A paused container is alive (frozen by /pause, issue 23): listed, so that reconciliation
+    // and `list` see it, with its state said.
+    if (!state.status.empty() && state.status != "running" && state.status != "paused") continue;
     state.running = true;
+    state.paused = state.status == "paused";
     state.labels = string_map_member(entry, "Labels");
     if (auto created = entry.FindMember("Created"); created != entry.MemberEnd()) {
       if (created->value.IsNumber()) {

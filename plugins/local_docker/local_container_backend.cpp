@@ -984,12 +984,22 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
         "Could not verify container " + name + " during discovery; not adopting it: " + e.what());
     return std::nullopt;
   }
-  if (!state || !state->running) return std::nullopt;
+  if (!state || !(state->running || state->paused)) return std::nullopt;
   if (state->host_port == 0) {
     log(LogLevel::debug, "Container " + name + " publishes no host port for 8080/tcp");
     return std::nullopt;
   }
   SandboxInfo info = info_from(sandbox_id, *state);
+  if (state->paused) {
+    // Paused by an earlier process (issue 23): discovery hands it out, so thaw it first.
+    try {
+      unpause(info);
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, "Container " + name + " is paused and could not be thawed; not " +
+                                 "adopting it: " + e.what());
+      return std::nullopt;
+    }
+  }
   if (!wait_for_sandbox_ready(info.sandbox_url, kDiscoveryReadySeconds)) {
     log(LogLevel::info, "Container " + name + " is running but not ready at " + info.sandbox_url +
                             "; not adopting it");

@@ -172,6 +172,30 @@ expect_rc "D reaps after the idle timeout" 0 "$ctl" --config "$work/d.json" reap
 [ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
 gone "$prefix-$idle_id"; check "and its container is gone" $? ""
 
+# ── pause (issue 23): reap pauses a released sandbox, acquire resumes it, list says so ──────
+sed 's/"idle_timeout": 600/"idle_timeout": 600, "pause_after_seconds": 1/; s/state-a/state-p/' \
+  "$work/a.json" >"$work/p.json"
+expect_rc "P checks its config" 0 "$ctl" --config "$work/p.json" check-config --json
+[ "$(field "$out" '"pause" in d["backend_capabilities"], d["config"]["pause_after_seconds"]')" = "True 1.0" ]
+check "check-config shows the pause capability and the option" $? "$out"
+expect_rc "P acquires" 0 "$ctl" --config "$work/p.json" acquire --user pia --thread t-1 --json
+pause_id=$(field "$out" 'd["sandbox_id"]')
+pause_url=$(field "$out" 'd["sandbox_url"]')
+expect_rc "P releases" 0 "$ctl" --config "$work/p.json" release "$pause_id"
+sleep 1.2
+expect_rc "P reaps (a pause pass)" 0 "$ctl" --config "$work/p.json" reap --json
+[ "$(field "$out" 'd["newly_paused"], d["paused"]')" = "['$pause_id'] 1" ]
+check "reap pauses the released sandbox" $? "$out"
+[ "$(engine GET "/containers/$prefix-$pause_id/json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["State"]["Status"])')" = paused ]
+check "the engine says paused" $? ""
+expect_rc "P lists" 0 "$ctl" --config "$work/p.json" list --json
+grep -q '"state": *"paused"' <<<"$out"; check "list shows state paused" $? "$out"
+expect_rc "P acquires again" 0 "$ctl" --config "$work/p.json" acquire --user pia --thread t-1 --json
+[ "$(field "$out" 'd["path"], d["sandbox_id"]')" = "resumed $pause_id" ]
+check "the paused sandbox is resumed, same id" $? "$out"
+curl -sf --max-time 5 "$pause_url/v1/sandbox" >/dev/null; check "and answers at once" $? "$pause_url"
+expect_rc "P destroys" 0 "$ctl" --config "$work/p.json" destroy "$pause_id"
+
 # ── a peer-owned config check, and nothing of ours left behind ──────────────────────────────
 expect_rc "check-config with a file" 0 "$ctl" --config "$work/a.json" check-config
 gone "$prefix"; check "no container with prefix $prefix is left" $? \

@@ -273,6 +273,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadValueCase{"IdleTimeoutBool",
                      R"({"sandbox": {"idle_timeout": true}})",
                      {"sandbox.idle_timeout", "integer >= 0", "got true"}},
+        BadValueCase{"PauseAfterNegative",
+                     R"({"sandbox": {"pause_after_seconds": -1}})",
+                     {"config.json: sandbox.pause_after_seconds: expected a number of seconds >= 0 "
+                      "and <= 604800 (0: never), got -1"}},
+        BadValueCase{"PauseAfterString",
+                     R"({"sandbox": {"pause_after_seconds": "60"}})",
+                     {"sandbox.pause_after_seconds", "got \"60\""}},
         BadValueCase{"ThreadDataMountsString",
                      R"({"sandbox": {"thread_data_mounts": "yes"}})",
                      {"sandbox.thread_data_mounts", "true, false or null", "got \"yes\""}},
@@ -347,6 +354,21 @@ TEST_F(ConfigTest, ConflictErrorDoesNotEchoSecretValues) {
   EXPECT_THAT(message, HasSubstr("sandbox.provisioner_api_key"));
   EXPECT_THAT(message, HasSubstr("sandbox.backend.provisioner_api_key"));
   EXPECT_THAT(message, Not(HasSubstr("pk-conflict-secret")));
+}
+
+// Issue 23: off by default; read as a number; a value the idle timeout makes useless is said.
+TEST_F(ConfigTest, PauseAfterSecondsIsReadAndAUselessOneIsWarnedAbout) {
+  EXPECT_EQ(parse_config(R"({"sandbox": {}})", "c").pause_after_seconds, 0.0);
+  const SandboxConfig config =
+      parse_config(R"({"sandbox": {"pause_after_seconds": 90.5, "idle_timeout": 600}})", "c");
+  EXPECT_EQ(config.pause_after_seconds, 90.5);
+  EXPECT_TRUE(config.warnings.empty());
+  const SandboxConfig useless =
+      parse_config(R"({"sandbox": {"pause_after_seconds": 600, "idle_timeout": 300}})", "c");
+  ASSERT_EQ(useless.warnings.size(), 1u);
+  EXPECT_THAT(useless.warnings[0],
+              HasSubstr("sandbox.pause_after_seconds (600) is not below sandbox.idle_timeout "
+                        "(300): released sandboxes are reaped before they would be paused"));
 }
 
 TEST_F(ConfigTest, TtlMultiplierOfTwoIsAccepted) {

@@ -76,6 +76,21 @@ TEST(EngineAnswers, AListingKeepsOnlyRunningContainersOfOurPrefix) {
   EXPECT_GT(running[1].created_at, 0.0);
 }
 
+// Issue 23: a paused container is alive, so reconciliation and `list` must see it; a
+// listing that dropped it left a paused orphan nobody would ever adopt or reap.
+TEST(EngineAnswers, AListingKeepsPausedContainersAndSaysSo) {
+  const auto listed = parse_running_listing(R"([
+    {"Id": "a", "Names": ["/sbx-frozen"], "State": "paused"},
+    {"Id": "b", "Names": ["/sbx-live"], "State": "running"},
+    {"Id": "c", "Names": ["/sbx-made"], "State": "created"}])",
+                                            "sbx-");
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].name, "sbx-frozen");
+  EXPECT_TRUE(listed[0].running);
+  EXPECT_TRUE(listed[0].paused);
+  EXPECT_FALSE(listed[1].paused);
+}
+
 TEST(EngineAnswers, AListingThatIsNotAnArrayIsAnError) {
   for (const char* body : {"", "{}", "{\"message\":\"boom\"}", "[", "null"}) {
     EXPECT_THROW(parse_running_listing(body, "sbx-"), std::runtime_error) << body;

@@ -448,6 +448,7 @@ class TestProvider {
     owned_->reap_expired_warm(timeout);
   }
   std::optional<std::string> evict_oldest_warm() { return owned_->evict_oldest_warm(); }
+  int pause_idle_warm() { return owned_->pause_idle_warm(); }
   core::ReconcileReport reconcile_orphans() { return owned_->reconcile_orphans(); }
   void renew_owned_leases() { owned_->renew_owned_leases(); }
   void prune_idle_thread_locks() { owned_->prune_idle_thread_locks(); }
@@ -773,7 +774,7 @@ class ProviderFixture : public ::testing::Test {
   void add_warm(const InfoPtr& info, double released_at,
                 std::optional<ThreadKey> identity = std::nullopt) {
     std::lock_guard lock(provider->mutex_);
-    provider->registry_.add_warm(info->sandbox_id, info, released_at, std::move(identity));
+    provider->registry_.add_released(info->sandbox_id, info, released_at, std::move(identity));
   }
   // The entry of `id` (it must exist); hold the mutex while using it.
   core::SandboxEntry& entry_of(const std::string& id) {
@@ -789,7 +790,7 @@ class ProviderFixture : public ::testing::Test {
   }
   bool is_warm(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.is_warm(id);
+    return provider->registry_.is_released(id);
   }
   std::optional<std::string> mapped(const std::string& user, const std::string& thread) const {
     std::lock_guard lock(provider->mutex_);

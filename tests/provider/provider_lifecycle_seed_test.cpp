@@ -264,7 +264,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*oldest});
   std::lock_guard lock(provider->mutex_);
   ASSERT_EQ(provider->registry_.warm_count(), 1u);
-  ASSERT_TRUE(provider->registry_.is_warm("warm-newest"));
+  ASSERT_TRUE(provider->registry_.is_released("warm-newest"));
   EXPECT_EQ(entry_of("warm-newest").info, newest);
   EXPECT_EQ(entry_of("warm-newest").since, 20.0);
   ASSERT_TRUE(provider->registry_.has_info("created"));
@@ -405,8 +405,8 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
     if (!replaced) {  // between the snapshot and the reservation
       replaced = true;
       std::lock_guard lock(provider->mutex_);
-      provider->registry_.erase_warm_if(id, entry.info);
-      provider->registry_.add_warm(id, replacement, 30.0, std::nullopt);
+      provider->registry_.erase_released_if(id, entry.info);
+      provider->registry_.add_released(id, replacement, 30.0, std::nullopt);
     }
     return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
   };
@@ -418,7 +418,7 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
                                "Refusing to destroy warm-pool sandbox warm-x for "
                                "replica_enforcement: reclaimed by this instance"));
   std::lock_guard lock(provider->mutex_);
-  ASSERT_TRUE(provider->registry_.is_warm("warm-x"));
+  ASSERT_TRUE(provider->registry_.is_released("warm-x"));
   EXPECT_EQ(entry_of("warm-x").info, replacement);
 }
 
@@ -432,8 +432,8 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
                                         const TestProvider::Predicate& still_reapable) {
     {
       std::lock_guard lock(provider->mutex_);
-      provider->registry_.erase_warm_if(id, info);
-      provider->registry_.add_warm(id, info, clock->wall_now(), std::nullopt);  // released just now
+      provider->registry_.erase_released_if(id, info);
+      provider->registry_.add_released(id, info, clock->wall_now(), std::nullopt);  // released just now
     }
     return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
   };

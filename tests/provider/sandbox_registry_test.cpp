@@ -31,14 +31,14 @@ TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
   EXPECT_TRUE(registry.find("a")->active());
-  EXPECT_FALSE(registry.is_warm("a"));
+  EXPECT_FALSE(registry.is_released("a"));
   EXPECT_EQ(registry.active_count(), 1u);
   EXPECT_EQ(registry.warm_count(), 0u);
   EXPECT_EQ(registry.conversations().find(kAlice)->second, "a");
 
   const auto parked = registry.park("a", 2.0);
   EXPECT_NE(parked.client, nullptr) << "the client is handed back to be closed";
-  EXPECT_TRUE(registry.is_warm("a"));
+  EXPECT_TRUE(registry.is_released("a"));
   EXPECT_FALSE(registry.find("a")->active());
   EXPECT_EQ(registry.active_count(), 0u);
   EXPECT_EQ(registry.warm_count(), 1u);
@@ -52,12 +52,49 @@ TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   EXPECT_EQ(registry.slots_in_use("other"), 1u);
 }
 
+// Issue 23: paused is one more state of the same entry: released, counted apart from warm and
+// toward the replica cap, entered only from the very warm entry the backend froze.
+TEST(SandboxRegistryTest, PausedIsAReleasedStateEnteredOnlyFromTheWarmEntryThatWasFrozen) {
+  SandboxRegistry registry;
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  const InfoPtr a_info = registry.find("a")->info;
+  EXPECT_FALSE(registry.mark_paused("a", a_info, 1.0)) << "an active sandbox is never paused";
+  registry.park("a", 2.0);
+  EXPECT_FALSE(registry.mark_paused("a", info("a"), 2.0)) << "another info: not the one frozen";
+  EXPECT_FALSE(registry.mark_paused("a", a_info, 1.5)) << "released again since the snapshot";
+  ASSERT_TRUE(registry.mark_paused("a", a_info, 2.0));
+  EXPECT_TRUE(registry.find("a")->paused());
+  EXPECT_TRUE(registry.is_released("a"));
+  EXPECT_EQ(registry.warm_count(), 0u);
+  EXPECT_EQ(registry.paused_count(), 1u);
+  EXPECT_EQ(registry.slots_in_use("other"), 1u) << "a paused sandbox holds its slot";
+  EXPECT_EQ(registry.find("a")->since, 2.0) << "the release time stays";
+  const auto released = registry.released_entries();
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_TRUE(released[0].second.paused);
+  EXPECT_TRUE(registry.park("a", 3.0).was_warm) << "releasing it again changes nothing";
+
+  ASSERT_TRUE(registry.mark_thawed("a", a_info));
+  EXPECT_TRUE(registry.find("a")->warm());
+  EXPECT_FALSE(registry.mark_thawed("a", a_info)) << "only a paused entry thaws";
+  registry.mark_paused("a", a_info, 2.0);
+  registry.install_active("a", client("a"), a_info, kAlice, 4.0);  // resumed
+  EXPECT_EQ(registry.paused_count(), 0u);
+  EXPECT_EQ(registry.active_count(), 1u);
+
+  registry.add_released("b", info("b"), 1.0, std::nullopt, /*paused=*/true);
+  EXPECT_EQ(registry.paused_count(), 1u);
+  EXPECT_EQ(registry.take_released().size(), 1u);
+  EXPECT_EQ(registry.paused_count(), 0u);
+  EXPECT_EQ(registry.find("b"), nullptr);
+}
+
 TEST(SandboxRegistryTest, AWarmAddNeverOverwritesATrackedSandbox) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
-  EXPECT_FALSE(registry.add_warm("a", info("a"), 1.0, std::nullopt));
+  EXPECT_FALSE(registry.add_released("a", info("a"), 1.0, std::nullopt));
   EXPECT_TRUE(registry.find("a")->active());
-  EXPECT_TRUE(registry.add_warm("b", info("b"), 1.0, std::nullopt));
+  EXPECT_TRUE(registry.add_released("b", info("b"), 1.0, std::nullopt));
   EXPECT_EQ(registry.warm_count(), 1u);
 }
 
@@ -133,9 +170,9 @@ TEST(SandboxRegistryTest, AForgetYieldsToATeardownAPublishAndANewerAcquisition) 
 TEST(SandboxRegistryTest, TakeWarmEmptiesThePoolAndLeavesActiveOnes) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
-  registry.add_warm("w1", info("w1"), 1.0, kBob);
-  registry.add_warm("w2", info("w2"), 2.0, std::nullopt);
-  const auto taken = registry.take_warm();
+  registry.add_released("w1", info("w1"), 1.0, kBob);
+  registry.add_released("w2", info("w2"), 2.0, std::nullopt);
+  const auto taken = registry.take_released();
   EXPECT_EQ(taken.size(), 2u);
   EXPECT_EQ(registry.warm_count(), 0u);
   EXPECT_EQ(registry.find("w1"), nullptr);

@@ -64,7 +64,8 @@ class ProviderOverDockerTest : public ::testing::Test {
     return c;
   }
 
-  void make_provider(int replicas, int idle_timeout, std::string socket = socket_path()) {
+  void make_provider(int replicas, int idle_timeout, std::string socket = socket_path(),
+                     double pause_after_seconds = 0) {
     const PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
     ProviderDeps deps;
     deps.backend = loader.load_backend(
@@ -82,6 +83,7 @@ class ProviderOverDockerTest : public ::testing::Test {
     deps.paths = std::make_shared<const Paths>(base_dir_, base_dir_);
     deps.options.replicas = replicas;
     deps.options.idle_timeout = idle_timeout;
+    deps.options.pause_after_seconds = pause_after_seconds;
     deps.options.run_background_threads = false;
     provider_ = std::make_unique<Provider>(std::move(deps));
     provider_->start();
@@ -127,6 +129,46 @@ TEST_F(ProviderOverDockerTest, AcquireReleaseReclaimReapAndShutdownLeaveNothingB
   EXPECT_EQ(engine_containers(prefix_).size(), 1u);
   provider_->shutdown();
   EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
+}
+
+// Issue 23 on a real engine: a released sandbox is paused after pause_after_seconds (the
+// engine says "paused" and it answers nothing), acquired again it is thawed and answers at
+// once (path resumed), and one left paused by an earlier process is thawed when discovered.
+TEST_F(ProviderOverDockerTest, AReleasedSandboxIsPausedThenResumedAlsoAfterARestart) {
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600, socket_path(), /*pause_after_seconds=*/30);
+  const std::string id = provider_->acquire("thread-1", "alice");
+  const std::string url = provider_->get(id)->base_url();
+  ASSERT_TRUE(probe_sandbox_ready_once(url, 5.0)) << url;
+  const std::string name = provider_->find(id)->info.container_name.value_or("");
+  ASSERT_FALSE(name.empty());
+  provider_->release(id);
+  clock_->advance(31);
+  ASSERT_EQ(provider_->pause_idle_warm(), 1);
+  EXPECT_EQ(sandboxd::testing::engine_container_status(name), "paused");
+  EXPECT_FALSE(probe_sandbox_ready_once(url, 1.0)) << "a paused sandbox answered";
+  EXPECT_EQ(provider_->counts().paused, 1u);
+
+  const AcquireResult resumed = provider_->acquire_traced("thread-1", "alice");
+  EXPECT_EQ(resumed.path, AcquirePath::resumed);
+  EXPECT_EQ(resumed.sandbox_id, id);
+  EXPECT_EQ(sandboxd::testing::engine_container_status(name), "running");
+  EXPECT_TRUE(probe_sandbox_ready_once(url, 5.0)) << "no answer after resume";
+  EXPECT_EQ(engine_containers(prefix_).size(), 1u) << "resume must not create a container";
+
+  // Paused again, then the process goes away without stopping it (a restart).
+  provider_->release(id);
+  clock_->advance(31);
+  ASSERT_EQ(provider_->pause_idle_warm(), 1);
+  provider_->detach();
+  provider_.reset();
+  ASSERT_EQ(sandboxd::testing::engine_container_status(name), "paused");
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600, socket_path(), /*pause_after_seconds=*/30);
+  const AcquireResult found = provider_->acquire_traced("thread-1", "alice");
+  EXPECT_EQ(found.sandbox_id, id);
+  EXPECT_EQ(found.path, AcquirePath::discovered);
+  EXPECT_EQ(sandboxd::testing::engine_container_status(name), "running");
+  EXPECT_TRUE(probe_sandbox_ready_once(url, 5.0)) << "a sandbox found paused was handed out frozen";
+  provider_->shutdown();
 }
 
 TEST_F(ProviderOverDockerTest, AnUnreachableEngineNeverCostsATrackedSandbox) {

@@ -72,6 +72,29 @@ inline std::vector<std::string> containers_left_after_removal(const std::string&
   return left;
 }
 
+// The engine's own word on a container's state ("running", "paused", …; "" when it has none),
+// asked directly rather than through the plugin under test.
+inline std::string engine_container_status(const std::string& name) {
+  CURL* curl = curl_easy_init();
+  std::string body;
+  const std::string url = "http://d/containers/" + name + "/json";
+  curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path().c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_body);
+  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
+  const CURLcode code = curl_easy_perform(curl);
+  curl_easy_cleanup(curl);
+  EXPECT_EQ(code, CURLE_OK) << curl_easy_strerror(code);
+  rapidjson::Document doc;
+  doc.Parse(body.c_str());
+  if (!doc.IsObject() || !doc.HasMember("State") || !doc["State"].IsObject() ||
+      !doc["State"].HasMember("Status") || !doc["State"]["Status"].IsString()) {
+    return "";
+  }
+  return doc["State"]["Status"].GetString();
+}
+
 // One POST with a JSON body to the test engine; the answer's body ("" on a transport error).
 inline std::string engine_post(const std::string& path, const std::string& json_body) {
   CURL* curl = curl_easy_init();

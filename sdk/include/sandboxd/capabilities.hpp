@@ -28,7 +28,9 @@ class MountContractNegotiation {
 // Freezing a sandbox's processes and thawing them (issue 23; the engine's cgroup freezer): a
 // paused sandbox uses no CPU and keeps its memory, processes and files. While paused it is
 // alive (is_alive() answers true) but does not answer HTTP, so the host thaws it before
-// handing it out. Both calls are idempotent and may block on the engine.
+// handing it out. Both calls are idempotent and may block on the engine. A backend offering
+// it lists paused sandboxes in list_running() (they are alive) and thaws one before discover()
+// returns it (discovery hands it out); the host thaws what it finds again regardless.
 class SandboxPausing {
  public:
   virtual ~SandboxPausing() = default;

@@ -17,11 +17,12 @@
 
 namespace sandboxd::core {
 
-// A warm (released, running) sandbox as a decision sees it.
+// A released sandbox (warm, or paused: issue 23) as a decision sees it.
 struct WarmCandidate {
   std::string sandbox_id;
   double released_at = 0.0;  // monotonic seconds
   std::optional<ThreadKey> conversation;
+  bool paused = false;  // frozen by the backend
 };
 
 class LifecyclePolicy {
@@ -30,9 +31,11 @@ class LifecyclePolicy {
 
   // ── over capacity ──
   // Runs when a creation finds every replica slot in use (active + warm + other creations in
-  // flight ≥ replicas), beside its backend create. Returns the warm sandboxes to try to stop,
-  // in order: the first that can be stopped (not reclaimed meanwhile, not owned by a peer) is,
-  // then the check repeats. Default: oldest released first.
+  // flight ≥ replicas), beside its backend create. Returns the released sandboxes (warm and
+  // paused) to try to stop, in order: the first that can be stopped (not reclaimed meanwhile,
+  // not owned by a peer) is, then the check repeats. Default: paused ones before running ones
+  // (a paused sandbox is the one least likely to be wanted soon), oldest released first in
+  // each; never an active one (they are not candidates).
   virtual std::vector<std::string> eviction_order(std::vector<WarmCandidate> warm) const;
   // Runs when nothing warm could be stopped and the slots are still all in use. true: create
   // beyond the cap with a warning (DeerFlow's soft `replicas`); false: refuse the creation
@@ -41,8 +44,17 @@ class LifecyclePolicy {
 
   // ── warm expired ──
   // Runs, on the idle checker's pass, for each warm sandbox released longer ago than the idle
-  // timeout. true: stop it (default); false: keep it warm.
+  // timeout (paused ones too: time spent paused counts). true: stop it (default); false: keep
+  // it released.
   virtual bool stop_expired_warm(const WarmCandidate& /*sandbox*/, double /*warm_for*/) const {
+    return true;
+  }
+
+  // ── warm long enough to pause (issue 23) ──
+  // Runs, on the idle checker's pass, for each warm sandbox released at least
+  // pause_after_seconds ago, only when that option is set and the backend can pause. true:
+  // pause it (default); false: keep it running.
+  virtual bool pause_warm(const WarmCandidate& /*sandbox*/, double /*warm_for*/) const {
     return true;
   }
 

@@ -63,6 +63,10 @@ struct ProviderOptions {
   // up with SandboxBeingDestroyedError.
   double teardown_wait_seconds = 30.0;
   double teardown_join_timeout_seconds = kTeardownJoinTimeoutSeconds;
+  // Issue 23: a sandbox released this long ago is paused (frozen by the backend's
+  // SandboxPausing capability) until it is acquired again or idle_timeout reaps it. 0: never
+  // (DeerFlow's behaviour); a backend without the capability keeps it warm.
+  double pause_after_seconds = 0.0;
   // Background work starts in start(); tests that drive it by hand leave these off.
   bool run_background_threads = true;
   bool reconcile_on_start = true;
@@ -127,7 +131,8 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
 };
 
 // How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
-enum class AcquirePath { reused, reclaimed, discovered, created };
+// resumed: taken from the pool while paused, and thawed (issue 23).
+enum class AcquirePath { reused, reclaimed, resumed, discovered, created };
 const char* to_string(AcquirePath path);
 
 struct AcquireResult {
@@ -158,6 +163,7 @@ struct TrackedSandbox {
   SandboxInfo info;
   std::optional<ThreadKey> conversation;  // null for anonymous and adopted sandboxes
   bool warm = false;                      // released to the warm pool (else active)
+  bool paused = false;                    // released and frozen (warm is true too)
   double since = 0.0;  // wall-clock seconds: last activity (active) or release time (warm)
   bool operator==(const TrackedSandbox&) const = default;
 };
@@ -186,6 +192,10 @@ struct ProviderEventCounts {
   std::uint64_t lease_renewals = 0;  // renew answered renewed
   std::uint64_t lease_lapses = 0;    // renew answered lapsed
   std::uint64_t lease_losses = 0;    // sandboxes dropped because a peer holds their lease
+  std::uint64_t pauses = 0;          // released sandboxes frozen after pause_after_seconds
+  std::uint64_t pause_failures = 0;  // pauses the backend refused (the sandbox stayed warm)
+  std::uint64_t resumes = 0;         // paused sandboxes thawed and handed out
+  double resume_seconds = 0.0;       // total time of those resumes (thaw + liveness check)
 };
 
 // Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
@@ -273,6 +283,9 @@ class Provider final {
   void cleanup_idle_sandboxes(double idle_timeout);
   void reap_expired_warm(std::optional<double> timeout = std::nullopt);
   std::optional<std::string> evict_oldest_warm();
+  // Pauses warm sandboxes released at least pause_after_seconds ago (issue 23); returns how
+  // many. Nothing when the option is 0 or the backend cannot pause.
+  int pause_idle_warm();
   ReconcileReport reconcile_orphans();
   void renew_owned_leases();
   // Drops per-conversation locks nobody holds or waits for (run by the renewal thread), so the
@@ -295,7 +308,8 @@ class Provider final {
   // Counts for diagnostics and tests.
   struct Counts {
     std::size_t active = 0;
-    std::size_t warm = 0;
+    std::size_t warm = 0;    // released, running
+    std::size_t paused = 0;  // released, frozen
     std::size_t reserved_for_teardown = 0;
   };
   Counts counts() const;

@@ -20,11 +20,11 @@ namespace sandboxd::core {
 struct SandboxView {
   std::string sandbox_id;
   std::string sandbox_url;
-  std::string state;  // "active" or "warm"
+  std::string state;  // "active", "warm" or "paused" (released and frozen)
   std::optional<std::string> user_id;
   std::optional<std::string> thread_id;
   std::optional<std::string> container_name;
-  double since = 0.0;  // wall clock: last activity (active) or release time (warm)
+  double since = 0.0;  // wall clock: last activity (active) or release time (warm, paused)
 
   static SandboxView of(const TrackedSandbox& tracked);
 };
@@ -74,14 +74,17 @@ struct Listing {
 struct Reaped {
   int idle_timeout = 0;
   std::vector<std::string> reaped;
+  std::vector<std::string> newly_paused;  // warm ones this pass paused (pause_after_seconds)
   std::size_t active = 0;
   std::size_t warm = 0;
+  std::size_t paused = 0;
 };
 
 struct Health {
   std::string owner_id;
   std::size_t active = 0;
   std::size_t warm = 0;
+  std::size_t paused = 0;
   bool uses_thread_data_mounts = false;
 };
 
