@@ -110,6 +110,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       {"sandboxd_pauses_total", events.pauses},
       {"sandboxd_pause_failures_total", events.pause_failures},
       {"sandboxd_resumes_total", events.resumes},
+      {"sandboxd_capacity_waits_total", events.capacity_waits},
+      {"sandboxd_capacity_bursts_total", events.bursts},
   };
   const char* provider_help[] = {
       "Warm sandboxes stopped to stay within replicas.",
@@ -121,6 +123,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       "Warm sandboxes paused after pause_after_seconds.",
       "Pauses the backend refused (the sandbox stayed warm).",
       "Paused sandboxes thawed and handed out (acquire path resumed).",
+      "Creations that queued for a slot (overflow_policy wait).",
+      "Creations beyond replicas within burst_limit (overflow_policy burst).",
   };
   for (std::size_t i = 0; i < std::size(provider_counters); ++i) {
     header(out, provider_counters[i].first, "counter", provider_help[i]);
@@ -140,6 +144,19 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   header(out, "sandboxd_paused_sandboxes", "gauge",
          "Released sandboxes paused (frozen, no CPU) now.");
   out << "sandboxd_paused_sandboxes " << counts.paused << "\n";
+  header(out, "sandboxd_capacity_rejections_total", "counter",
+         "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout).");
+  out << "sandboxd_capacity_rejections_total{reason=\"capacity\"} " << events.rejections_capacity
+      << "\n"
+      << "sandboxd_capacity_rejections_total{reason=\"per_user\"} " << events.rejections_per_user
+      << "\n"
+      << "sandboxd_capacity_rejections_total{reason=\"wait_timeout\"} "
+      << events.rejections_wait_timeout << "\n";
+  header(out, "sandboxd_capacity_wait_seconds_total", "counter",
+         "Total time creations spent queued; divide by sandboxd_capacity_waits_total.");
+  out << "sandboxd_capacity_wait_seconds_total " << number(events.capacity_wait_seconds) << "\n";
+  header(out, "sandboxd_capacity_queue_length", "gauge", "Creations queued for a slot now.");
+  out << "sandboxd_capacity_queue_length " << counts.waiting << "\n";
   header(out, "sandboxd_resume_seconds_total", "counter",
          "Total time of resumes (thaw + liveness check); divide by sandboxd_resumes_total.");
   out << "sandboxd_resume_seconds_total " << number(events.resume_seconds) << "\n";

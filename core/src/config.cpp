@@ -55,7 +55,11 @@ constexpr const char* kKnownSandboxKeys[] = {"use",
                                              "thread_data_mounts",
                                              "plugin_dirs",
                                              "teardown_wait_seconds",
-                                             "pause_after_seconds"};
+                                             "pause_after_seconds",
+                                             "overflow_policy",
+                                             "acquire_timeout",
+                                             "burst_limit",
+                                             "max_per_user"};
 
 // A week: longer than any idle_timeout anyone runs, short enough to catch a unit mistake.
 constexpr double kMaxPauseAfterSeconds = 604800;
@@ -524,12 +528,41 @@ class Parser {
       }
       config_.pause_after_seconds = v->GetDouble();
     }
+    read_ceilings(sandbox);
     if (config_.pause_after_seconds > 0 && config_.idle_timeout > 0 &&
         config_.pause_after_seconds >= config_.idle_timeout) {
       config_.warnings.push_back(
           "sandbox.pause_after_seconds (" + shortest(config_.pause_after_seconds) +
           ") is not below sandbox.idle_timeout (" + std::to_string(config_.idle_timeout) +
           "): released sandboxes are reaped before they would be paused");
+    }
+  }
+
+  // Issue 23: the ceilings, in the words of DeerFlow's E2B provider.
+  void read_ceilings(const Value& sandbox) {
+    if (const Value* v = member(sandbox, "overflow_policy"); v && !v->IsNull()) {
+      const auto policy =
+          v->IsString() ? overflow_policy_from(v->GetString()) : std::optional<OverflowPolicy>();
+      if (!policy) fail("sandbox.overflow_policy", "\"wait\", \"reject\", \"burst\" or null", *v);
+      config_.overflow_policy = *policy;
+    }
+    if (const Value* v = member(sandbox, "acquire_timeout")) {
+      if (!v->IsNumber() || !(v->GetDouble() > 0) || v->GetDouble() > 3600) {
+        fail("sandbox.acquire_timeout", "a number of seconds > 0 and <= 3600", *v);
+      }
+      config_.acquire_timeout = v->GetDouble();
+      if (config_.overflow_policy != OverflowPolicy::wait) {
+        config_.warnings.push_back(
+            "sandbox.acquire_timeout applies only with overflow_policy \"wait\" (ignored)");
+      }
+    }
+    config_.burst_limit = read_int(sandbox, "burst_limit", 0, "an integer >= 0", 0);
+    if (member(sandbox, "burst_limit") && config_.overflow_policy != OverflowPolicy::burst) {
+      config_.warnings.push_back(
+          "sandbox.burst_limit applies only with overflow_policy \"burst\" (ignored)");
+    }
+    if (const Value* v = member(sandbox, "max_per_user"); v && !v->IsNull()) {
+      config_.max_per_user = read_int(sandbox, "max_per_user", 1, "an integer > 0 or null", 0);
     }
   }
 

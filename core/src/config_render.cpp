@@ -91,6 +91,18 @@ std::string render_redacted(const SandboxConfig& config) {
   doc.AddMember("idle_timeout", config.idle_timeout, alloc);
   doc.AddMember("teardown_wait_seconds", config.teardown_wait_seconds, alloc);
   doc.AddMember("pause_after_seconds", config.pause_after_seconds, alloc);
+  if (config.overflow_policy == OverflowPolicy::soft) {
+    doc.AddMember("overflow_policy", Value(rapidjson::kNullType), alloc);
+  } else {
+    doc.AddMember("overflow_policy", Value(to_string(config.overflow_policy), alloc), alloc);
+  }
+  doc.AddMember("acquire_timeout", config.acquire_timeout, alloc);
+  doc.AddMember("burst_limit", config.burst_limit, alloc);
+  if (config.max_per_user > 0) {
+    doc.AddMember("max_per_user", config.max_per_user, alloc);
+  } else {
+    doc.AddMember("max_per_user", Value(rapidjson::kNullType), alloc);
+  }
   if (config.thread_data_mounts) {
     doc.AddMember("thread_data_mounts", *config.thread_data_mounts, alloc);
   } else {

@@ -105,6 +105,12 @@ Provider::Impl::Impl(ProviderDeps deps)
     }
     pausing_ = backend_capability<SandboxPausing>(*backend_);
   }
+  if (options_.acquire_timeout_seconds < 0 || options_.burst_limit < 0 ||
+      options_.max_per_user < 0) {
+    throw std::invalid_argument(
+        "acquire_timeout_seconds, burst_limit and max_per_user must be "
+        ">= 0");
+  }
   if (options_.pause_after_seconds < 0) {
     throw std::invalid_argument("pause_after_seconds must be >= 0, got " +
                                 std::to_string(options_.pause_after_seconds));
@@ -136,6 +142,19 @@ Provider::Impl::Impl(ProviderDeps deps)
     log(LogLevel::warning,
         "pause_after_seconds is set but the backend cannot pause sandboxes (no SandboxPausing "
         "capability); released sandboxes stay warm until idle_timeout");
+  }
+  if (enforces_ceilings()) {
+    ledger_ = store_capability<CapacityLedger>(*ownership_);
+    if (ledger_) {
+      log(LogLevel::info,
+          "Sandbox ceilings are deployment-wide: every gateway sharing this lease "
+          "store counts against them (reservations expire one lease TTL after "
+          "their gateway stops renewing them)");
+    } else if (ownership_->supports_cross_process()) {
+      log(LogLevel::warning,
+          "The sandbox ceilings hold per gateway process: this lease store keeps no capacity "
+          "ledger, so gateways sharing it each keep their own count");
+    }
   }
   if (!ownership_->supports_cross_process()) {
     log(LogLevel::warning,
@@ -194,6 +213,10 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   deps.options.idle_timeout = config.idle_timeout;
   deps.options.teardown_wait_seconds = config.teardown_wait_seconds;
   deps.options.pause_after_seconds = config.pause_after_seconds;
+  deps.options.overflow_policy = config.overflow_policy;
+  deps.options.acquire_timeout_seconds = config.acquire_timeout;
+  deps.options.burst_limit = config.burst_limit;
+  deps.options.max_per_user = config.max_per_user;
   deps.options.thread_data_mounts = config.thread_data_mounts;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
@@ -317,13 +340,20 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.pause_failures = events_.pause_failures.load(relaxed);
   counts.resumes = events_.resumes.load(relaxed);
   counts.resume_seconds = static_cast<double>(events_.resume_microseconds.load(relaxed)) / 1e6;
+  counts.capacity_waits = events_.capacity_waits.load(relaxed);
+  counts.capacity_wait_seconds =
+      static_cast<double>(events_.capacity_wait_microseconds.load(relaxed)) / 1e6;
+  counts.rejections_capacity = events_.rejections_capacity.load(relaxed);
+  counts.rejections_per_user = events_.rejections_per_user.load(relaxed);
+  counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);
+  counts.bursts = events_.bursts.load(relaxed);
   return counts;
 }
 
 Provider::Counts Provider::Impl::counts() {
   MutexLock lock(mutex_);
   return {registry_.active_count(), registry_.warm_count(), registry_.paused_count(),
-          registry_.teardown_count()};
+          registry_.teardown_count(), capacity_queue_.size()};
 }
 
 std::string Provider::Impl::effective_user(const std::optional<std::string>& user_id) const {

@@ -3,19 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
 void Provider::Impl::start() {
   if (options_.reconcile_on_start) reconcile_orphans();
   if (options_.run_background_threads) start_background_threads();

@@ -134,15 +134,30 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
 
   // This creation holds a replica slot from its capacity check until it is registered or has
   // failed, so concurrent creations count each other instead of all seeing the same free slot.
+  // Under a ceiling the room is made (or waited for, or refused) before the create: a stop
+  // beside the create would put one more sandbox than the ceiling on the host for a moment.
   bool over_cap = false;
-  {
+  if (enforces_ceilings()) {
+    admit_creation(sandbox_id, user_id);
+    if (options_.overflow_policy == OverflowPolicy::soft) {  // max_per_user alone
+      MutexLock lock(mutex_);
+      over_cap = registry_.slots_in_use(sandbox_id) >= static_cast<std::size_t>(options_.replicas);
+    }
+  } else {
     MutexLock lock(mutex_);
-    registry_.begin_creation(sandbox_id);
+    registry_.begin_creation(sandbox_id, user_id);
     over_cap = registry_.slots_in_use(sandbox_id) >= static_cast<std::size_t>(options_.replicas);
   }
+  // The deployment-wide reservation admit_creation made goes with a creation that fails; a
+  // registered sandbox keeps it (renewed with the leases, released when it is destroyed).
+  bool registered = false;
   ScopeExit uncount([&] {
-    MutexLock lock(mutex_);
-    registry_.end_creation(sandbox_id);
+    {
+      MutexLock lock(mutex_);
+      registry_.end_creation(sandbox_id);
+    }
+    if (!registered && ledger_) release_capacity(sandbox_id, user_id);
+    notify_capacity_freed();
   });
   // On a real engine a stop and a create each take a second or so: the eviction's stops run
   // beside the backend create instead of before it (issue 10). The creating call still waits
@@ -208,7 +223,9 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
                              " replica slots are in use and the lifecycle policy refuses to "
                              "create beyond them");
   }
-  return register_created_sandbox(thread_id, sandbox_id, info, user_id);
+  std::string registered_id = register_created_sandbox(thread_id, sandbox_id, info, user_id);
+  registered = true;
+  return registered_id;
 }
 
 void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "async_acquisitions.hpp"
+#include "capacity_queue.hpp"
 #include "sandbox_registry.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -105,7 +106,9 @@ struct Provider::Impl {
   bool sandbox_uses_thread_data_mounts(const std::string& sandbox_id) EXCLUDES(mutex_);
   void cleanup_idle_sandboxes(double idle_timeout) EXCLUDES(mutex_);
   void reap_expired_warm(std::optional<double> timeout) EXCLUDES(mutex_);
-  std::optional<std::string> evict_oldest_warm() EXCLUDES(mutex_);
+  // Only `user`'s released sandboxes when set (max_per_user).
+  std::optional<std::string> evict_oldest_warm(const std::optional<std::string>& user = {})
+      EXCLUDES(mutex_);
   ReconcileReport reconcile_orphans() EXCLUDES(mutex_);
   void renew_owned_leases() EXCLUDES(mutex_);
   void prune_idle_thread_locks() EXCLUDES(mutex_);
@@ -168,6 +171,22 @@ struct Provider::Impl {
   // Evicts (per the policy) until within the cap; false when the policy refuses to create
   // beyond it.
   bool make_room(const std::string& creating_id) EXCLUDES(mutex_);
+  // ── ceilings (issue 23; provider_capacity.cpp) ──
+  // true when replicas is a ceiling or max_per_user is set: creations are admitted first.
+  bool enforces_ceilings() const {
+    return options_.overflow_policy != OverflowPolicy::soft || options_.max_per_user > 0;
+  }
+  // Admits a creation under the ceilings: evicts released sandboxes (the user's own for
+  // max_per_user) when that makes room, queues (wait) or refuses (ServiceError capacity).
+  // On return this creation is counted (begin_creation).
+  void admit_creation(const std::string& sandbox_id, const std::string& user_id) EXCLUDES(mutex_);
+  std::string capacity_refusal(const char* reason, const std::string& user_id,
+                               double waited_seconds) EXCLUDES(mutex_);
+  void notify_capacity_freed() { capacity_freed_.notify_all(); }
+  // The deployment-wide ledger (ledger_), when the store offers one: renewed with the leases,
+  // released when a sandbox is gone (else it expires within one TTL).
+  void renew_capacity_reservations() EXCLUDES(mutex_);
+  void release_capacity(const std::string& sandbox_id, const std::string& user);
 
   // ── ids and mounts ──
   std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
@@ -278,6 +297,9 @@ struct Provider::Impl {
   // backend_'s SandboxPausing capability, or nullptr (the paused tier is then skipped); set once
   // by the constructor.
   SandboxPausing* pausing_ = nullptr;
+  // ownership_'s CapacityLedger capability when ceilings are on, or nullptr (the ceilings then
+  // hold per process); set once by the constructor.
+  CapacityLedger* ledger_ = nullptr;
   std::shared_ptr<OwnershipStore> ownership_;
   std::shared_ptr<Logger> logger_;
   std::shared_ptr<Clock> clock_;
@@ -290,6 +312,11 @@ struct Provider::Impl {
 
   mutable Mutex mutex_;  // the registry mutex (see the lock story)
   SandboxRegistry registry_ GUARDED_BY(mutex_);
+  // Creations queued for a slot under a ceiling (issue 23); beside the registry so that the
+  // room check and begin_creation are one step.
+  CapacityQueue capacity_queue_ GUARDED_BY(mutex_);
+  // With mutex_: a slot may have freed (a release, a teardown, a creation's end, a forget).
+  std::condition_variable capacity_freed_;
   std::condition_variable teardown_finished_;  // with mutex_: a local teardown finished
 
   // Event counters: atomics, each incremented where its event happens (relaxed order; read
@@ -297,7 +324,8 @@ struct Provider::Impl {
   struct EventCounters {
     std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
         lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
-        resume_microseconds{0};
+        resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
+        rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0}, bursts{0};
   };
   EventCounters events_;
 

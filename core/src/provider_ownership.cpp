@@ -4,20 +4,11 @@
 #include <cstdio>
 #include <set>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 #include "scope_exit.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
 void Provider::Impl::publish_ownership(const std::string& sandbox_id) {
   {
     // The intent mark is visible before the takeover can become durable in the store.
@@ -111,6 +102,7 @@ void Provider::Impl::finish_local_teardown(const std::string& sandbox_id) {
     registry_.finish_teardown(sandbox_id);
   }
   teardown_finished_.notify_all();
+  notify_capacity_freed();
 }
 
 bool Provider::Impl::teardown_in_progress(const std::string& sandbox_id) {
@@ -180,6 +172,7 @@ void Provider::Impl::forget(const std::string& sandbox_id,
     if (*kept_because) log(LogLevel::info, "Not dropping sandbox " + sandbox_id + kept_because);
     return;
   }
+  notify_capacity_freed();
   // Never touch the container: it belongs to the peer now.
   close_client(client,
                [&] { return "Error closing sandbox " + sandbox_id + " after losing its lease"; });
@@ -203,6 +196,38 @@ void Provider::Impl::renew_owned_leases() {
           "Lost sandbox ownership lease for " + id + "; dropping it from this instance");
       forget(id, epoch);
     }
+  }
+  renew_capacity_reservations();
+}
+
+void Provider::Impl::renew_capacity_reservations() {
+  if (!ledger_) return;
+  std::vector<std::pair<std::string, std::string>> held;  // id, user
+  {
+    MutexLock lock(mutex_);
+    registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
+      if (entry.active() || entry.released()) {
+        held.emplace_back(id, entry.identity ? entry.identity->user_id : std::string());
+      } else if (entry.creations > 0) {
+        held.emplace_back(id, entry.creating_user);
+      }
+    });
+  }
+  try {
+    ledger_->renew_reservations(held);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning, std::string("Failed to renew capacity reservations: ") + e.what());
+  }
+}
+
+void Provider::Impl::release_capacity(const std::string& sandbox_id, const std::string& user) {
+  if (!ledger_) return;
+  try {
+    ledger_->unreserve(sandbox_id, user);
+  } catch (const std::exception& e) {
+    // It expires within one TTL anyway: nobody renews a reservation of a sandbox that is gone.
+    log(LogLevel::warning, "Failed to release the capacity reservation of " + sandbox_id +
+                               " (it expires within one lease TTL): " + e.what());
   }
 }
 

@@ -6,20 +6,11 @@
 #include <chrono>
 #include <cstdio>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 #include "scope_exit.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
 int Provider::Impl::pause_idle_warm() {
   if (!pausing_enabled()) return 0;
   std::vector<std::pair<std::string, WarmEntry>> due;

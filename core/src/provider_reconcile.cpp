@@ -4,19 +4,10 @@
 #include <cstdio>
 #include <set>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
 ReconcileReport Provider::Impl::reconcile_orphans() {
   ReconcileReport report;
   if (!backend_) return report;

@@ -6,20 +6,11 @@
 #include <system_error>
 #include <thread>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 #include "scope_exit.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-std::string fixed(double value, int decimals) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
-  return buffer;
-}
-
-}  // namespace
-
 const char* to_string(ReleaseOutcome outcome) {
   switch (outcome) {
     case ReleaseOutcome::released:
@@ -58,6 +49,7 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   }
   close_client(parked.client,
                [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
+  if (parked.info) notify_capacity_freed();  // a released sandbox can be evicted for a waiter
   ReleaseOutcome outcome = parked.info       ? ReleaseOutcome::released
                            : parked.was_warm ? ReleaseOutcome::already_warm
                                              : ReleaseOutcome::not_tracked;
@@ -112,6 +104,7 @@ DestroyOutcome Provider::Impl::destroy_tracked_step(const std::string& sandbox_i
                [&] { return "Error closing sandbox " + sandbox_id + " during destroy"; });
   if (removed.info) {
     with_held_teardown_lease(sandbox_id, [&] { backend_->destroy(*removed.info); });
+    release_capacity(sandbox_id, removed.identity ? removed.identity->user_id : std::string());
     log(LogLevel::info, "Destroyed sandbox " + sandbox_id);
     return DestroyOutcome::destroyed;
   }
@@ -133,6 +126,7 @@ void Provider::Impl::shutdown() {
     });
     warm = registry_.take_released();
   }
+  notify_capacity_freed();  // queued creations see the shutdown and give up
   // Stop renewal before destroying, so it does not re-publish leases being dropped.
   stop_background_threads();
   async_->close();  // queued async waiters fail now; running ones are waited for below
@@ -242,6 +236,7 @@ void Provider::Impl::drop_unhealthy_sandbox(const std::string& sandbox_id,
               "Error destroying unhealthy sandbox " + sandbox_id + ": " + e.what());
         }
       });
+      release_capacity(sandbox_id, removed.identity ? removed.identity->user_id : std::string());
     } else {
       log(LogLevel::info,
           "Not destroying unhealthy sandbox " + sandbox_id + ": owned by another instance");
@@ -298,6 +293,7 @@ bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id, cons
     MutexLock lock(mutex_);
     registry_.erase_released_if(sandbox_id, entry.info);
   }
+  release_capacity(sandbox_id, entry.identity ? entry.identity->user_id : std::string());
   if (reason == "idle_timeout") {
     events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
     log(LogLevel::info, "Destroyed idle warm-pool sandbox " + sandbox_id);
@@ -350,11 +346,19 @@ void Provider::Impl::reap_expired_warm_step(std::optional<double> timeout) {
   }
 }
 
-std::optional<std::string> Provider::Impl::evict_oldest_warm() {
+std::optional<std::string> Provider::Impl::evict_oldest_warm(
+    const std::optional<std::string>& user) {
   std::vector<std::pair<std::string, WarmEntry>> warm;
   {
     MutexLock lock(mutex_);
     warm = registry_.released_entries();
+  }
+  if (user) {
+    warm.erase(std::remove_if(warm.begin(), warm.end(),
+                              [&](const auto& w) {
+                                return !w.second.identity || w.second.identity->user_id != *user;
+                              }),
+               warm.end());
   }
   std::vector<WarmCandidate> candidates;
   candidates.reserve(warm.size());

@@ -137,6 +137,7 @@ SandboxRegistry::Removed SandboxRegistry::remove(const std::string& id,
   if (e.active() || e.released()) {
     removed.client = std::move(e.client);
     removed.info = std::move(e.info);
+    removed.identity = e.identity;
   }
   e.identity.reset();
   e.epoch = 0;
@@ -245,8 +246,10 @@ std::optional<std::uint64_t> SandboxRegistry::epoch_of(const std::string& id) co
   return e->epoch;
 }
 
-void SandboxRegistry::begin_creation(const std::string& id) {
-  ++entry(id).creations;
+void SandboxRegistry::begin_creation(const std::string& id, const std::string& user) {
+  SandboxEntry& e = entry(id);
+  ++e.creations;
+  if (!user.empty()) e.creating_user = user;
 }
 
 void SandboxRegistry::end_creation(const std::string& id) {
@@ -269,6 +272,19 @@ std::size_t SandboxRegistry::slots_in_use(const std::string& creating_id) const 
     in_use += static_cast<std::size_t>(e.creations);
   }
   return in_use;
+}
+
+std::size_t SandboxRegistry::sandboxes_of_user(const std::string& user,
+                                               const std::string& creating_id) const {
+  std::size_t count = 0;
+  for (const auto& [id, e] : entries_) {
+    if (e.active() || e.released()) {
+      if (e.identity && e.identity->user_id == user) ++count;
+    } else if (e.creations > 0 && id != creating_id && e.creating_user == user) {
+      count += static_cast<std::size_t>(e.creations);
+    }
+  }
+  return count;
 }
 
 std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::released_entries() const {

@@ -55,10 +55,11 @@ struct SandboxEntry {
   // paused counts toward the idle timeout, issue 23).
   double since = 0.0;
 
-  bool teardown = false;    // this instance reserved it for a teardown
-  int publishing = 0;       // acquisitions publishing its lease right now
-  int creations = 0;        // creations between their replica check and their registration
-  std::uint64_t epoch = 0;  // the acquisition that last published its lease (0: none)
+  bool teardown = false;      // this instance reserved it for a teardown
+  int publishing = 0;         // acquisitions publishing its lease right now
+  int creations = 0;          // creations between their replica check and their registration
+  std::string creating_user;  // whose they are (the id derives from it), for max_per_user
+  std::uint64_t epoch = 0;    // the acquisition that last published its lease (0: none)
 
   bool active() const { return state == SandboxState::active; }
   bool warm() const { return state == SandboxState::warm; }
@@ -116,6 +117,7 @@ class SandboxRegistry {
   struct Removed {
     ClientPtr client;
     InfoPtr info;
+    std::optional<ThreadKey> identity;  // whom it served (for the capacity ledger)
     bool removed = false;
   };
   Removed remove(const std::string& id, const InfoPtr& expected_info);
@@ -141,12 +143,15 @@ class SandboxRegistry {
   // The publish ended; when `taken`, a new epoch is given to it.
   void end_publish(const std::string& id, bool taken);
   std::optional<std::uint64_t> epoch_of(const std::string& id) const;
-  void begin_creation(const std::string& id);
+  void begin_creation(const std::string& id, const std::string& user = "");
   void end_creation(const std::string& id);
   bool any_creation() const;
   // Active + released + other creations in flight: what the replica cap is checked against (a
   // creation already registered under its id is counted once).
   std::size_t slots_in_use(const std::string& creating_id) const;
+  // The same for one user (max_per_user): active and released sandboxes whose identity is the
+  // user's, and the user's creations in flight other than `creating_id`'s. O(n).
+  std::size_t sandboxes_of_user(const std::string& user, const std::string& creating_id) const;
 
   // ── the conversation index ──
   ThreadMap& conversations() { return conversations_; }

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
 
@@ -72,6 +73,58 @@ if current == 'own:' .. ARGV[1] or current == 'del:' .. ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
+)";
+
+// The capacity ledger (issue 23): KEYS[1] is the sorted set of every reservation
+// ({prefix}:capacity, member sandbox id, score expiry in ms on the server's clock), KEYS[2] the
+// user's ({prefix}:capacity:user:{user}). Expired members are dropped first; an id already
+// reserved is renewed and never refused. 0 = granted, 1 = the total ceiling, 2 = the user's.
+// ARGV: id, total ceiling, per-user ceiling (0: none), ttl ms.
+constexpr const char* kReserveScript = R"(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local expires = now + tonumber(ARGV[4])
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('ZADD', KEYS[1], expires, ARGV[1])
+  redis.call('ZADD', KEYS[2], expires, ARGV[1])
+  return 0
+end
+if tonumber(ARGV[2]) > 0 and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 1 end
+if tonumber(ARGV[3]) > 0 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then return 2 end
+redis.call('ZADD', KEYS[1], expires, ARGV[1])
+redis.call('ZADD', KEYS[2], expires, ARGV[1])
+return 0
+)";
+
+// Renews (or records) reservations with no ceiling. KEYS[1] the set of all; ARGV[1] ttl ms,
+// ARGV[2] the per-user key prefix, then id, user pairs. Returns how many.
+constexpr const char* kRenewReservationsScript = R"(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expires = now + tonumber(ARGV[1])
+local n = 0
+for i = 3, #ARGV, 2 do
+  redis.call('ZADD', KEYS[1], expires, ARGV[i])
+  redis.call('ZADD', ARGV[2] .. ARGV[i + 1], expires, ARGV[i])
+  n = n + 1
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return n
+)";
+
+// KEYS[1] the set of all, KEYS[2] the user's; ARGV[1] the id.
+constexpr const char* kUnreserveScript = R"(
+redis.call('ZREM', KEYS[2], ARGV[1])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+)";
+
+// Live members of KEYS[1] on the server's clock.
+constexpr const char* kCountReservationsScript = R"(
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 )";
 
 // Where the store connects, parsed from redis://[user[:password]@]host[:port][/db] or
@@ -193,7 +246,7 @@ struct Script {
 
 }  // namespace
 
-class RedisOwnershipStore final : public OwnershipStore {
+class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
  public:
   explicit RedisOwnershipStore(const PluginContext& context)
       : owner_id_(lease_rules::resolve_owner_id(context)), logger_(context.logger) {
@@ -310,6 +363,44 @@ class RedisOwnershipStore final : public OwnershipStore {
     }
   }
 
+  // ── CapacityLedger (issue 23): sorted sets beside the leases, one Lua script per call ──
+  Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
+                  std::size_t per_user_ceiling) override {
+    const long long result = run_keys(
+        reserve_, {capacity_key(), capacity_user_key(user)},
+        {sandbox_id, std::to_string(total_ceiling), std::to_string(per_user_ceiling), ttl_ms_},
+        "reserve capacity", sandbox_id);
+    if (result == 1) return Refusal::total;
+    if (result == 2) return Refusal::per_user;
+    return Refusal::none;
+  }
+
+  void renew_reservations(
+      const std::vector<std::pair<std::string, std::string>>& sandboxes) override {
+    // In batches: one script call per 500 sandboxes keeps each under the socket timeout.
+    constexpr std::size_t kBatch = 500;
+    for (std::size_t at = 0; at < sandboxes.size(); at += kBatch) {
+      std::vector<std::string> args = {ttl_ms_, capacity_user_key("")};
+      for (std::size_t i = at; i < std::min(sandboxes.size(), at + kBatch); ++i) {
+        args.push_back(sandboxes[i].first);
+        args.push_back(sandboxes[i].second);
+      }
+      run_keys(renew_reservations_, {capacity_key()}, args, "renew capacity", sandboxes[at].first);
+    }
+  }
+
+  void unreserve(const std::string& sandbox_id, const std::string& user) override {
+    run_keys(unreserve_, {capacity_key(), capacity_user_key(user)}, {sandbox_id},
+             "release capacity", sandbox_id);
+  }
+
+  std::size_t reserved(const std::string& user) override {
+    const long long n =
+        run_keys(count_reservations_, {user.empty() ? capacity_key() : capacity_user_key(user)}, {},
+                 "count capacity", user);
+    return n > 0 ? static_cast<std::size_t>(n) : 0;
+  }
+
   void close() override {
     std::lock_guard lock(mutex_);
     closed_ = true;
@@ -318,12 +409,34 @@ class RedisOwnershipStore final : public OwnershipStore {
 
  private:
   std::string key_of(const std::string& sandbox_id) const { return key_prefix_ + ":" + sandbox_id; }
+  // Sandbox ids are 16 hex digits, so no lease key ({prefix}:{id}) can be one of these.
+  std::string capacity_key() const { return key_prefix_ + ":capacity"; }
+  std::string capacity_user_key(const std::string& user) const {
+    return key_prefix_ + ":capacity:user:" + user;
+  }
+
+  long long run_keys(Script& script, const std::vector<std::string>& keys,
+                     const std::vector<std::string>& args, const char* what,
+                     const std::string& subject) {
+    std::lock_guard lock(mutex_);
+    try {
+      Reply reply = evaluate_locked(script, keys, args);
+      if (reply->type != REDIS_REPLY_INTEGER) {
+        throw RedisFailure("the script answered a non-integer");
+      }
+      return reply->integer;
+    } catch (const RedisFailure& e) {
+      drop_connection_locked();
+      throw OwnershipBackendError(std::string("failed to ") + what + " for " + subject + ": " +
+                                  e.what() + " (redis at " + target_.display + ")");
+    }
+  }
 
   long long run(Script& script, const std::string& sandbox_id, const std::vector<std::string>& args,
                 const char* what) {
     std::lock_guard lock(mutex_);
     try {
-      Reply reply = evaluate_locked(script, key_of(sandbox_id), args);
+      Reply reply = evaluate_locked(script, {key_of(sandbox_id)}, args);
       if (reply->type != REDIS_REPLY_INTEGER) {
         throw RedisFailure("the script answered a non-integer");
       }
@@ -336,7 +449,7 @@ class RedisOwnershipStore final : public OwnershipStore {
     }
   }
 
-  Reply evaluate_locked(Script& script, const std::string& key,
+  Reply evaluate_locked(Script& script, const std::vector<std::string>& keys,
                         const std::vector<std::string>& args) {
     for (int attempt = 0; attempt < 2; ++attempt) {
       if (script.sha.empty()) {
@@ -344,7 +457,8 @@ class RedisOwnershipStore final : public OwnershipStore {
         if (loaded->type != REDIS_REPLY_STRING) throw RedisFailure("SCRIPT LOAD failed");
         script.sha.assign(loaded->str, loaded->len);
       }
-      std::vector<std::string> argv = {"EVALSHA", script.sha, "1", key};
+      std::vector<std::string> argv = {"EVALSHA", script.sha, std::to_string(keys.size())};
+      argv.insert(argv.end(), keys.begin(), keys.end());
       argv.insert(argv.end(), args.begin(), args.end());
       Reply reply = command(argv, /*error_is_failure=*/false);
       if (reply->type == REDIS_REPLY_ERROR) {
@@ -401,7 +515,10 @@ class RedisOwnershipStore final : public OwnershipStore {
     redisSetTimeout(context.get(), socket_timeout_);
     context_ = std::move(context);
     // The scripts must be loaded again on a new connection's server (it may have restarted).
-    for (Script* script : {&take_, &claim_, &renew_, &release_}) script->sha.clear();
+    for (Script* script : {&take_, &claim_, &renew_, &release_, &reserve_, &renew_reservations_,
+                           &unreserve_, &count_reservations_}) {
+      script->sha.clear();
+    }
     try {
       if (!target_.password.empty()) {
         std::vector<std::string> auth = {"AUTH"};
@@ -435,6 +552,10 @@ class RedisOwnershipStore final : public OwnershipStore {
   Script claim_{kClaimScript, ""};
   Script renew_{kRenewScript, ""};
   Script release_{kReleaseScript, ""};
+  Script reserve_{kReserveScript, ""};
+  Script renew_reservations_{kRenewReservationsScript, ""};
+  Script unreserve_{kUnreserveScript, ""};
+  Script count_reservations_{kCountReservationsScript, ""};
 };
 
 SANDBOXD_EXPORT_OWNERSHIP_STORE(RedisOwnershipStore,

@@ -21,6 +21,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
@@ -196,7 +197,7 @@ bool ensure_private_file(const std::string& path, const std::string& path_key,
 
 }  // namespace
 
-class SqliteOwnershipStore final : public OwnershipStore {
+class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger {
  public:
   explicit SqliteOwnershipStore(const PluginContext& context)
       : owner_id_(lease_rules::resolve_owner_id(context)), clock_(context.clock) {
@@ -320,9 +321,65 @@ class SqliteOwnershipStore final : public OwnershipStore {
     });
   }
 
+  // ── CapacityLedger (issue 23): the `capacity` table, one row per sandbox of the host ──
+  Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
+                  std::size_t per_user_ceiling) override {
+    return in_write_transaction("reserve capacity", sandbox_id, [&](double now) {
+      Execution(db_.get(), purge_capacity_.get()).bind(1, now).run();
+      {
+        Execution existing(db_.get(), select_reservation_.get());
+        existing.bind(1, sandbox_id);
+        if (existing.step()) {
+          // Ours now, whatever it was: a reservation of an existing sandbox is never refused.
+          write_reservation(sandbox_id, existing.text(0), now);
+          return Refusal::none;
+        }
+      }
+      if (total_ceiling > 0 && count_reservations("") >= total_ceiling) return Refusal::total;
+      if (per_user_ceiling > 0 && count_reservations(user) >= per_user_ceiling) {
+        return Refusal::per_user;
+      }
+      write_reservation(sandbox_id, user, now);
+      return Refusal::none;
+    });
+  }
+
+  void renew_reservations(
+      const std::vector<std::pair<std::string, std::string>>& sandboxes) override {
+    if (sandboxes.empty()) return;
+    // One transaction for all: a renewal pass over thousands of sandboxes is one commit.
+    in_write_transaction("renew capacity", sandboxes.front().first, [&](double now) {
+      for (const auto& [sandbox_id, user] : sandboxes) write_reservation(sandbox_id, user, now);
+      Execution(db_.get(), purge_capacity_.get()).bind(1, now).run();
+      return true;
+    });
+  }
+
+  void unreserve(const std::string& sandbox_id, const std::string& /*user*/) override {
+    in_write_transaction("release capacity", sandbox_id, [&](double) {
+      Execution(db_.get(), delete_reservation_.get()).bind(1, sandbox_id).run();
+      return true;
+    });
+  }
+
+  std::size_t reserved(const std::string& user) override {
+    return in_read("count capacity", user, [&](double now) {
+      Execution query(db_.get(), user.empty() ? count_live_all_.get() : count_live_user_.get());
+      query.bind(1, now);
+      if (!user.empty()) query.bind(2, user);
+      return query.step() ? static_cast<std::size_t>(query.integer(0)) : std::size_t{0};
+    });
+  }
+
   void close() override {
     std::lock_guard lock(mutex_);
     // Statements first: a connection cannot close while its statements live.
+    purge_capacity_.reset();
+    select_reservation_.reset();
+    write_reservation_.reset();
+    delete_reservation_.reset();
+    count_live_all_.reset();
+    count_live_user_.reset();
     begin_immediate_.reset();
     commit_.reset();
     rollback_.reset();
@@ -370,6 +427,15 @@ class SqliteOwnershipStore final : public OwnershipStore {
     execute(db, "BEGIN IMMEDIATE");
     try {
       prepare_schema(db, path_key, described_path);
+      // The capacity ledger (issue 23) is a table of its own beside the leases: a file made by
+      // an earlier build gains it here, and such a build still reads the file (it looks only
+      // at `leases`), so the schema version stays.
+      execute(db,
+              "CREATE TABLE IF NOT EXISTS capacity ("
+              " sandbox_id TEXT PRIMARY KEY,"
+              " user_id TEXT NOT NULL,"
+              " owner_id TEXT NOT NULL,"
+              " expires_at REAL NOT NULL)");
       execute(db, "COMMIT");
     } catch (...) {
       if (sqlite3_get_autocommit(db) == 0) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -411,6 +477,18 @@ class SqliteOwnershipStore final : public OwnershipStore {
                            " VALUES (?1, ?2, ?3, ?4)",
                            kPersistent);
     delete_lease_ = prepare(db, "DELETE FROM leases WHERE sandbox_id = ?1", kPersistent);
+    purge_capacity_ = prepare(db, "DELETE FROM capacity WHERE expires_at <= ?1", kPersistent);
+    select_reservation_ =
+        prepare(db, "SELECT user_id FROM capacity WHERE sandbox_id = ?1", kPersistent);
+    write_reservation_ = prepare(db,
+                                 "INSERT OR REPLACE INTO capacity (sandbox_id, user_id, owner_id,"
+                                 " expires_at) VALUES (?1, ?2, ?3, ?4)",
+                                 kPersistent);
+    delete_reservation_ = prepare(db, "DELETE FROM capacity WHERE sandbox_id = ?1", kPersistent);
+    count_live_all_ =
+        prepare(db, "SELECT count(*) FROM capacity WHERE expires_at > ?1", kPersistent);
+    count_live_user_ = prepare(
+        db, "SELECT count(*) FROM capacity WHERE expires_at > ?1 AND user_id = ?2", kPersistent);
 
     struct stat opened {};
     if (::stat(path_.c_str(), &opened) != 0) {
@@ -586,6 +664,25 @@ class SqliteOwnershipStore final : public OwnershipStore {
   }
 
   // Caller holds mutex_ and is inside a write transaction.
+  void write_reservation(const std::string& sandbox_id, const std::string& user, double now) {
+    Execution(db_.get(), write_reservation_.get())
+        .bind(1, sandbox_id)
+        .bind(2, user)
+        .bind(3, owner_id_)
+        .bind(4, now + ttl_seconds_)
+        .run();
+  }
+
+  // Caller holds mutex_ and is inside a write transaction (after the purge, so every row is
+  // live).
+  std::size_t count_reservations(const std::string& user) {
+    Execution query(db_.get(), user.empty() ? count_live_all_.get() : count_live_user_.get());
+    query.bind(1, -1.0);
+    if (!user.empty()) query.bind(2, user);
+    return query.step() ? static_cast<std::size_t>(query.integer(0)) : std::size_t{0};
+  }
+
+  // Caller holds mutex_ and is inside a write transaction.
   void delete_lease(const std::string& sandbox_id) {
     Execution(db_.get(), delete_lease_.get()).bind(1, sandbox_id).run();
   }
@@ -611,6 +708,12 @@ class SqliteOwnershipStore final : public OwnershipStore {
   Statement select_lease_;
   Statement write_lease_;
   Statement delete_lease_;
+  Statement purge_capacity_;
+  Statement select_reservation_;
+  Statement write_reservation_;
+  Statement delete_reservation_;
+  Statement count_live_all_;
+  Statement count_live_user_;
 };
 
 SANDBOXD_EXPORT_OWNERSHIP_STORE(SqliteOwnershipStore,

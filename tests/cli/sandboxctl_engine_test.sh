@@ -196,6 +196,16 @@ check "the paused sandbox is resumed, same id" $? "$out"
 curl -sf --max-time 5 "$pause_url/v1/sandbox" >/dev/null; check "and answers at once" $? "$pause_url"
 expect_rc "P destroys" 0 "$ctl" --config "$work/p.json" destroy "$pause_id"
 
+# ── a ceiling (issue 23): replicas 1, overflow_policy reject → exit 7, kind capacity ──────
+sed 's/"idle_timeout": 600/"idle_timeout": 600, "replicas": 1, "overflow_policy": "reject"/; s/state-a/state-r/' \
+  "$work/a.json" >"$work/r.json"
+expect_rc "R acquires its one slot" 0 "$ctl" --config "$work/r.json" acquire --user rex --thread t-1 --json
+ceiling_id=$(field "$out" 'd["sandbox_id"]')
+expect_rc "R is refused a second" 7 "$ctl" --config "$work/r.json" acquire --user rex --thread t-2 --json
+[ "$(field "$out" 'd["error"]["kind"]')" = capacity ] && grep -q "the deployment holds 1 of 1 replica slots" <<<"$out"
+check "the refusal is kind capacity and names the ceiling" $? "$out"
+expect_rc "R destroys" 0 "$ctl" --config "$work/r.json" destroy "$ceiling_id"
+
 # ── a peer-owned config check, and nothing of ours left behind ──────────────────────────────
 expect_rc "check-config with a file" 0 "$ctl" --config "$work/a.json" check-config
 gone "$prefix"; check "no container with prefix $prefix is left" $? \

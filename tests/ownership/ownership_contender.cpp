@@ -11,6 +11,16 @@
 //   interval <id> <start ns> <end ns>
 // on CLOCK_MONOTONIC, which is system-wide, so intervals from different processes compare.
 //
+// mode "reserve" (issue 23): for <duration ms>, reserve capacity (ceilings: 3 in all, 2 per
+// user) for new sandbox ids of this process under a random user of u0..u2, hold each a few ms
+// and give it back. Every held reservation is written as
+//   reserved <user> <start ns> <end ns>
+// (from just after reserve granted it to just before unreserve), so the parent can check that
+// no instant saw more than 3 (or 2 of one user) across all processes.
+//
+// mode "hold-reservation": reserve capacity for the first id (ceiling 1 in all), write
+// "reserved <id>" and sleep until killed.
+//
 // mode "hold-own" / "hold-del": claim the first id (own or del), write "held <id>" to <output>
 // and sleep until killed (at most a minute, in case the parent died).
 //
@@ -37,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/sdk.hpp"
 
@@ -140,6 +151,32 @@ int contend(sandboxd::OwnershipStore& store, const std::vector<std::string>& ids
   return 0;
 }
 
+int reserve(sandboxd::OwnershipStore& store, const std::string& owner_id, int duration_ms,
+            const std::string& output) {
+  auto* ledger = sandboxd::store_capability<sandboxd::CapacityLedger>(store);
+  if (ledger == nullptr) throw std::invalid_argument("the store keeps no capacity ledger");
+  std::mt19937 random(std::random_device{}() ^ static_cast<unsigned int>(::getpid()));
+  std::uniform_int_distribution<int> pick_user(0, 2);
+  std::uniform_int_distribution<int> hold_us(500, 3000);
+  std::ostringstream held;
+  long attempts = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(duration_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string id = owner_id + "-" + std::to_string(++attempts);
+    const std::string user = "u" + std::to_string(pick_user(random));
+    if (ledger->reserve(id, user, 3, 2) == sandboxd::CapacityLedger::Refusal::none) {
+      const std::int64_t start = monotonic_ns();
+      std::this_thread::sleep_for(std::chrono::microseconds(hold_us(random)));
+      const std::int64_t end = monotonic_ns();
+      ledger->unreserve(id, user);
+      held << "reserved " << user << " " << start << " " << end << "\n";
+    }
+  }
+  held << "attempts " << attempts << "\n";
+  write_output(output, held.str());
+  return 0;
+}
+
 int hold(sandboxd::OwnershipStore& store, const std::string& id, bool for_destroy,
          const std::string& output) {
   if (!store.claim(id, for_destroy)) {
@@ -198,6 +235,18 @@ int main(int argc, char** argv) {
 
     if (mode == "open") return 0;
     if (mode == "contend") return contend(*store, ids, duration_ms, output);
+    if (mode == "reserve") return reserve(*store, owner_id, duration_ms, output);
+    if (mode == "hold-reservation") {
+      auto* ledger = sandboxd::store_capability<sandboxd::CapacityLedger>(*store);
+      if (ledger == nullptr || ledger->reserve(ids.front(), "held-user", 1, 0) !=
+                                   sandboxd::CapacityLedger::Refusal::none) {
+        std::cerr << "ownership_contender: could not reserve " << ids.front() << "\n";
+        return 1;
+      }
+      write_output(output, "reserved " + ids.front() + "\n");
+      std::this_thread::sleep_for(std::chrono::minutes(1));
+      return 0;
+    }
     if (mode == "hold-own") return hold(*store, ids.front(), false, output);
     if (mode == "hold-del") return hold(*store, ids.front(), true, output);
     throw std::invalid_argument("unknown mode '" + mode + "'");

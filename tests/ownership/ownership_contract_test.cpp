@@ -448,6 +448,75 @@ TEST_P(OwnershipContract, AcceptsItsOwnTypeAndWarnsAboutUnknownKeys) {
   EXPECT_FALSE(logger_->contains(LogLevel::warning, "sandbox.ownership.type"));
 }
 
+// --- the capacity ledger (issue 23) ---------------------------------------------------------
+
+#define LEDGER_OR_SKIP(store, ledger)                                                         \
+  auto* ledger = store_capability<CapacityLedger>(*(store));                                  \
+  if (ledger == nullptr) {                                                                    \
+    GTEST_SKIP() << GetParam() << " keeps no capacity ledger (its ceilings are per process)"; \
+  }
+
+TEST_P(OwnershipContract, TheLedgerGrantsUpToBothCeilingsBetweenOwners) {
+  auto peer = make_peer();
+  SKIP_WITHOUT_PEER(peer);
+  LEDGER_OR_SKIP(store_, mine);
+  auto* theirs = store_capability<CapacityLedger>(*peer);
+  using Refusal = CapacityLedger::Refusal;
+  EXPECT_EQ(mine->reserve("s1", "alice", 3, 2), Refusal::none);
+  EXPECT_EQ(mine->reserve("s2", "alice", 3, 2), Refusal::none);
+  EXPECT_EQ(theirs->reserve("s3", "alice", 3, 2), Refusal::per_user) << "alice has 2 of 2";
+  EXPECT_EQ(theirs->reserve("s3", "bob", 3, 2), Refusal::none);
+  EXPECT_EQ(theirs->reserve("s4", "carol", 3, 2), Refusal::total) << "3 of 3 in the deployment";
+  EXPECT_EQ(theirs->reserve("s1", "alice", 3, 2), Refusal::none)
+      << "an existing sandbox's reservation is taken over, never refused";
+  EXPECT_EQ(mine->reserved(""), 3u);
+  EXPECT_EQ(theirs->reserved("alice"), 2u);
+  mine->unreserve("s2", "alice");
+  EXPECT_EQ(theirs->reserve("s4", "carol", 3, 2), Refusal::none);
+  EXPECT_EQ(mine->reserve("s5", "dave", 3, 2), Refusal::total) << "still 3 of 3";
+  EXPECT_EQ(mine->reserve("s5", "dave", 0, 0), Refusal::none) << "0: no ceiling";
+  mine->unreserve("s5", "dave");
+  mine->renew_reservations({{"s9", "erin"}});  // an adopted sandbox: recorded, no ceiling
+  EXPECT_EQ(theirs->reserved(""), 4u);
+}
+
+TEST_P(OwnershipContract, EightConcurrentReservationsNeverExceedTheCeiling) {
+  LEDGER_OR_SKIP(store_, unused);
+  (void)unused;
+  if (GetParam() == kMemoryStoreUse) GTEST_SKIP();
+  std::vector<std::shared_ptr<OwnershipStore>> owners;
+  for (int i = 0; i < 8; ++i) owners.push_back(open("owner-" + std::to_string(i)));
+  std::atomic<int> granted{0};
+  std::latch start(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      start.arrive_and_wait();
+      auto* ledger = store_capability<CapacityLedger>(*owners[i]);
+      if (ledger->reserve("c" + std::to_string(i), "u" + std::to_string(i), 3, 0) ==
+          CapacityLedger::Refusal::none) {
+        ++granted;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(granted.load(), 3);
+}
+
+TEST_P(OwnershipContract, AReservationNobodyRenewsExpiresAfterTheTtl) {
+  SKIP_ON_SERVER_CLOCK();
+  LEDGER_OR_SKIP(store_, ledger);
+  using Refusal = CapacityLedger::Refusal;
+  ASSERT_EQ(ledger->reserve("kept", "alice", 2, 0), Refusal::none);
+  ASSERT_EQ(ledger->reserve("dropped", "bob", 2, 0), Refusal::none);
+  EXPECT_EQ(ledger->reserve("third", "carol", 2, 0), Refusal::total);
+  clock_->advance(store_->ttl_seconds() - 1);
+  ledger->renew_reservations({{"kept", "alice"}});
+  clock_->advance(2);  // "dropped" is one TTL old now; "kept" was renewed
+  EXPECT_EQ(ledger->reserved(""), 1u);
+  EXPECT_EQ(ledger->reserve("third", "carol", 2, 0), Refusal::none);
+}
+
 INSTANTIATE_TEST_SUITE_P(Stores, OwnershipContract,
                          ::testing::Values(kMemoryStoreUse, kSqliteStoreUse, kRedisStoreUse),
                          [](const ::testing::TestParamInfo<std::string>& info) {

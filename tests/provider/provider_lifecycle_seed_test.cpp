@@ -433,7 +433,8 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
     {
       std::lock_guard lock(provider->mutex_);
       provider->registry_.erase_released_if(id, info);
-      provider->registry_.add_released(id, info, clock->wall_now(), std::nullopt);  // released just now
+      provider->registry_.add_released(id, info, clock->wall_now(),
+                                       std::nullopt);  // released just now
     }
     return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
   };

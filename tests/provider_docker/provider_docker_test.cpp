@@ -238,6 +238,14 @@ TEST_F(ProviderOverDockerTest, AnEngineThatVanishesInsideACreateLeavesNothingBeh
   std::sort(expected.begin(), expected.end());
   std::printf("containers once back and another conversation served: %zu\n", after.size());
   EXPECT_EQ(after, expected) << "the half-made container of thread-1 was left behind";
+  if (after != expected) {  // what the plugin said about it
+    for (const auto& line : logger_->lines()) {
+      if (line.message.find("failed start") != std::string::npos ||
+          line.message.find("ontainer") != std::string::npos) {
+        std::printf("  log: %s\n", line.message.c_str());
+      }
+    }
+  }
   // The conversation that failed gets its sandbox now.
   const std::string retried = provider_->acquire("thread-1", "alice");
   EXPECT_TRUE(probe_sandbox_ready_once(provider_->get(retried)->base_url(), 5.0));

@@ -29,12 +29,11 @@ inline size_t append_body(char* data, size_t size, size_t count, void* target) {
 
 // Names of the containers whose name starts with `prefix` (running ones, or all with
 // `include_stopped`), asked of the engine directly rather than through the plugin under test.
-inline std::vector<std::string> engine_containers(const std::string& prefix,
-                                                  bool include_stopped = false) {
+// One GET to the test engine; the answer's body ("" on a transport error, which fails the test).
+inline std::string engine_get(const std::string& path) {
   CURL* curl = curl_easy_init();
   std::string body;
-  const std::string url =
-      std::string("http://d/containers/json") + (include_stopped ? "?all=1" : "");
+  const std::string url = "http://d" + path;
   curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path().c_str());
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
@@ -43,6 +42,13 @@ inline std::vector<std::string> engine_containers(const std::string& prefix,
   const CURLcode code = curl_easy_perform(curl);
   curl_easy_cleanup(curl);
   EXPECT_EQ(code, CURLE_OK) << curl_easy_strerror(code);
+  return body;
+}
+
+inline std::vector<std::string> engine_containers(const std::string& prefix,
+                                                  bool include_stopped = false) {
+  const std::string body =
+      engine_get(std::string("/containers/json") + (include_stopped ? "?all=1" : ""));
   rapidjson::Document listing;
   listing.Parse(body.c_str());
   std::vector<std::string> names;
@@ -75,19 +81,8 @@ inline std::vector<std::string> containers_left_after_removal(const std::string&
 // The engine's own word on a container's state ("running", "paused", …; "" when it has none),
 // asked directly rather than through the plugin under test.
 inline std::string engine_container_status(const std::string& name) {
-  CURL* curl = curl_easy_init();
-  std::string body;
-  const std::string url = "http://d/containers/" + name + "/json";
-  curl_easy_setopt(curl, CURLOPT_UNIX_SOCKET_PATH, socket_path().c_str());
-  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, append_body);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  const CURLcode code = curl_easy_perform(curl);
-  curl_easy_cleanup(curl);
-  EXPECT_EQ(code, CURLE_OK) << curl_easy_strerror(code);
   rapidjson::Document doc;
-  doc.Parse(body.c_str());
+  doc.Parse(engine_get("/containers/" + name + "/json").c_str());
   if (!doc.IsObject() || !doc.HasMember("State") || !doc["State"].IsObject() ||
       !doc["State"].HasMember("Status") || !doc["State"]["Status"].IsString()) {
     return "";

@@ -90,6 +90,9 @@ class EngineSocketProxy {
   // The socket file goes away, the listener closes and every open connection is cut.
   void vanish() {
     std::lock_guard lock(mutex_);
+    vanish_locked();
+  }
+  void vanish_locked() {
     vanished_ = true;
     vanish_after_create_ = false;
     ::unlink(listen_path_.c_str());
@@ -165,6 +168,13 @@ class EngineSocketProxy {
                                            ? request_window.size() + chunk.size() - 4096
                                            : 0);
           std::lock_guard lock(mutex_);
+          // A request that reached us after the vanishing never reaches the engine: the
+          // plugin's /start right after the create answer raced the shutdown (under load it
+          // got through on another connection, and the engine started the container).
+          if (vanished_) {
+            closed = true;
+            break;
+          }
           if (vanish_after_create_ && request_window.find("POST ") != std::string::npos &&
               request_window.find("/containers/create") != std::string::npos) {
             armed = true;
@@ -172,10 +182,15 @@ class EngineSocketProxy {
         } else if (armed) {
           answer += chunk;
         }
-        if (!write_all(fds[1 - side].fd, chunk)) closed = true;
         if (armed && side == 1 && complete_answer(answer)) {
+          // The answer and the vanishing under one lock: no request the client sends after
+          // reading it can be accepted or forwarded in between.
+          std::lock_guard lock(mutex_);
+          write_all(fds[1 - side].fd, chunk);
           ++creates_seen_;
-          vanish();
+          vanish_locked();
+          closed = true;
+        } else if (!write_all(fds[1 - side].fd, chunk)) {
           closed = true;
         }
       }

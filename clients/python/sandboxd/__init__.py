@@ -3,6 +3,7 @@
 from .client import Acquired, Client, default_socket_path
 from .errors import (
     BackendFailure,
+    CapacityExceeded,
     ConnectionFailed,
     InvalidRequest,
     NotFound,
@@ -15,6 +16,7 @@ from .errors import (
 __all__ = [
     "Acquired",
     "BackendFailure",
+    "CapacityExceeded",
     "Client",
     "ConnectionFailed",
     "InvalidRequest",

@@ -37,6 +37,13 @@ class OwnershipRefused(SandboxdError):
     """409: another instance holds the sandbox's lease or is tearing it down."""
 
 
+class CapacityExceeded(SandboxdError):
+    """429: a ceiling refused the sandbox (``replicas`` with ``overflow_policy``,
+    ``max_per_user``, or a wait past ``acquire_timeout``); try again later. The message names the
+    ceiling and the counts, e.g. ``capacity (per_user): user alice has 2 of max_per_user 2
+    sandboxes, none of them released; ...``."""
+
+
 class BackendFailure(SandboxdError):
     """502: the engine or provisioner failed."""
 
@@ -51,6 +58,7 @@ _BY_STATUS = {
     404: NotFound,
     409: OwnershipRefused,
     413: InvalidRequest,
+    429: CapacityExceeded,
     502: BackendFailure,
 }
 

@@ -219,3 +219,26 @@ def test_only_idempotent_calls_are_retried_after_a_broken_connection(tmp_path):
             assert len(server.requests) == before + 2, server.requests[before:]
     finally:
         server.close()
+
+
+def test_a_ceiling_refuses_with_429_as_capacity_exceeded(make_serve, prefix, tmp_path):
+    """Issue 23: replicas 1 with overflow_policy reject; the second conversation is refused
+    with a typed exception naming the ceiling, and is served once the first is released."""
+    from conftest import ENGINE_SOCKET, IMAGE
+
+    state = tmp_path / "ceiling"
+    served = make_serve("ceiling", "--on-exit", "destroy", section={
+        "backend": {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{ENGINE_SOCKET}",
+                    "image": IMAGE, "container_prefix": prefix},
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(state / "leases.db")},
+        "base_dir": str(state), "replicas": 1, "overflow_policy": "reject"})
+    client = served.client()
+    first = client.acquire("t-1", user_id="alice")
+    with pytest.raises(sandboxd.CapacityExceeded) as refused:
+        client.acquire("t-2", user_id="bob")
+    assert refused.value.status == 429 and refused.value.kind == "capacity"
+    assert "the deployment holds 1 of 1 replica slots (this gateway: 1 active" in refused.value.message
+    assert 'sandboxd_capacity_rejections_total{reason="capacity"} 1' in client.metrics()
+    client.release(first.sandbox_id)
+    assert client.acquire("t-2", user_id="bob").path == "created"

@@ -8,7 +8,12 @@
 // each must keep its name and its namespace once published.
 #pragma once
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "sandboxd/backend.hpp"
+#include "sandboxd/ownership.hpp"
 #include "sandboxd/types.hpp"
 
 namespace sandboxd {
@@ -40,6 +45,34 @@ class SandboxPausing {
   virtual void unpause(const SandboxInfo& info) = 0;
 };
 
+// A deployment-wide record of sandboxes for the capacity ceilings (issue 23), offered by an
+// ownership store that several gateway processes share (SQLite on one host, Redis across
+// hosts). A reservation stands for one sandbox, whatever its state (creating, active,
+// released), under its id; it names the user it counts against and the owner (this store's
+// owner_id) that renews it, and it expires one TTL (ttl_seconds()) after its last write, so a
+// dead gateway's reservations free themselves. Every call is atomic in the store and throws
+// OwnershipBackendError when the store cannot answer (the host then fails closed).
+class CapacityLedger {
+ public:
+  virtual ~CapacityLedger() = default;
+  enum class Refusal { none, total, per_user };
+  // Drops expired reservations; then, when `sandbox_id` is not reserved yet, records it for
+  // `user` only if fewer than `total_ceiling` reservations exist in all and fewer than
+  // `per_user_ceiling` for `user` (0: no such ceiling). An existing reservation of the id is
+  // renewed and taken over, never refused.
+  virtual Refusal reserve(const std::string& sandbox_id, const std::string& user,
+                          std::size_t total_ceiling, std::size_t per_user_ceiling) = 0;
+  // Records or refreshes each (id, user) as ours with a fresh TTL, with no ceiling: these
+  // sandboxes exist (the renewal loop, adoption, discovery).
+  virtual void renew_reservations(
+      const std::vector<std::pair<std::string, std::string>>& sandboxes) = 0;
+  // Drops the reservation of a sandbox that is gone (whoever made it); `user` is the one it
+  // was reserved for.
+  virtual void unreserve(const std::string& sandbox_id, const std::string& user) = 0;
+  // Live reservations, in all and for `user` ("" : in all only).
+  virtual std::size_t reserved(const std::string& user = "") = 0;
+};
+
 // The capability `Capability` of a backend, or nullptr when it does not offer it.
 template <class Capability>
 Capability* backend_capability(SandboxBackend& backend) {
@@ -48,6 +81,11 @@ Capability* backend_capability(SandboxBackend& backend) {
 template <class Capability>
 const Capability* backend_capability(const SandboxBackend& backend) {
   return dynamic_cast<const Capability*>(&backend);
+}
+// The capability `Capability` of an ownership store, or nullptr.
+template <class Capability>
+Capability* store_capability(OwnershipStore& store) {
+  return dynamic_cast<Capability*>(&store);
 }
 
 }  // namespace sandboxd

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sandboxd/core/overflow_policy.hpp"
 #include "sandboxd/redact.hpp"
 
 namespace sandboxd::core {
@@ -59,6 +60,12 @@ struct SandboxConfig {
   // Issue 23: pause a sandbox released this long ago (0: never, DeerFlow's behaviour). Takes
   // effect only with a backend that can pause; must be below idle_timeout to matter.
   double pause_after_seconds = 0.0;
+  // Issue 23, the ceilings (DeerFlow's E2B provider's words): unset overflow_policy keeps
+  // `replicas` soft; wait | reject | burst make it a ceiling. max_per_user 0: no per-user one.
+  OverflowPolicy overflow_policy = OverflowPolicy::soft;
+  double acquire_timeout = 30.0;  // wait: seconds a creation queues for a slot (> 0)
+  int burst_limit = 0;            // burst: slots beyond replicas
+  int max_per_user = 0;
 
   // From the ownership section; validated here because the core runs the renewal thread.
   double renewal_interval_seconds = 30.0;  // > 0

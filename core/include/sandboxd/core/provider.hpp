@@ -26,6 +26,7 @@
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/lifecycle_policy.hpp"
 #include "sandboxd/core/mounts.hpp"
+#include "sandboxd/core/overflow_policy.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/errors.hpp"
@@ -53,7 +54,12 @@ inline constexpr int kMaxContractAttempts = 3;
 inline constexpr std::size_t kShutdownParallelism = 16;
 
 struct ProviderOptions {
-  int replicas = 3;        // soft cap on active + warm; only warm entries are evicted
+  int replicas = 3;  // cap on active + released; only released entries are evicted
+  // soft: `replicas` is a soft cap. wait, reject, burst: it is a ceiling (see OverflowPolicy).
+  OverflowPolicy overflow_policy = OverflowPolicy::soft;
+  double acquire_timeout_seconds = 30.0;  // wait: how long a creation queues for a slot
+  int burst_limit = 0;                    // burst: slots beyond `replicas` (0: reject)
+  int max_per_user = 0;    // > 0: a ceiling per user (any policy; soft refuses at it)
   int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
   std::optional<bool> thread_data_mounts;  // SPEC §3.6 override
   double renewal_interval_seconds = 30.0;  // lease renewal and teardown heartbeat period
@@ -196,6 +202,15 @@ struct ProviderEventCounts {
   std::uint64_t pause_failures = 0;  // pauses the backend refused (the sandbox stayed warm)
   std::uint64_t resumes = 0;         // paused sandboxes thawed and handed out
   double resume_seconds = 0.0;       // total time of those resumes (thaw + liveness check)
+  // The ceilings (issue 23): creations that queued, the time they spent queued, and refusals
+  // by reason (capacity: the fleet ceiling; per_user: max_per_user; wait_timeout: queued
+  // longer than acquire_timeout).
+  std::uint64_t capacity_waits = 0;
+  double capacity_wait_seconds = 0.0;
+  std::uint64_t rejections_capacity = 0;
+  std::uint64_t rejections_per_user = 0;
+  std::uint64_t rejections_wait_timeout = 0;
+  std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
 };
 
 // Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
@@ -311,6 +326,7 @@ class Provider final {
     std::size_t warm = 0;    // released, running
     std::size_t paused = 0;  // released, frozen
     std::size_t reserved_for_teardown = 0;
+    std::size_t waiting = 0;  // creations queued for a slot (overflow_policy wait)
   };
   Counts counts() const;
   ProviderEventCounts event_counts() const;

@@ -1,0 +1,231 @@
+// The ceilings (issue 23): with overflow_policy set, `replicas` holds; max_per_user holds per
+// user; released sandboxes are evicted first (the user's own for the per-user ceiling); then
+// a creation is refused (reject), created within burst_limit (burst) or queued in arrival
+// order up to acquire_timeout (wait). Every refusal is a ServiceError of kind capacity that
+// names the ceiling and the counts. Deadlines run on the fixture's injected clock.
+#include <gmock/gmock.h>
+
+#include <future>
+
+#include "provider_fixtures.hpp"
+#include "sandboxd/core/service_errors.hpp"
+
+namespace sandboxd::testing {
+namespace {
+
+using core::ErrorKind;
+using core::OverflowPolicy;
+using core::ServiceError;
+using namespace std::chrono_literals;
+
+class ProviderCapacityTest : public ProviderFixture {
+ protected:
+  // What the backend holds right now and the most it ever held, and the order of its calls.
+  void count_live_sandboxes() {
+    backend->create_fn = [this](const CreateRequest& request) {
+      std::lock_guard lock(live_mutex);
+      calls.push_back("create " + request.sandbox_id);
+      max_live = std::max(max_live, ++live);
+      return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+    };
+    backend->destroy_fn = [this](const SandboxInfo& info) {
+      std::lock_guard lock(live_mutex);
+      calls.push_back("destroy " + info.sandbox_id);
+      --live;
+    };
+  }
+  std::string refusal(const std::string& thread, const std::string& user) {
+    try {
+      provider->acquire(thread, user);
+    } catch (const ServiceError& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::capacity) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "no capacity refusal for " << user << "/" << thread;
+    return "";
+  }
+  // Waits (bounded, real time) until `n` creations are queued.
+  bool queued(std::size_t n) {
+    for (int i = 0; i < 500; ++i) {
+      if (provider->counts().waiting == n) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  }
+  void TearDown() override {
+    backend->clear_scripts();
+    ProviderFixture::TearDown();
+  }
+
+  std::mutex live_mutex;
+  int live = 0, max_live = 0;
+  std::vector<std::string> calls;
+};
+
+TEST_F(ProviderCapacityTest, RejectRefusesAtTheCeilingAfterEvictingWhatIsReleased) {
+  options.replicas = 2;
+  options.overflow_policy = OverflowPolicy::reject;
+  count_live_sandboxes();
+  build();
+  const std::string first = provider->acquire("t-1", "alice");
+  provider->acquire("t-2", "bob");
+  EXPECT_THAT(
+      refusal("t-3", "carol"),
+      ::testing::AllOf(::testing::HasSubstr("capacity (capacity): all 2 replica slots are in use "
+                                            "(2 active, 0 released); overflow_policy reject"),
+                       ::testing::HasSubstr("try again later")));
+  EXPECT_EQ(backend->creates().size(), 2u) << "a refused creation must not reach the backend";
+  EXPECT_EQ(provider->event_counts().rejections_capacity, 1u);
+
+  provider->release(first);
+  const std::string third = provider->acquire("t-3", "carol");
+  // The released one was stopped before the new one was made: never 3 on the host.
+  EXPECT_EQ(calls, (std::vector<std::string>{
+                       "create " + first, "create " + core::deterministic_sandbox_id("t-2", "bob"),
+                       "destroy " + first, "create " + third}));
+  EXPECT_EQ(max_live, 2);
+}
+
+TEST_F(ProviderCapacityTest, BurstCreatesUpToItsLimitThenRefuses) {
+  options.replicas = 1;
+  options.overflow_policy = OverflowPolicy::burst;
+  options.burst_limit = 1;
+  count_live_sandboxes();
+  build();
+  provider->acquire("t-1", "alice");
+  provider->acquire("t-2", "alice");
+  EXPECT_TRUE(logger->contains(LogLevel::warning, "within burst_limit 1"));
+  EXPECT_THAT(refusal("t-3", "alice"), ::testing::HasSubstr("burst_limit 1 reached"));
+  EXPECT_EQ(max_live, 2);
+  EXPECT_EQ(provider->event_counts().bursts, 1u);
+}
+
+TEST_F(ProviderCapacityTest, MaxPerUserEvictsTheUsersOwnReleasedSandboxAndRefusesWhenAllActive) {
+  options.replicas = 10;  // soft: only the per-user ceiling holds
+  options.max_per_user = 2;
+  count_live_sandboxes();
+  build();
+  const std::string a1 = provider->acquire("t-1", "alice");
+  provider->acquire("t-2", "alice");
+  const std::string b1 = provider->acquire("t-1", "bob");
+  provider->release(b1);  // bob's released sandbox is not alice's to evict
+  EXPECT_THAT(refusal("t-3", "alice"),
+              ::testing::HasSubstr("capacity (per_user): user alice has 2 of max_per_user 2 "
+                                   "sandboxes, none of them released"));
+  EXPECT_EQ(provider->event_counts().rejections_per_user, 1u);
+  provider->acquire("t-2", "bob");  // bob has room
+
+  provider->release(a1);
+  provider->acquire("t-3", "alice");
+  const auto destroyed = backend->destroys();
+  ASSERT_EQ(destroyed.size(), 1u);
+  EXPECT_EQ(destroyed[0].sandbox_id, a1) << "alice's own released sandbox makes her room";
+  EXPECT_TRUE(provider->find(b1)) << "bob's released sandbox is untouched";
+}
+
+TEST_F(ProviderCapacityTest, WaitServesInArrivalOrderAndRefusesAtTheDeadline) {
+  options.replicas = 1;
+  options.overflow_policy = OverflowPolicy::wait;
+  options.acquire_timeout_seconds = 30;
+  count_live_sandboxes();
+  build();
+  const std::string first = provider->acquire("t-1", "alice");
+  auto second = std::async(std::launch::async, [&] { return provider->acquire("t-2", "bob"); });
+  ASSERT_TRUE(queued(1));
+  auto third = std::async(std::launch::async, [&] { return provider->acquire("t-3", "carol"); });
+  ASSERT_TRUE(queued(2));
+  EXPECT_EQ(second.wait_for(300ms), std::future_status::timeout) << "served with no slot free";
+
+  provider->release(first);  // evictable now: the first in line gets the slot
+  EXPECT_EQ(second.get(), core::deterministic_sandbox_id("t-2", "bob"));
+  EXPECT_EQ(third.wait_for(300ms), std::future_status::timeout) << "carol jumped the line";
+  EXPECT_EQ(provider->counts().waiting, 1u);
+
+  clock->advance(31);  // carol's deadline passes
+  try {
+    third.get();
+    FAIL() << "carol was served";
+  } catch (const ServiceError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::capacity);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("capacity (wait_timeout): no slot freed within "
+                                               "acquire_timeout 30.0s (waited 31.0s"));
+  }
+  EXPECT_EQ(provider->counts().waiting, 0u) << "a refused waiter left its ticket behind";
+  const auto events = provider->event_counts();
+  EXPECT_EQ(events.capacity_waits, 2u);
+  EXPECT_EQ(events.rejections_wait_timeout, 1u);
+  EXPECT_EQ(max_live, 1);
+}
+
+TEST_F(ProviderCapacityTest, ShutdownTurnsAwayAQueuedCreationAtOnce) {
+  options.replicas = 1;
+  options.overflow_policy = OverflowPolicy::wait;
+  build();
+  provider->acquire("t-1", "alice");
+  auto waiting = std::async(std::launch::async, [&] { return provider->acquire("t-2", "bob"); });
+  ASSERT_TRUE(queued(1));
+  provider->real().shutdown();
+  ASSERT_EQ(waiting.wait_for(2s), std::future_status::ready) << "shutdown left a waiter queued";
+  EXPECT_THROW(waiting.get(), std::runtime_error);
+}
+
+// 4× the ceiling of distinct conversations at once, each using its sandbox for a moment and
+// releasing it: the backend never holds more than `replicas`, everyone is served, and no
+// ticket or creation count is left behind.
+TEST_F(ProviderCapacityTest, FourTimesTheCeilingArrivingAtOnceNeverExceedsIt) {
+  options.replicas = 3;
+  options.overflow_policy = OverflowPolicy::wait;
+  count_live_sandboxes();
+  build();
+  std::vector<std::future<std::string>> conversations;
+  for (int i = 0; i < 12; ++i) {
+    conversations.push_back(std::async(std::launch::async, [this, i] {
+      const std::string id =
+          provider->acquire("t-" + std::to_string(i), "user-" + std::to_string(i));
+      std::this_thread::sleep_for(20ms);
+      provider->release(id);
+      return id;
+    }));
+  }
+  for (auto& conversation : conversations) EXPECT_FALSE(conversation.get().empty());
+  EXPECT_LE(max_live, 3) << "the ceiling did not hold";
+  EXPECT_EQ(backend->creates().size(), 12u);
+  EXPECT_EQ(provider->counts().waiting, 0u);
+  core::MutexLock lock(provider->mutex_);
+  EXPECT_FALSE(provider->registry_.any_creation()) << "a creation count leaked";
+}
+
+// Two gateways sharing one SQLite lease file: the ceiling is the deployment's. Each has its own
+// registry and backend; only the store's capacity ledger is shared.
+TEST_F(ProviderCapacityTest, TwoGatewaysSharingASqliteStoreHoldOneCeiling) {
+  options.replicas = 2;
+  options.overflow_policy = OverflowPolicy::reject;
+  const std::string db = tmp.path().string() + "/leases.db";
+  auto store_a = load_sqlite_store(db, "gateway-a", clock, logger);
+  auto store_b = load_sqlite_store(db, "gateway-b", clock, logger);
+  auto backend_b = std::make_shared<FakeBackend>();
+  auto gateway_a = make_provider_over(backend, store_a);
+  auto gateway_b = make_provider_over(backend_b, store_b);
+  EXPECT_TRUE(logger->contains(LogLevel::info, "Sandbox ceilings are deployment-wide"));
+
+  const std::string a1 = gateway_a->acquire("t-1", "alice");
+  gateway_b->acquire("t-2", "bob");
+  try {
+    gateway_a->acquire("t-3", "carol");
+    FAIL() << "a third sandbox in a deployment of 2";
+  } catch (const ServiceError& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::capacity);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("the deployment holds 2 of 2 replica slots "
+                                               "(this gateway: 1 active, 0 released)"));
+  }
+  EXPECT_EQ(backend->creates().size(), 1u) << "the refused creation reached the backend";
+
+  gateway_a->destroy(a1);  // gives its slot back to the deployment
+  EXPECT_NO_THROW(gateway_b->acquire("t-3", "carol"));
+  gateway_a.reset();
+  gateway_b.reset();
+  backend_b->clear_scripts();
+}
+
+}  // namespace
+}  // namespace sandboxd::testing
