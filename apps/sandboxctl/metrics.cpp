@@ -144,14 +144,17 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   header(out, "sandboxd_paused_sandboxes", "gauge",
          "Released sandboxes paused (frozen, no CPU) now.");
   out << "sandboxd_paused_sandboxes " << counts.paused << "\n";
-  header(out, "sandboxd_capacity_rejections_total", "counter",
-         "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout).");
+  header(
+      out, "sandboxd_capacity_rejections_total", "counter",
+      "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full).");
   out << "sandboxd_capacity_rejections_total{reason=\"capacity\"} " << events.rejections_capacity
       << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"per_user\"} " << events.rejections_per_user
       << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"wait_timeout\"} "
-      << events.rejections_wait_timeout << "\n";
+      << events.rejections_wait_timeout << "\n"
+      << "sandboxd_capacity_rejections_total{reason=\"queue_full\"} "
+      << events.rejections_queue_full << "\n";
   header(out, "sandboxd_capacity_wait_seconds_total", "counter",
          "Total time creations spent queued; divide by sandboxd_capacity_waits_total.");
   out << "sandboxd_capacity_wait_seconds_total " << number(events.capacity_wait_seconds) << "\n";

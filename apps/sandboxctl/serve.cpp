@@ -301,7 +301,10 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "and for taking the answer, 30 s between kept-alive requests. Connections cost no thread;\n"
       "past --max-connections the oldest unauthenticated or idle one is closed for a new one.\n"
       "Requests run on --workers threads (a slow create holds one); when none is free and the\n"
-      "queue is full, or no thread can be started, the answer is 503 and serve keeps going.\n\n"
+      "queue is full, or no thread can be started, the answer is 503 and serve keeps going.\n"
+      "An acquire queued for a slot (overflow_policy wait) holds one too: at most half of the\n"
+      "workers may wait, one more is answered 429 at once (queue_full), so a release that\n"
+      "frees a slot always finds a worker.\n\n"
       "SIGTERM or SIGINT stop it: it stops accepting, closes idle connections, lets requests in\n"
       "flight finish within --shutdown-grace seconds, then closes what is left, writes its\n"
       "registry and (--on-exit leave, the default) leaves every sandbox running for the next\n"
@@ -421,7 +424,10 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return ready;
   };
-  Session session(config, context.logger, std::move(hooks), SessionKind::daemon);
+  // Creations queued for a slot (overflow_policy wait) hold a worker each: at most half of the
+  // workers may, so a release that frees a slot always finds one.
+  Session session(config, context.logger, std::move(hooks), SessionKind::daemon,
+                  std::max<std::size_t>(1, limits.worker_threads / 2));
   ControlApi control(session, metrics, context.logger, token, !token.empty());
   api = &control;
 

@@ -21,7 +21,7 @@ std::filesystem::path serve_registry_path(const std::filesystem::path& state_dir
 }
 
 Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logger,
-                 core::ProviderHooks hooks, SessionKind kind)
+                 core::ProviderHooks hooks, SessionKind kind, std::size_t max_capacity_waiters)
     // Nobody renews a one-shot command's leases, so they must last at least as long as the
     // sandbox may sit idle before this state directory's own reaper would stop it.
     : config_(kind == SessionKind::one_shot
@@ -35,6 +35,7 @@ Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logg
   core::Provider::HostOptions host;
   host.owner_id = core::one_shot_owner_id(registry_.path());
   host.start = false;
+  host.max_capacity_waiters = max_capacity_waiters;
   provider_ = core::Provider::from_config(config_, logger_, std::move(hooks), host);
   provider_->import_registry(loaded_);
   service_ = std::make_unique<core::SandboxService>(*provider_, state_dir_.string(), where());

@@ -37,7 +37,8 @@ enum class SessionKind {
 class Session {
  public:
   Session(const sandboxd::core::SandboxConfig& config, std::shared_ptr<sandboxd::Logger> logger,
-          sandboxd::core::ProviderHooks hooks = {}, SessionKind kind = SessionKind::one_shot);
+          sandboxd::core::ProviderHooks hooks = {}, SessionKind kind = SessionKind::one_shot,
+          std::size_t max_capacity_waiters = 0);
   // Writes the registry back (errors logged) and detaches, unless commit() already did.
   ~Session();
   Session(const Session&) = delete;

@@ -217,6 +217,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   deps.options.acquire_timeout_seconds = config.acquire_timeout;
   deps.options.burst_limit = config.burst_limit;
   deps.options.max_per_user = config.max_per_user;
+  deps.options.max_waiting = host.max_capacity_waiters;
   deps.options.thread_data_mounts = config.thread_data_mounts;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
@@ -346,6 +347,7 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.rejections_capacity = events_.rejections_capacity.load(relaxed);
   counts.rejections_per_user = events_.rejections_per_user.load(relaxed);
   counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);
+  counts.rejections_queue_full = events_.rejections_queue_full.load(relaxed);
   counts.bursts = events_.bursts.load(relaxed);
   return counts;
 }

@@ -89,7 +89,10 @@ std::string Provider::Impl::capacity_refusal(const char* reason, const std::stri
     }
     message += ")";
   }
-  if (reason_name == "wait_timeout") {
+  if (reason_name == "queue_full") {
+    message = std::to_string(options_.max_waiting) + " creations already wait for a slot, " +
+              "the most this host lets queue: " + message;
+  } else if (reason_name == "wait_timeout") {
     message = "no slot freed within acquire_timeout " + fixed(options_.acquire_timeout_seconds, 1) +
               "s (waited " + fixed(waited_seconds, 1) + "s, " + std::to_string(waiting) +
               " still waiting): " + message;
@@ -211,6 +214,14 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
     }
     const double remaining = started + options_.acquire_timeout_seconds - now();
     if (remaining <= 0) refuse("wait_timeout", events_.rejections_wait_timeout);
+    if (!counted_wait && options_.max_waiting > 0) {
+      bool full = false;
+      {
+        MutexLock lock(mutex_);
+        full = capacity_queue_.size() > options_.max_waiting;  // ours is in it already
+      }
+      if (full) refuse("queue_full", events_.rejections_queue_full);
+    }
     if (!counted_wait) {
       counted_wait = true;
       events_.capacity_waits.fetch_add(1, std::memory_order_relaxed);

@@ -325,7 +325,8 @@ struct Provider::Impl {
     std::atomic<std::uint64_t> evictions{0}, idle_reaps{0}, adoptions{0}, lease_renewals{0},
         lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
-        rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0}, bursts{0};
+        rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
+        rejections_queue_full{0}, bursts{0};
   };
   EventCounters events_;
 

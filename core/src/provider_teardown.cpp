@@ -49,17 +49,24 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   }
   close_client(parked.client,
                [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
-  if (parked.info) notify_capacity_freed();  // a released sandbox can be evicted for a waiter
   ReleaseOutcome outcome = parked.info       ? ReleaseOutcome::released
                            : parked.was_warm ? ReleaseOutcome::already_warm
                                              : ReleaseOutcome::not_tracked;
-  if (parked.info && !refresh_ownership(sandbox_id)) {
+  // A lease that is no longer ours only because this instance is already evicting the sandbox
+  // (a creation waiting for room got there first) is not a peer's: the release stands.
+  const auto ours_being_torn_down = [&] {
+    MutexLock lock(mutex_);
+    return registry_.tearing_down(sandbox_id);
+  };
+  if (parked.info && !refresh_ownership(sandbox_id) && !ours_being_torn_down()) {
     log(LogLevel::warning, "Sandbox " + sandbox_id +
                                " is owned by another instance; releasing it from this warm pool");
     // The acquisition this release ended: a newer one must not be dropped.
     forget(sandbox_id, parked.epoch ? std::optional<std::uint64_t>(parked.epoch) : std::nullopt);
     outcome = ReleaseOutcome::lease_lost;
   }
+  // After the lease check: a waiter woken now may evict it at once.
+  if (parked.info) notify_capacity_freed();
   log_lazily(LogLevel::info, [&] {
     return "Released sandbox " + sandbox_id + " to warm pool (container still running)";
   });

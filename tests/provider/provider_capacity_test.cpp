@@ -157,6 +157,44 @@ TEST_F(ProviderCapacityTest, WaitServesInArrivalOrderAndRefusesAtTheDeadline) {
   EXPECT_EQ(max_live, 1);
 }
 
+// A bounded queue (serve sets it to half its workers): one waiter more is refused at once, so
+// queued creations cannot take every thread a release would need.
+TEST_F(ProviderCapacityTest, AFullQueueRefusesAtOnce) {
+  options.replicas = 1;
+  options.overflow_policy = OverflowPolicy::wait;
+  options.max_waiting = 1;
+  build();
+  const std::string first = provider->acquire("t-1", "alice");
+  auto waiting = std::async(std::launch::async, [&] { return provider->acquire("t-2", "bob"); });
+  ASSERT_TRUE(queued(1));
+  EXPECT_THAT(refusal("t-3", "carol"),
+              ::testing::HasSubstr("capacity (queue_full): 1 creations already wait for a slot, "
+                                   "the most this host lets queue"));
+  EXPECT_EQ(provider->event_counts().rejections_queue_full, 1u);
+  provider->release(first);
+  EXPECT_EQ(waiting.get(), core::deterministic_sandbox_id("t-2", "bob")) << "the waiter is served";
+}
+
+// Found by the serve test of a queued acquire: the release wakes the waiter, whose eviction
+// claims the released sandbox for teardown before the release re-checks the lease; the release
+// then took this instance's own teardown for a peer's lease and answered "lease lost" (409).
+TEST_F(ProviderCapacityTest, AReleaseRacedByOurOwnEvictionIsStillAReleaseNotALostLease) {
+  build();
+  const std::string id = provider->acquire("t-1", "alice");
+  {
+    // Our own eviction, between the release's park and its lease re-check.
+    core::MutexLock lock(provider->mutex_);
+    provider->registry_.reserve_teardown(id);
+  }
+  ASSERT_TRUE(store->claim(id, /*for_destroy=*/true));
+  EXPECT_EQ(provider->release(id), core::ReleaseOutcome::released);
+  EXPECT_FALSE(logger->contains(LogLevel::warning, "owned by another instance"));
+  {
+    core::MutexLock lock(provider->mutex_);
+    provider->registry_.finish_teardown(id);
+  }
+}
+
 TEST_F(ProviderCapacityTest, ShutdownTurnsAwayAQueuedCreationAtOnce) {
   options.replicas = 1;
   options.overflow_policy = OverflowPolicy::wait;

@@ -242,3 +242,40 @@ def test_a_ceiling_refuses_with_429_as_capacity_exceeded(make_serve, prefix, tmp
     assert 'sandboxd_capacity_rejections_total{reason="capacity"} 1' in client.metrics()
     client.release(first.sandbox_id)
     assert client.acquire("t-2", user_id="bob").path == "created"
+
+
+def test_waiters_never_take_the_worker_a_release_needs(make_serve, prefix, tmp_path):
+    """Issue 23, overflow_policy wait under serve --workers 2: one acquire may queue (half the
+    workers); the next is refused at once with queue_full; the release is served by the free
+    worker and hands the slot to the waiter."""
+    from conftest import ENGINE_SOCKET, IMAGE
+
+    state = tmp_path / "queue"
+    served = make_serve("queue", "--on-exit", "destroy", "--workers", "2", section={
+        "backend": {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{ENGINE_SOCKET}",
+                    "image": IMAGE, "container_prefix": prefix},
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(state / "leases.db")},
+        "base_dir": str(state), "replicas": 1, "overflow_policy": "wait", "acquire_timeout": 60})
+    first = served.client().acquire("t-1", user_id="alice")
+    waiter: dict = {}
+
+    def wait_for_slot() -> None:
+        try:
+            waiter["acquired"] = served.client().acquire("t-2", user_id="bob")
+        except sandboxd.SandboxdError as e:  # pragma: no cover - reported by the assert below
+            waiter["error"] = e
+
+    thread = threading.Thread(target=wait_for_slot)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while "capacity_queue_length 1" not in served.client().metrics():
+        assert time.monotonic() < deadline, "the second acquire never queued"
+        time.sleep(0.05)
+    with pytest.raises(sandboxd.CapacityExceeded) as refused:
+        served.client().acquire("t-3", user_id="carol")
+    assert "capacity (queue_full): 1 creations already wait for a slot" in refused.value.message
+    served.client().release(first.sandbox_id)
+    thread.join(timeout=60)
+    assert "error" not in waiter, waiter.get("error")
+    assert waiter["acquired"].path == "created"

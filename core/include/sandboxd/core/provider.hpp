@@ -59,7 +59,11 @@ struct ProviderOptions {
   OverflowPolicy overflow_policy = OverflowPolicy::soft;
   double acquire_timeout_seconds = 30.0;  // wait: how long a creation queues for a slot
   int burst_limit = 0;                    // burst: slots beyond `replicas` (0: reject)
-  int max_per_user = 0;    // > 0: a ceiling per user (any policy; soft refuses at it)
+  int max_per_user = 0;  // > 0: a ceiling per user (any policy; soft refuses at it)
+  // wait: how many creations may queue at once (0: no bound); one more is refused at once
+  // (reason queue_full). A host whose requests run on a bounded pool of threads sets it below
+  // that pool, so queued creations never take the threads a release needs to free a slot.
+  std::size_t max_waiting = 0;
   int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
   std::optional<bool> thread_data_mounts;  // SPEC §3.6 override
   double renewal_interval_seconds = 30.0;  // lease renewal and teardown heartbeat period
@@ -210,6 +214,7 @@ struct ProviderEventCounts {
   std::uint64_t rejections_capacity = 0;
   std::uint64_t rejections_per_user = 0;
   std::uint64_t rejections_wait_timeout = 0;
+  std::uint64_t rejections_queue_full = 0;
   std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
 };
 
@@ -247,6 +252,8 @@ class Provider final {
     // start(): orphan reconciliation, then the renewal and idle-checker threads. A one-shot
     // command leaves it off and calls what it needs itself.
     bool start = true;
+    // ProviderOptions::max_waiting (0: no bound).
+    std::size_t max_capacity_waiters = 0;
   };
   static std::unique_ptr<Provider> from_config(const SandboxConfig& config,
                                                std::shared_ptr<Logger> logger, ProviderHooks hooks,
