@@ -2,6 +2,7 @@
 // discover a running one or create one, under the conversation's locks.
 #include <chrono>
 
+#include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 #include "scope_exit.hpp"
 
@@ -350,8 +351,7 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
     note_acquire_path(AcquirePath::resumed);
     log_lazily(LogLevel::info, [&] {
       return "Resumed paused sandbox " + sandbox_id + " for user/thread " + user_id + "/" +
-             *thread_id + " at " + info->sandbox_url + " in " +
-             std::to_string(static_cast<long>(took * 1e3 + 0.5)) + " ms" +
+             *thread_id + " at " + info->sandbox_url + " in " + fixed(took * 1e3, 0) + " ms" +
              (post_lock ? " (post-lock check)" : "");
     });
     return sandbox_id;

@@ -72,22 +72,18 @@ std::string Provider::Impl::capacity_refusal(const char* reason, const std::stri
     message = "user " + user_id + " has " + std::to_string(deployment_of_user.value_or(of_user)) +
               " of max_per_user " + std::to_string(options_.max_per_user) + " sandboxes" +
               (deployment_of_user ? " in the deployment" : "") + ", none of them released here";
-  } else if (deployment_total && *deployment_total >= active + released) {
-    message = "the deployment holds " + std::to_string(*deployment_total) + " of " +
-              std::to_string(options_.replicas) +
-              " replica slots (this gateway: " + std::to_string(active) + " active, " +
-              std::to_string(released) + " released";
-    if (options_.overflow_policy == OverflowPolicy::burst) {
-      message += ", burst_limit " + std::to_string(options_.burst_limit) + " reached";
-    }
-    message += ")";
   } else {
-    message = "all " + std::to_string(options_.replicas) + " replica slots are in use (" +
-              std::to_string(active) + " active, " + std::to_string(released) + " released";
+    // What this gateway holds, the same words whether the ceiling is local or the deployment's.
+    std::string here =
+        std::to_string(active) + " active, " + std::to_string(released) + " released";
     if (options_.overflow_policy == OverflowPolicy::burst) {
-      message += ", burst_limit " + std::to_string(options_.burst_limit) + " reached";
+      here += ", burst_limit " + std::to_string(options_.burst_limit) + " reached";
     }
-    message += ")";
+    const std::string replicas = std::to_string(options_.replicas);
+    message = deployment_total && *deployment_total >= active + released
+                  ? "the deployment holds " + std::to_string(*deployment_total) + " of " +
+                        replicas + " replica slots (this gateway: " + here + ")"
+                  : "all " + replicas + " replica slots are in use (" + here + ")";
   }
   if (reason_name == "queue_full") {
     message = std::to_string(options_.max_waiting) + " creations already wait for a slot, " +

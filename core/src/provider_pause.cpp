@@ -32,10 +32,11 @@ int Provider::Impl::pause_idle_warm() {
     if (!policy_->pause_warm({id, entry.released_at, entry.identity, false}, warm_for)) continue;
     // Reserved as a teardown is: a reclaim of this sandbox, an eviction or the reaper waits
     // for the pause to finish instead of racing it, so an acquired sandbox is never frozen.
-    const Predicate still_warm = [id, entry](const SandboxRegistry& registry) {
-      const SandboxEntry* now = registry.find(id);
-      return now && now->warm() && now->info == entry.info && now->since == entry.released_at;
-    };
+    // The very entry of the snapshot (still_this_warm_entry), and running, not paused meanwhile.
+    const Predicate still_warm =
+        [id, same = still_this_warm_entry(id, entry)](const SandboxRegistry& registry) {
+          return same(registry) && registry.find(id)->warm();
+        };
     if (!reserve_local_teardown(id, still_warm)) continue;
     ScopeExit finish([&] { finish_local_teardown(id); });
     try {
