@@ -21,15 +21,20 @@
 //   engine_cold_beside_stop
 //                     the engine alone doing what replica pressure asks of it: one stop
 //                     and one create-to-ready side by side, until both are done
-// and prints median and p90 of each with the ratios BENCHMARKS.md tracks.
+// and prints median and p90 of each with the ratios BENCHMARKS.md tracks. With
+// --paused-sandboxes N (issue 23) it then releases N sandboxes, each left with one busy process
+// (a background job), and reads the CPU their containers' cgroups used over --paused-seconds S
+// (60) while warm, then over S again once paused: the figure the paused tier is for.
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
+//                         [--paused-sandboxes N [--paused-seconds S]]
 #include <curl/curl.h>
 #include <rapidjson/document.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,7 +100,38 @@ struct Options {
   std::string image = "localhost/sandboxd-test-sandbox:latest";
   int rounds = 10;
   std::string jsonl;
+  int paused_sandboxes = 0;  // 0: the paused-CPU figure is not measured
+  double paused_seconds = 60;
 };
+
+// CPU time (ns) the cgroup of process `pid` has used, from its cpu accounting: cgroup v1's
+// cpuacct.usage or v2's cpu.stat usage_usec, found through /proc/PID/cgroup.
+std::uint64_t cgroup_cpu_ns(long pid) {
+  std::ifstream memberships("/proc/" + std::to_string(pid) + "/cgroup");
+  std::string line;
+  while (std::getline(memberships, line)) {
+    const auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    const std::string path = line.substr(second + 1);
+    if (controllers.find("cpuacct") != std::string::npos) {
+      for (const std::string mount : {"/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpu,cpuacct"}) {
+        std::ifstream usage(mount + path + "/cpuacct.usage");
+        std::uint64_t ns = 0;
+        if (usage >> ns) return ns;
+      }
+    } else if (controllers.empty()) {
+      std::ifstream stat("/sys/fs/cgroup" + path + "/cpu.stat");
+      std::string key;
+      std::uint64_t value = 0;
+      while (stat >> key >> value) {
+        if (key == "usage_usec") return value * 1000;
+      }
+    }
+  }
+  throw std::runtime_error("no cgroup CPU accounting found for pid " + std::to_string(pid) +
+                           " (read /proc/" + std::to_string(pid) + "/cgroup)");
+}
 
 class EngineBench {
  public:
@@ -281,6 +317,73 @@ class EngineBench {
     q->shutdown();
   }
 
+  // Issue 23: what N released sandboxes cost in CPU over `paused_seconds`, warm then paused.
+  void paused_cpu() {
+    const int n = options_.paused_sandboxes;
+    auto provider_for_cpu = provider(1000, "cpu", /*pause_after_seconds=*/0.001);
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i)
+      ids.push_back(provider_for_cpu->acquire("cpu-" + std::to_string(i), "bench-user"));
+    for (const auto& id : ids) provider_for_cpu->release(id);
+    // The containers' init processes, by the engine (the sandboxes' containers carry the prefix).
+    std::vector<long> pids;
+    const Answer listed =
+        call(options_.socket, "GET",
+             "http://d/containers/json?filters=%7B%22name%22%3A%5B%22" + prefix_ + "cpu%22%5D%7D");
+    rapidjson::Document doc;
+    doc.Parse(listed.body.c_str());
+    if (!doc.IsArray()) throw std::runtime_error("container listing: " + listed.body);
+    for (const auto& container : doc.GetArray()) {
+      const Answer inspected =
+          call(options_.socket, "GET",
+               std::string("http://d/containers/") + container["Id"].GetString() + "/json");
+      rapidjson::Document state;
+      state.Parse(inspected.body.c_str());
+      pids.push_back(state["State"]["Pid"].GetInt64());
+    }
+    if (static_cast<int>(pids.size()) != n) {
+      throw std::runtime_error("expected " + std::to_string(n) + " containers, the engine lists " +
+                               std::to_string(pids.size()));
+    }
+    // Each sandbox keeps a process busy after its release (a background job the conversation
+    // left running): what a warm sandbox costs, and what pausing it saves.
+    for (const auto& container : doc.GetArray()) {
+      const Answer exec =
+          call(options_.socket, "POST",
+               std::string("http://d/containers/") + container["Id"].GetString() + "/exec",
+               R"({"Cmd": ["sh", "-c", "while :; do :; done"]})");
+      rapidjson::Document made;
+      made.Parse(exec.body.c_str());
+      if (exec.status != 201 || !made.IsObject() || !made.HasMember("Id")) {
+        throw std::runtime_error("exec create: " + exec.body);
+      }
+      const Answer started = call(options_.socket, "POST",
+                                  std::string("http://d/exec/") + made["Id"].GetString() + "/start",
+                                  R"({"Detach": true})");
+      if (started.status != 200) throw std::runtime_error("exec start: " + started.body);
+    }
+    const auto used_over = [&](double seconds) {
+      std::uint64_t before = 0, after = 0;
+      for (const long pid : pids) before += cgroup_cpu_ns(pid);
+      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+      for (const long pid : pids) after += cgroup_cpu_ns(pid);
+      return static_cast<double>(after - before) / 1e6;  // ms
+    };
+    std::fprintf(stderr,
+                 "paused CPU: %d sandboxes, each with one busy process, warm for %.0f s, then "
+                 "paused for %.0f s\n",
+                 n, options_.paused_seconds, options_.paused_seconds);
+    const double warm_ms = used_over(options_.paused_seconds);
+    if (provider_for_cpu->pause_idle_warm() != n)
+      throw std::runtime_error("not every sandbox paused");
+    const double paused_ms = used_over(options_.paused_seconds);
+    provider_for_cpu->shutdown();
+    std::printf(
+        "CPU of %d released sandboxes, one busy process each, over %.0f s (cgroup "
+        "accounting): warm %.1f ms, paused %.1f ms\n",
+        n, options_.paused_seconds, warm_ms, paused_ms);
+  }
+
   void summary() {
     std::printf("%-18s %6s %12s %12s\n", "scenario", "n", "median_ms", "p90_ms");
     std::map<std::string, std::pair<double, double>> figures;
@@ -345,10 +448,19 @@ int main(int argc, char** argv) {
       options.rounds = std::max(1, std::atoi(argv[++i]));
     } else if (arg == "--jsonl" && has_value) {
       options.jsonl = argv[++i];
+    } else if (arg == "--paused-sandboxes" && has_value) {
+      options.paused_sandboxes = std::max(0, std::atoi(argv[++i]));
+    } else if (arg == "--paused-seconds" && has_value) {
+      options.paused_seconds = std::max(1.0, std::atof(argv[++i]));
     } else {
       std::fprintf(stderr,
                    "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
-                   "[--rounds N] [--jsonl FILE]\n");
+                   "[--rounds N] [--jsonl FILE]\n"
+                   "                             [--paused-sandboxes N [--paused-seconds S]]\n"
+                   "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
+                   "warm, then paused (cgroup)\n"
+                   "  --paused-seconds S    how long each of those two readings lasts "
+                   "(default 60)\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -361,6 +473,7 @@ int main(int argc, char** argv) {
     EngineBench bench(options);
     bench.run();
     bench.summary();
+    if (options.paused_sandboxes > 0) bench.paused_cpu();
   } catch (const std::exception& error) {
     std::fprintf(stderr, "sandboxd_engine_bench: %s\n", error.what());
     return 1;

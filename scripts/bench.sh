@@ -10,7 +10,8 @@
 #   4. with --engine ENGINE (podman or docker): sandboxd_engine_bench on that test engine
 #      (scripts/test_engine.sh starts it; one it started is stopped again): the provider's cold
 #      acquire, warm reclaim and replica pressure beside the engine's own create-to-ready,
-#      inspect and stop, alternating round by round.
+#      inspect and stop, alternating round by round; then the CPU of 5 released sandboxes
+#      over 60 s warm and 60 s paused (5 s each with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -22,10 +23,11 @@ bench="$build_dir/bench/sandboxd_bench"
 quick=()
 probes=1001
 rounds=10
+paused_seconds=60
 engine=""
 while (($#)); do
   case "$1" in
-    --quick) quick=(--quick); probes=101; rounds=3 ;;
+    --quick) quick=(--quick); probes=101; rounds=3; paused_seconds=5 ;;
     --engine) engine="${2:?--engine needs podman or docker}"; shift ;;
     *) echo "bench: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -70,5 +72,5 @@ if [ -n "$engine" ]; then
   echo "== sandboxd_engine_bench on $engine, $rounds rounds"
   "$build_dir/bench/sandboxd_engine_bench" --socket "unix://$SANDBOXD_TEST_DOCKER_SOCKET" \
     --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds" \
-    --jsonl "$build_dir/bench/engine_rows.jsonl"
+    --jsonl "$build_dir/bench/engine_rows.jsonl" --paused-sandboxes 5 --paused-seconds "$paused_seconds"
 fi

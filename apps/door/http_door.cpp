@@ -371,8 +371,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     set_phase(Phase::handling);
     disarm();
     auto message = parser_->release();
-    Request request{head_, std::move(message.body())};
+    Request request{head_, std::move(message.body()), std::make_shared<core::Cancellation>()};
     parser_.reset();
+    watch_for_hang_up(request.hung_up);
     std::string refusal;
     bool queued = false;
     try {
@@ -403,8 +404,36 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // While the handler runs: one wait for the socket to become readable. End of stream (the
+  // client closed or shut down its sending side) or an error cancels `hung_up`; bytes instead
+  // (a pipelined request) end the watch, the client being there.
+  void watch_for_hang_up(std::shared_ptr<core::Cancellation> hung_up) {
+    watching_ = true;
+    socket_.async_wait(Generic::socket::wait_read, [self = shared_from_this(),
+                                                    hung_up](const boost::system::error_code& ec) {
+      if (ec || self->phase_ != Phase::handling) return;
+      self->watching_ = false;
+      char byte = 0;
+      boost::system::error_code peeked;
+      const std::size_t n =
+          self->socket_.receive(asio::buffer(&byte, 1), Generic::socket::message_peek, peeked);
+      if (n > 0) return;
+      hung_up->cancel();
+      if (self->impl_->options.logger && self->impl_->options.logger->enabled(LogLevel::debug)) {
+        self->impl_->log(LogLevel::debug, "the client of " + self->head_.method + " " +
+                                              loggable_path(self->head_.target) + " from " +
+                                              self->peer_ + " hung up while it was handled");
+      }
+    });
+  }
+
   void write(Response answer, bool close_after) {
     if (phase_ == Phase::closed) return;  // the grace period ended before the handler did
+    if (watching_) {                      // the handler is done: the wait for a hang-up ends
+      watching_ = false;
+      boost::system::error_code ignored;
+      socket_.cancel(ignored);
+    }
     set_phase(Phase::writing);
     const bool keep = keep_alive_ && !close_after && !impl_->stopping;
     response_.emplace(static_cast<http::status>(answer.status), version_ ? version_ : 11);
@@ -493,6 +522,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool admitted_ever_ = false;
   bool keep_alive_ = false;
   bool lingering_ = false;
+  bool watching_ = false;  // a wait for a hang-up is pending (watch_for_hang_up)
   unsigned version_ = 11;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;

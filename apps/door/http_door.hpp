@@ -16,7 +16,9 @@
 //    one that has not been admitted yet, else the oldest idle kept-alive one; only when every
 //    slot serves an admitted request is it answered 503;
 //  - exhaust threads or memory: a handler that cannot get a worker (pool full, no thread to be
-//    had) or memory is answered 503, and the server keeps serving.
+//    had) or memory is answered 503, and the server keeps serving;
+//  - leave a handler waiting for nobody: while it runs the I/O thread watches the connection,
+//    and a hang-up cancels the request's `hung_up`.
 // stop() (from any thread, a signal watcher's) stops accepting, closes connections that have
 // no request in flight, lets requests in flight finish within `shutdown_grace`, then closes
 // whatever is left, stuck readers and writers included; run() then returns.
@@ -32,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::door {
@@ -58,6 +61,10 @@ struct RequestHead {
 struct Request {
   RequestHead head;
   std::string body;
+  // Cancelled by the I/O thread when the client hangs up (or shuts down its sending side)
+  // while the handler runs, so a handler that waits can stop waiting (serve's acquire queued
+  // for a slot). Never null in a handler.
+  std::shared_ptr<sandboxd::core::Cancellation> hung_up;
 };
 
 struct Response {

@@ -155,9 +155,18 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       << events.rejections_wait_timeout << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"queue_full\"} "
       << events.rejections_queue_full << "\n";
-  header(out, "sandboxd_capacity_wait_seconds_total", "counter",
-         "Total time creations spent queued; divide by sandboxd_capacity_waits_total.");
-  out << "sandboxd_capacity_wait_seconds_total " << number(events.capacity_wait_seconds) << "\n";
+  header(out, "sandboxd_capacity_wait_seconds", "histogram",
+         "How long creations queued for a slot, counted as each wait ended.");
+  std::uint64_t waits_ended = 0;
+  const auto& bounds = sandboxd::core::ProviderEventCounts::kCapacityWaitBounds;
+  for (std::size_t i = 0; i < events.capacity_wait_buckets.size(); ++i) {
+    waits_ended += events.capacity_wait_buckets[i];
+    out << "sandboxd_capacity_wait_seconds_bucket{le=\""
+        << (i < bounds.size() ? number(bounds[i]) : std::string("+Inf")) << "\"} " << waits_ended
+        << "\n";
+  }
+  out << "sandboxd_capacity_wait_seconds_sum " << number(events.capacity_wait_seconds) << "\n"
+      << "sandboxd_capacity_wait_seconds_count " << waits_ended << "\n";
   header(out, "sandboxd_capacity_queue_length", "gauge", "Creations queued for a slot now.");
   out << "sandboxd_capacity_queue_length " << counts.waiting << "\n";
   header(out, "sandboxd_resume_seconds_total", "counter",

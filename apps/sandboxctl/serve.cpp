@@ -232,6 +232,7 @@ class ControlApi {
       route = "/v1/sandboxes/acquire";
       core::AcquireRequest acquire;
       parse_acquire_body(request.body, acquire.user_id, acquire.thread_id);
+      acquire.cancellation = request.hung_up;  // a client that hangs up leaves the queue
       const auto start = std::chrono::steady_clock::now();
       core::Acquired acquired;
       try {
@@ -304,7 +305,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "queue is full, or no thread can be started, the answer is 503 and serve keeps going.\n"
       "An acquire queued for a slot (overflow_policy wait) holds one too: at most half of the\n"
       "workers may wait, one more is answered 429 at once (queue_full), so a release that\n"
-      "frees a slot always finds a worker.\n\n"
+      "frees a slot always finds a worker. A client that hangs up while its acquire waits\n"
+      "leaves the queue at once.\n\n"
       "SIGTERM or SIGINT stop it: it stops accepting, closes idle connections, lets requests in\n"
       "flight finish within --shutdown-grace seconds, then closes what is left, writes its\n"
       "registry and (--on-exit leave, the default) leaves every sandbox running for the next\n"

@@ -21,6 +21,7 @@ void AsyncAcquisition::cancel() {
     MutexLock lock(state_->mutex);
     state_->cancelled = true;
   }
+  state_->cancellation.cancel();
   state_->finish("", std::make_exception_ptr(AsyncAcquisitionCancelled("acquire_async cancelled")));
 }
 

@@ -4,7 +4,8 @@
 // ones before anything they use is closed.
 //
 // Lock story: AsyncAcquisitions::mutex is a leaf lock (nothing else is taken under it, no task
-// runs under it); each State has its own.
+// runs under it); each State has its own, also a leaf. A State's `cancellation` has its own
+// story (sandboxd/core/cancellation.hpp).
 #pragma once
 
 #include <condition_variable>
@@ -15,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "thread_annotations.hpp"
 
@@ -27,6 +29,8 @@ struct AsyncAcquisition::State {
   bool cancelled GUARDED_BY(mutex) = false;
   std::string result GUARDED_BY(mutex);
   std::exception_ptr error GUARDED_BY(mutex);
+  // Cancelled with `cancelled`: a capacity wait the acquisition is in leaves its queue at once.
+  Cancellation cancellation;
 
   void finish(std::string value, std::exception_ptr failure) {
     {

@@ -11,6 +11,7 @@
 #include <system_error>
 
 #include "provider_impl.hpp"
+#include "running_cancellation.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/owner_id.hpp"
@@ -243,6 +244,12 @@ AcquireResult Provider::acquire_traced(const std::optional<std::string>& thread_
                                        const std::optional<std::string>& user_id) {
   return impl_->acquire_traced(thread_id, user_id);
 }
+AcquireResult Provider::acquire_traced(const std::optional<std::string>& thread_id,
+                                       const std::optional<std::string>& user_id,
+                                       Cancellation& cancellation) {
+  const RunningCancellation running(&cancellation);
+  return impl_->acquire_traced(thread_id, user_id);
+}
 AsyncAcquisition Provider::acquire_async(const std::optional<std::string>& thread_id,
                                          const std::optional<std::string>& user_id) {
   return impl_->acquire_async(thread_id, user_id);
@@ -344,6 +351,9 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.capacity_waits = events_.capacity_waits.load(relaxed);
   counts.capacity_wait_seconds =
       static_cast<double>(events_.capacity_wait_microseconds.load(relaxed)) / 1e6;
+  for (std::size_t i = 0; i < counts.capacity_wait_buckets.size(); ++i) {
+    counts.capacity_wait_buckets[i] = events_.capacity_wait_buckets[i].load(relaxed);
+  }
   counts.rejections_capacity = events_.rejections_capacity.load(relaxed);
   counts.rejections_per_user = events_.rejections_per_user.load(relaxed);
   counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);

@@ -5,6 +5,7 @@
 
 #include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
+#include "running_cancellation.hpp"
 
 namespace sandboxd::core {
 void Provider::Impl::start() {
@@ -97,6 +98,7 @@ void Provider::Impl::run_async_acquisition(const std::shared_ptr<AsyncAcquisitio
   std::exception_ptr error;
   if (!state->is_cancelled()) {
     try {
+      const RunningCancellation running(&state->cancellation);  // a capacity wait sees cancel()
       result = acquire_with_restarts(thread_id, user);
     } catch (...) {
       error = std::current_exception();

@@ -9,11 +9,13 @@
 // deployment-wide: a creation admitted here also reserves its slot in the store, atomically
 // against every other gateway; reservations are renewed with the leases and expire one TTL
 // after a gateway stops renewing them. Without one (the memory store), they hold per process.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
+#include "running_cancellation.hpp"
 #include "sandboxd/core/service_errors.hpp"
 #include "scope_exit.hpp"
 
@@ -107,12 +109,32 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
   std::optional<std::uint64_t> ticket;
   bool counted_wait = false;
   bool for_deployment_logged = false;
+  // An acquisition cancelled meanwhile (its serve client hung up, its acquire_async was
+  // cancelled) leaves the queue at once instead of holding its place, and then a slot, until a
+  // slot frees or its deadline passes.
+  Cancellation* const cancellation = running_cancellation();
+  const auto cancelled = [cancellation] {
+    return cancellation != nullptr && cancellation->cancelled();
+  };
+  if (cancellation != nullptr) {
+    cancellation->set_wake([this] {
+      { MutexLock lock(mutex_); }  // a waiter between its check and its wait is waiting now
+      notify_capacity_freed();
+    });
+  }
+  ScopeExit clear_wake([cancellation] {
+    if (cancellation != nullptr) cancellation->clear_wake();
+  });
   ScopeExit leave_queue([&] {
     if (counted_wait) {
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_steady).count();
       events_.capacity_wait_microseconds.fetch_add(static_cast<std::uint64_t>(waited * 1e6),
                                                    std::memory_order_relaxed);
+      const auto& bounds = ProviderEventCounts::kCapacityWaitBounds;
+      const auto bucket = static_cast<std::size_t>(
+          std::lower_bound(bounds.begin(), bounds.end(), waited) - bounds.begin());
+      events_.capacity_wait_buckets[bucket].fetch_add(1, std::memory_order_relaxed);
     }
     if (!ticket) return;
     {
@@ -136,6 +158,10 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
       if (registry_.shut_down()) {
         throw std::runtime_error("the provider is shutting down; not creating sandbox " +
                                  sandbox_id);
+      }
+      if (cancelled()) {
+        throw AsyncAcquisitionCancelled("the acquisition of sandbox " + sandbox_id +
+                                        " was cancelled while it waited for a slot");
       }
       if (!ticket) ticket = capacity_queue_.enqueue(user_id);
       const std::size_t in_use = registry_.slots_in_use(sandbox_id);
@@ -227,6 +253,7 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
                               ", at most " + fixed(remaining, 1) + "s)");
     }
     MutexLock lock(mutex_);
+    if (cancelled()) continue;  // checked under the mutex its wake takes: no lost wake-up
     lock.wait_for(capacity_freed_,
                   std::chrono::duration<double>(std::min(remaining, kCapacityRecheckSeconds)));
   }

@@ -327,6 +327,8 @@ struct Provider::Impl {
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
         rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
         rejections_queue_full{0}, bursts{0};
+    std::array<std::atomic<std::uint64_t>, ProviderEventCounts::kCapacityWaitBounds.size() + 1>
+        capacity_wait_buckets{};
   };
   EventCounters events_;
 

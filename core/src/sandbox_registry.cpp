@@ -60,10 +60,12 @@ void SandboxRegistry::install_active(const std::string& id, ClientPtr client, In
     throw std::runtime_error("the provider is shutting down; not handing out sandbox " + id);
   }
   SandboxEntry& e = entry(id);
-  set_state(e, SandboxState::active);
+  recount(e, [&] {
+    set_state(e, SandboxState::active);
+    e.identity = key;
+  });
   e.client = std::move(client);
   e.info = std::move(info);
-  e.identity = key;
   e.since = now;
   if (key) conversations_.assign(*key, id);
 }
@@ -83,13 +85,17 @@ SandboxRegistry::Parked SandboxRegistry::park(const std::string& id, double now)
   parked.client = std::move(e.client);
   if (e.info) {
     parked.info = e.info;
-    e.identity = first_key ? std::move(first_key) : std::move(e.identity);
+    recount(e, [&] {
+      e.identity = first_key ? std::move(first_key) : std::move(e.identity);
+      set_state(e, SandboxState::warm);
+    });
     e.since = now;
-    set_state(e, SandboxState::warm);
   } else {
     // An active entry without an info (a seed fixture's partial dict) is simply dropped.
-    e.identity.reset();
-    set_state(e, SandboxState::none);
+    recount(e, [&] {
+      e.identity.reset();
+      set_state(e, SandboxState::none);
+    });
     collect(it);
   }
   return parked;
@@ -101,9 +107,11 @@ bool SandboxRegistry::add_released(const std::string& id, InfoPtr info, double r
   if (e.state != SandboxState::none) return false;
   e.info = std::move(info);
   e.since = released_at;
-  e.identity = std::move(identity);
   e.client.reset();
-  set_state(e, paused ? SandboxState::paused : SandboxState::warm);
+  recount(e, [&] {
+    e.identity = std::move(identity);
+    set_state(e, paused ? SandboxState::paused : SandboxState::warm);
+  });
   return true;
 }
 
@@ -139,9 +147,11 @@ SandboxRegistry::Removed SandboxRegistry::remove(const std::string& id,
     removed.info = std::move(e.info);
     removed.identity = e.identity;
   }
-  e.identity.reset();
   e.epoch = 0;
-  set_state(e, SandboxState::none);
+  recount(e, [&] {
+    e.identity.reset();
+    set_state(e, SandboxState::none);
+  });
   collect(it);
   return removed;
 }
@@ -155,9 +165,12 @@ std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::take_released() 
 void SandboxRegistry::erase_released_if(const std::string& id, const InfoPtr& info) {
   auto it = entries_.find(id);
   if (it == entries_.end() || !it->second.released() || it->second.info != info) return;
-  it->second.info.reset();
-  it->second.identity.reset();
-  set_state(it->second, SandboxState::none);
+  SandboxEntry& e = it->second;
+  e.info.reset();
+  recount(e, [&] {
+    e.identity.reset();
+    set_state(e, SandboxState::none);
+  });
   collect(it);
 }
 
@@ -200,9 +213,11 @@ ClientPtr SandboxRegistry::forget(const std::string& id,
   ClientPtr client = e.active() ? std::move(e.client) : nullptr;
   e.client.reset();
   e.info.reset();
-  e.identity.reset();
   e.epoch = 0;
-  set_state(e, SandboxState::none);
+  recount(e, [&] {
+    e.identity.reset();
+    set_state(e, SandboxState::none);
+  });
   collect(it);
   return client;
 }
@@ -248,14 +263,19 @@ std::optional<std::uint64_t> SandboxRegistry::epoch_of(const std::string& id) co
 
 void SandboxRegistry::begin_creation(const std::string& id, const std::string& user) {
   SandboxEntry& e = entry(id);
-  ++e.creations;
-  if (!user.empty()) e.creating_user = user;
+  recount(e, [&] {
+    ++e.creations;
+    if (!user.empty()) e.creating_user = user;
+  });
 }
 
 void SandboxRegistry::end_creation(const std::string& id) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return;
-  if (it->second.creations > 0) --it->second.creations;
+  SandboxEntry& e = it->second;
+  recount(e, [&] {
+    if (e.creations > 0) --e.creations;
+  });
   collect(it);
 }
 
@@ -264,26 +284,43 @@ bool SandboxRegistry::any_creation() const {
                      [](const auto& item) { return item.second.creations > 0; });
 }
 
-std::size_t SandboxRegistry::slots_in_use(const std::string& creating_id) const {
-  std::size_t in_use = active_ + warm_ + paused_;
-  for (const auto& [id, e] : entries_) {
+void SandboxRegistry::tally(const SandboxEntry& e, int sign) {
+  const auto add = [&](const std::string& user, std::size_t n) {
+    if (n == 0) return;
+    if (sign > 0) {
+      per_user_[user] += n;
+      return;
+    }
+    auto it = per_user_.find(user);
+    if (it == per_user_.end() || it->second < n) throw std::logic_error("per-user count underflow");
+    if ((it->second -= n) == 0) per_user_.erase(it);
+  };
+  if (e.active() || e.released()) {
     // A creation already registered is counted as active (or released), not twice.
-    if (e.creations == 0 || id == creating_id || e.active() || e.released()) continue;
-    in_use += static_cast<std::size_t>(e.creations);
+    if (e.identity) add(e.identity->user_id, 1);
+  } else if (e.creations > 0) {
+    const auto creations = static_cast<std::size_t>(e.creations);
+    pending_creations_ = sign > 0 ? pending_creations_ + creations : pending_creations_ - creations;
+    add(e.creating_user, creations);
   }
-  return in_use;
+}
+
+std::size_t SandboxRegistry::own_pending_creations(const std::string& creating_id) const {
+  const SandboxEntry* e = find(creating_id);
+  if (!e || e->active() || e->released()) return 0;
+  return static_cast<std::size_t>(e->creations);
+}
+
+std::size_t SandboxRegistry::slots_in_use(const std::string& creating_id) const {
+  return active_ + warm_ + paused_ + pending_creations_ - own_pending_creations(creating_id);
 }
 
 std::size_t SandboxRegistry::sandboxes_of_user(const std::string& user,
                                                const std::string& creating_id) const {
-  std::size_t count = 0;
-  for (const auto& [id, e] : entries_) {
-    if (e.active() || e.released()) {
-      if (e.identity && e.identity->user_id == user) ++count;
-    } else if (e.creations > 0 && id != creating_id && e.creating_user == user) {
-      count += static_cast<std::size_t>(e.creations);
-    }
-  }
+  auto it = per_user_.find(user);
+  std::size_t count = it == per_user_.end() ? 0 : it->second;
+  const SandboxEntry* creating = find(creating_id);
+  if (creating && creating->creating_user == user) count -= own_pending_creations(creating_id);
   return count;
 }
 

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sandboxd/core/conversation.hpp"
@@ -150,7 +151,8 @@ class SandboxRegistry {
   // creation already registered under its id is counted once).
   std::size_t slots_in_use(const std::string& creating_id) const;
   // The same for one user (max_per_user): active and released sandboxes whose identity is the
-  // user's, and the user's creations in flight other than `creating_id`'s. O(n).
+  // user's, and the user's creations in flight other than `creating_id`'s. Both O(1): kept as
+  // counts beside the entries (recount), since every admission under a ceiling asks them.
   std::size_t sandboxes_of_user(const std::string& user, const std::string& creating_id) const;
 
   // ── the conversation index ──
@@ -187,6 +189,17 @@ class SandboxRegistry {
  private:
   SandboxEntry& entry(const std::string& id) { return entries_[id]; }
   void set_state(SandboxEntry& entry, SandboxState state);
+  // Every change of an entry's state, identity, creations or creating_user goes through here,
+  // so that pending_creations_ and per_user_ stay what a walk over entries_ would count.
+  template <class Change>
+  void recount(SandboxEntry& entry, Change change) {
+    tally(entry, -1);
+    change();
+    tally(entry, +1);
+  }
+  void tally(const SandboxEntry& entry, int sign);
+  // A creation of `creating_id` not yet registered under its id: what the counts leave out.
+  std::size_t own_pending_creations(const std::string& creating_id) const;
   // Erases `it` when it holds neither a state nor a mark.
   void collect(std::map<std::string, SandboxEntry>::iterator it);
 
@@ -196,6 +209,11 @@ class SandboxRegistry {
   std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks_;
   std::uint64_t epoch_counter_ = 0;
   std::size_t active_ = 0, warm_ = 0, paused_ = 0, teardowns_ = 0;
+  // Creations in flight of entries not yet active or released (slots_in_use).
+  std::size_t pending_creations_ = 0;
+  // By user: active and released sandboxes with that user's identity, plus that user's
+  // creations in flight counted in pending_creations_ (sandboxes_of_user). No zero counts.
+  std::unordered_map<std::string, std::size_t> per_user_;
   bool shutdown_ = false;
 };
 

@@ -82,8 +82,11 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   } catch (const std::invalid_argument& e) {
     throw ServiceError(ErrorKind::invalid_argument, request.thread_label + ": " + e.what());
   }
-  const AcquireResult result =
-      typed([&] { return provider_.acquire_traced(request.thread_id, request.user_id); });
+  const AcquireResult result = typed([&] {
+    return request.cancellation
+               ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
+               : provider_.acquire_traced(request.thread_id, request.user_id);
+  });
   Acquired acquired;
   acquired.sandbox_id = result.sandbox_id;
   acquired.path = result.path;

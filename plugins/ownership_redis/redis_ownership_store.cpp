@@ -98,16 +98,17 @@ redis.call('ZADD', KEYS[2], expires, ARGV[1])
 return 0
 )";
 
-// Renews (or records) reservations with no ceiling. KEYS[1] the set of all; ARGV[1] ttl ms,
-// ARGV[2] the per-user key prefix, then id, user pairs. Returns how many.
+// Renews (or records) reservations with no ceiling. KEYS[1] the set of all, then each
+// sandbox's user set (every key a script touches is named in KEYS, as Redis asks); ARGV[1] ttl
+// ms, then the sandboxes' ids in the order of their user keys. Returns how many.
 constexpr const char* kRenewReservationsScript = R"(
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local expires = now + tonumber(ARGV[1])
 local n = 0
-for i = 3, #ARGV, 2 do
+for i = 2, #ARGV do
   redis.call('ZADD', KEYS[1], expires, ARGV[i])
-  redis.call('ZADD', ARGV[2] .. ARGV[i + 1], expires, ARGV[i])
+  redis.call('ZADD', KEYS[i], expires, ARGV[i])
   n = n + 1
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -380,12 +381,13 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     // In batches: one script call per 500 sandboxes keeps each under the socket timeout.
     constexpr std::size_t kBatch = 500;
     for (std::size_t at = 0; at < sandboxes.size(); at += kBatch) {
-      std::vector<std::string> args = {ttl_ms_, capacity_user_key("")};
+      std::vector<std::string> keys = {capacity_key()};
+      std::vector<std::string> args = {ttl_ms_};
       for (std::size_t i = at; i < std::min(sandboxes.size(), at + kBatch); ++i) {
+        keys.push_back(capacity_user_key(sandboxes[i].second));
         args.push_back(sandboxes[i].first);
-        args.push_back(sandboxes[i].second);
       }
-      run_keys(renew_reservations_, {capacity_key()}, args, "renew capacity", sandboxes[at].first);
+      run_keys(renew_reservations_, keys, args, "renew capacity", sandboxes[at].first);
     }
   }
 

@@ -44,6 +44,14 @@ class ProviderCapacityTest : public ProviderFixture {
     ADD_FAILURE() << "no capacity refusal for " << user << "/" << thread;
     return "";
   }
+  // replicas 1 under overflow_policy wait (acquire_timeout 30 s), the backend counted.
+  void build_with_one_slot_to_wait_for() {
+    options.replicas = 1;
+    options.overflow_policy = OverflowPolicy::wait;
+    options.acquire_timeout_seconds = 30;
+    count_live_sandboxes();
+    build();
+  }
   // Waits (bounded, real time) until `n` creations are queued.
   bool queued(std::size_t n) {
     for (int i = 0; i < 500; ++i) {
@@ -124,11 +132,7 @@ TEST_F(ProviderCapacityTest, MaxPerUserEvictsTheUsersOwnReleasedSandboxAndRefuse
 }
 
 TEST_F(ProviderCapacityTest, WaitServesInArrivalOrderAndRefusesAtTheDeadline) {
-  options.replicas = 1;
-  options.overflow_policy = OverflowPolicy::wait;
-  options.acquire_timeout_seconds = 30;
-  count_live_sandboxes();
-  build();
+  build_with_one_slot_to_wait_for();
   const std::string first = provider->acquire("t-1", "alice");
   auto second = std::async(std::launch::async, [&] { return provider->acquire("t-2", "bob"); });
   ASSERT_TRUE(queued(1));
@@ -154,6 +158,30 @@ TEST_F(ProviderCapacityTest, WaitServesInArrivalOrderAndRefusesAtTheDeadline) {
   const auto events = provider->event_counts();
   EXPECT_EQ(events.capacity_waits, 2u);
   EXPECT_EQ(events.rejections_wait_timeout, 1u);
+  std::uint64_t waits_ended = 0;  // the histogram counts each wait once, served or refused
+  for (const auto count : events.capacity_wait_buckets) waits_ended += count;
+  EXPECT_EQ(waits_ended, 2u);
+  EXPECT_EQ(max_live, 1);
+}
+
+TEST_F(ProviderCapacityTest, ACancelledAsyncAcquireLeavesTheQueueAndTheNextWaiterIsServed) {
+  build_with_one_slot_to_wait_for();
+  const std::string first = provider->acquire("t-1", "alice");
+  auto bob = provider->acquire_async("t-2", "bob");
+  ASSERT_TRUE(queued(1));
+  auto carol = std::async(std::launch::async, [&] { return provider->acquire("t-3", "carol"); });
+  ASSERT_TRUE(queued(2));
+
+  bob.cancel();  // the first in line gives up: its place goes at once, not at its deadline
+  ASSERT_TRUE(queued(1)) << "a cancelled acquisition kept its place in the queue";
+  provider->release(first);
+  EXPECT_EQ(carol.get(), core::deterministic_sandbox_id("t-3", "carol"));
+  provider->shutdown();  // waits for bob's acquisition to end
+  EXPECT_THAT(
+      calls,
+      ::testing::Not(::testing::Contains("create " + core::deterministic_sandbox_id("t-2", "bob"))))
+      << "the cancelled acquisition still created its sandbox";
+  EXPECT_EQ(provider->counts().waiting, 0u);
   EXPECT_EQ(max_live, 1);
 }
 

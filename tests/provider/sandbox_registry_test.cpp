@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "sandboxd/core/sandbox_client.hpp"
 
@@ -177,6 +179,87 @@ TEST(SandboxRegistryTest, TakeWarmEmptiesThePoolAndLeavesActiveOnes) {
   EXPECT_EQ(registry.warm_count(), 0u);
   EXPECT_EQ(registry.find("w1"), nullptr);
   EXPECT_TRUE(registry.find("a")->active());
+}
+
+// The ceilings' counts are kept beside the entries (O(1) per admission, issue 23): after any
+// sequence of operations they equal what a walk over every entry counts.
+TEST(SandboxRegistryTest, TheCeilingCountsAlwaysEqualAWalkOverTheEntries) {
+  SandboxRegistry registry;
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e"};
+  const std::vector<std::string> users = {"alice", "bob", ""};
+  const auto walked_slots = [&](const std::string& creating) {
+    std::size_t n = 0;
+    registry.for_each([&](const std::string& id, const SandboxEntry& e) {
+      if (e.active() || e.released()) {
+        ++n;
+      } else if (id != creating) {
+        n += static_cast<std::size_t>(e.creations);
+      }
+    });
+    return n;
+  };
+  const auto walked_user = [&](const std::string& user, const std::string& creating) {
+    std::size_t n = 0;
+    registry.for_each([&](const std::string& id, const SandboxEntry& e) {
+      if (e.active() || e.released()) {
+        if (e.identity && e.identity->user_id == user) ++n;
+      } else if (id != creating && e.creating_user == user) {
+        n += static_cast<std::size_t>(e.creations);
+      }
+    });
+    return n;
+  };
+  std::mt19937 random(23);
+  for (int step = 0; step < 20000; ++step) {
+    const std::string& id = ids[random() % ids.size()];
+    const std::string& user = users[random() % users.size()];
+    const ThreadKey key{user.empty() ? "anon" : user, "t-" + id};
+    switch (random() % 9) {
+      case 0:
+        registry.begin_creation(id, user);
+        break;
+      case 1:
+        registry.end_creation(id);
+        break;
+      case 2:
+        if (!registry.find(id) || !registry.find(id)->active()) {
+          registry.install_active(id, client(id), info(id), key, step);
+        }
+        break;
+      case 3:
+        registry.park(id, step);
+        break;
+      case 4:
+        registry.add_released(id, info(id), step, key, random() % 2 == 0);
+        break;
+      case 5:
+        registry.remove(id, nullptr);
+        break;
+      case 6: {
+        const SandboxEntry* e = registry.find(id);
+        if (e && e->released()) registry.erase_released_if(id, e->info);
+        break;
+      }
+      case 7: {
+        const char* kept = nullptr;
+        registry.forget(id, std::nullopt, &kept);
+        break;
+      }
+      case 8: {
+        const SandboxEntry* e = registry.find(id);
+        if (e && e->warm()) registry.mark_paused(id, e->info, e->since);
+        if (e && e->paused()) registry.mark_thawed(id, e->info);
+        break;
+      }
+    }
+    for (const std::string& creating : {std::string("a"), std::string("zz")}) {
+      ASSERT_EQ(registry.slots_in_use(creating), walked_slots(creating)) << "step " << step;
+      for (const std::string& u : users) {
+        ASSERT_EQ(registry.sandboxes_of_user(u, creating), walked_user(u, creating))
+            << "step " << step << " user '" << u << "'";
+      }
+    }
+  }
 }
 
 }  // namespace

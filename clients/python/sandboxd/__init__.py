@@ -1,6 +1,6 @@
 """sandboxd: a client of ``sandboxctl serve`` and a DeerFlow sandbox provider on top of it."""
 
-from .client import Acquired, Client, default_socket_path
+from .client import Acquired, Client, PendingAcquire, default_socket_path
 from .errors import (
     BackendFailure,
     CapacityExceeded,
@@ -22,6 +22,7 @@ __all__ = [
     "InvalidRequest",
     "NotFound",
     "OwnershipRefused",
+    "PendingAcquire",
     "SandboxdError",
     "ServerError",
     "Unauthorized",

@@ -80,16 +80,18 @@ class Client:
         return self._call("GET", "/v1/health")
 
     def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> Acquired:
-        body: dict[str, str] = {}
-        if thread_id is not None:
-            body["thread_id"] = thread_id
-        if user_id is not None:
-            body["user_id"] = user_id
         # Naming the conversation makes an acquire idempotent (the same sandbox comes back);
         # an anonymous one makes a new sandbox each time it is served.
-        answer = self._call("POST", "/v1/sandboxes/acquire", body,
+        answer = self._call("POST", "/v1/sandboxes/acquire", _acquire_body(thread_id, user_id),
                             idempotent=thread_id is not None)
         return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
+
+    def start_acquire(self, thread_id: str | None = None, *,
+                      user_id: str | None = None) -> PendingAcquire:
+        """An acquire that can be given up: ``result()`` waits for it (on any thread) and
+        ``cancel()`` hangs up on it, upon which the daemon takes it out of its queue for a slot
+        (overflow_policy wait) at once instead of serving it later for nobody."""
+        return PendingAcquire(self, thread_id, user_id)
 
     def get(self, sandbox_id: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/sandboxes/{sandbox_id}")
@@ -107,23 +109,21 @@ class Client:
         return self._request("GET", "/metrics", None)[1].decode()
 
     # ── plumbing ──
+    def _new_connection(self) -> http.client.HTTPConnection:
+        if self._url:
+            return http.client.HTTPConnection(
+                self._url.hostname, self._url.port or 80, timeout=self._timeout
+            )
+        return _UnixHTTPConnection(self._socket_path, self._timeout)
+
     def _connection(self) -> http.client.HTTPConnection:
         connection = getattr(self._local, "connection", None)
         if connection is None:
-            if self._url:
-                connection = http.client.HTTPConnection(
-                    self._url.hostname, self._url.port or 80, timeout=self._timeout
-                )
-            else:
-                connection = _UnixHTTPConnection(self._socket_path, self._timeout)
+            connection = self._new_connection()
             self._local.connection = connection
         return connection
 
-    def _request(self, method: str, path: str, body: Any,
-                 idempotent: bool = True) -> tuple[int, bytes]:
-        """One request. A kept-alive connection the server closed is retried once, but only
-        for an idempotent call: a request that is not is sent on a fresh connection, once, and
-        a broken connection then says it may have been served."""
+    def _encode(self, body: Any) -> tuple[dict[str, str], bytes | None]:
         headers = {"Accept": "application/json"}
         payload = None
         if body is not None:
@@ -131,6 +131,14 @@ class Client:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        return headers, payload
+
+    def _request(self, method: str, path: str, body: Any,
+                 idempotent: bool = True) -> tuple[int, bytes]:
+        """One request. A kept-alive connection the server closed is retried once, but only
+        for an idempotent call: a request that is not is sent on a fresh connection, once, and
+        a broken connection then says it may have been served."""
+        headers, payload = self._encode(body)
         if not idempotent:
             self._drop()
         for attempt in (1, 2) if idempotent else (2,):
@@ -165,6 +173,9 @@ class Client:
     def _call(self, method: str, path: str, body: Any = None,
               idempotent: bool = True) -> dict[str, Any]:
         status, data = self._request(method, path, body, idempotent)
+        return self._decode(method, path, status, data)
+
+    def _decode(self, method: str, path: str, status: int, data: bytes) -> dict[str, Any]:
         try:
             document = json.loads(data.decode() or "{}")
         except ValueError as e:
@@ -180,3 +191,62 @@ class Client:
 
     def close(self) -> None:
         self._drop()
+
+
+def _acquire_body(thread_id: str | None, user_id: str | None) -> dict[str, str]:
+    body: dict[str, str] = {}
+    if thread_id is not None:
+        body["thread_id"] = thread_id
+    if user_id is not None:
+        body["user_id"] = user_id
+    return body
+
+
+class PendingAcquire:
+    """One acquire on a connection of its own (``Client.start_acquire``), so that ``cancel()``
+    can hang up on it from another thread without touching any other call's connection."""
+
+    def __init__(self, client: Client, thread_id: str | None, user_id: str | None) -> None:
+        self._client = client
+        self._body = _acquire_body(thread_id, user_id)
+        self._connection = client._new_connection()
+        self._lock = threading.Lock()  # guards _cancelled and the connection's socket
+        self._cancelled = False
+
+    def result(self) -> Acquired:
+        """Sends the acquire and waits for its answer (blocking: run it on a worker thread)."""
+        path = "/v1/sandboxes/acquire"
+        headers, payload = self._client._encode(self._body)
+        try:
+            with self._lock:
+                if self._cancelled:
+                    raise ConnectionFailed("the acquire was cancelled before it was sent")
+                self._connection.connect()
+            self._client.requests_sent += 1
+            self._connection.request("POST", path, body=payload, headers=headers)
+            response = self._connection.getresponse()
+            status, data = response.status, response.read()
+        except OSError as e:
+            raise ConnectionFailed(
+                "the acquire was cancelled" if self._cancelled else
+                f"cannot reach sandboxd at {self._client.address}: {e}") from e
+        except http.client.HTTPException as e:
+            raise ConnectionFailed(
+                "the acquire was cancelled" if self._cancelled else
+                f"sandboxd at {self._client.address} closed the connection: {e!r}") from e
+        finally:
+            self._connection.close()
+        answer = self._client._decode("POST", path, status, data)
+        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
+
+    def cancel(self) -> None:
+        """Hangs up (idempotent; any thread). An acquire the daemon has already served stays
+        served: the conversation's next acquire finds its sandbox."""
+        with self._lock:
+            self._cancelled = True
+            sock = self._connection.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

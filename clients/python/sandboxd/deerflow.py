@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from .client import Client
+from .client import Acquired, Client
 
 try:  # DeerFlow is optional: the provider works (and is tested) without it.
     from deerflow.sandbox.sandbox_provider import SandboxProvider as _ProviderBase
@@ -122,7 +122,20 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
 
     # ── DeerFlow's SandboxProvider ──
     def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
-        acquired = self._client.acquire(thread_id, user_id=user_id)
+        return self._track(self._client.acquire(thread_id, user_id=user_id))
+
+    async def acquire_async(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
+        # A task cancelled while the daemon queues this acquire for a slot hangs up on it, so
+        # the daemon drops it from the queue at once instead of serving it later for nobody.
+        pending = self._client.start_acquire(thread_id, user_id=user_id)
+        try:
+            acquired = await asyncio.to_thread(pending.result)
+        except asyncio.CancelledError:
+            pending.cancel()
+            raise
+        return self._track(acquired)
+
+    def _track(self, acquired: Acquired) -> str:
         sandbox = (
             _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url)
             if _DeerFlowSandbox is not None
@@ -131,9 +144,6 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
         with self._lock:
             self._sandboxes[acquired.sandbox_id] = sandbox
         return acquired.sandbox_id
-
-    async def acquire_async(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
-        return await asyncio.to_thread(self.acquire, thread_id, user_id=user_id)
 
     def get(self, sandbox_id: str) -> Any | None:
         """From this process's cache only: called on DeerFlow's event loop, it never waits."""

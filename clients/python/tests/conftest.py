@@ -24,6 +24,21 @@ ENGINE_SOCKET = os.environ.get("SANDBOXD_TEST_DOCKER_SOCKET", "")
 IMAGE = os.environ.get("SANDBOXD_TEST_IMAGE", "localhost/sandboxd-test-sandbox:latest")
 
 
+def engine_section(prefix: str, state: Path, ownership: dict | None = None, **settings) -> dict:
+    """A ``sandbox`` section over the test engine: local_docker with the test image and this
+    test's container prefix, a SQLite lease file in ``state`` unless ``ownership`` is given,
+    ``state`` as base_dir, and ``settings`` (replicas, overflow_policy...) beside them."""
+    return {
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix},
+        "ownership": ownership or {"use": "ownership_sqlite:SqliteOwnershipStore",
+                                   "path": str(state / "leases.db")},
+        "base_dir": str(state),
+        **settings,
+    }
+
+
 def engine_containers(name_part: str) -> list[dict]:
     """Containers (any state) whose name contains ``name_part``, straight from the engine."""
     import http.client

@@ -224,15 +224,11 @@ def test_only_idempotent_calls_are_retried_after_a_broken_connection(tmp_path):
 def test_a_ceiling_refuses_with_429_as_capacity_exceeded(make_serve, prefix, tmp_path):
     """Issue 23: replicas 1 with overflow_policy reject; the second conversation is refused
     with a typed exception naming the ceiling, and is served once the first is released."""
-    from conftest import ENGINE_SOCKET, IMAGE
+    from conftest import engine_section
 
     state = tmp_path / "ceiling"
-    served = make_serve("ceiling", "--on-exit", "destroy", section={
-        "backend": {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{ENGINE_SOCKET}",
-                    "image": IMAGE, "container_prefix": prefix},
-        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
-                      "path": str(state / "leases.db")},
-        "base_dir": str(state), "replicas": 1, "overflow_policy": "reject"})
+    served = make_serve("ceiling", "--on-exit", "destroy", section=engine_section(
+        prefix, state, replicas=1, overflow_policy="reject"))
     client = served.client()
     first = client.acquire("t-1", user_id="alice")
     with pytest.raises(sandboxd.CapacityExceeded) as refused:
@@ -248,15 +244,11 @@ def test_waiters_never_take_the_worker_a_release_needs(make_serve, prefix, tmp_p
     """Issue 23, overflow_policy wait under serve --workers 2: one acquire may queue (half the
     workers); the next is refused at once with queue_full; the release is served by the free
     worker and hands the slot to the waiter."""
-    from conftest import ENGINE_SOCKET, IMAGE
+    from conftest import engine_section
 
     state = tmp_path / "queue"
-    served = make_serve("queue", "--on-exit", "destroy", "--workers", "2", section={
-        "backend": {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{ENGINE_SOCKET}",
-                    "image": IMAGE, "container_prefix": prefix},
-        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
-                      "path": str(state / "leases.db")},
-        "base_dir": str(state), "replicas": 1, "overflow_policy": "wait", "acquire_timeout": 60})
+    served = make_serve("queue", "--on-exit", "destroy", "--workers", "2", section=engine_section(
+        prefix, state, replicas=1, overflow_policy="wait", acquire_timeout=60))
     first = served.client().acquire("t-1", user_id="alice")
     waiter: dict = {}
 
@@ -279,3 +271,6 @@ def test_waiters_never_take_the_worker_a_release_needs(make_serve, prefix, tmp_p
     thread.join(timeout=60)
     assert "error" not in waiter, waiter.get("error")
     assert waiter["acquired"].path == "created"
+    metrics = served.client().metrics()  # one wait ended (queue_full never queued)
+    assert 'sandboxd_capacity_wait_seconds_bucket{le="+Inf"} 1' in metrics, metrics
+    assert "sandboxd_capacity_wait_seconds_count 1" in metrics, metrics

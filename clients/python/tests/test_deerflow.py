@@ -43,15 +43,22 @@ def test_provider_reads_the_socket_from_the_environment(serve, monkeypatch):
 def test_async_acquire_does_not_block_the_event_loop(serve):
     provider = SandboxdProvider(serve.listen[len("unix:"):])
     loop_ran = threading.Event()
-    original = provider.client.acquire
+    original = provider.client.start_acquire
 
-    def acquire_after_the_loop_ran(*args, **kwargs):
-        # Were acquire_async blocking the loop, the ticker could never set this: a deadlock,
-        # caught by the bound below.
-        assert loop_ran.wait(timeout=10), "the event loop did not run during acquire_async"
-        return original(*args, **kwargs)
+    def start_acquire_answering_after_the_loop_ran(*args, **kwargs):
+        pending = original(*args, **kwargs)
+        result = pending.result
 
-    provider.client.acquire = acquire_after_the_loop_ran
+        def result_after_the_loop_ran():
+            # Were acquire_async blocking the loop, the ticker could never set this: a
+            # deadlock, caught by the bound below.
+            assert loop_ran.wait(timeout=10), "the event loop did not run during acquire_async"
+            return result()
+
+        pending.result = result_after_the_loop_ran
+        return pending
+
+    provider.client.start_acquire = start_acquire_answering_after_the_loop_ran
 
     async def ticker() -> None:
         await asyncio.sleep(0)
@@ -65,3 +72,48 @@ def test_async_acquire_does_not_block_the_event_loop(serve):
     sandbox_id = asyncio.run(main())
     assert provider.get(sandbox_id) is not None
     provider.destroy(sandbox_id)
+
+
+def test_a_cancelled_acquire_async_leaves_the_daemons_queue_at_once(make_serve, prefix, tmp_path):
+    """Issue 23: under replicas 1 and overflow_policy wait, a DeerFlow task whose acquire_async
+    queues for a slot is cancelled. The provider hangs up; serve sees it and the acquisition
+    leaves the queue at once (not at acquire_timeout), so it never creates a sandbox for nobody
+    and the next conversation gets the slot."""
+    import time
+
+    from conftest import engine_section
+
+    state = tmp_path / "cancel"
+    served = make_serve("cancel", "--on-exit", "destroy", "--workers", "4", section=engine_section(
+        prefix, state, replicas=1, overflow_policy="wait", acquire_timeout=300))
+    client = served.client()
+    provider = SandboxdProvider(client=client)
+    first = provider.acquire("t-1", user_id="alice")
+
+    def queue_length() -> int:
+        for line in client.metrics().splitlines():
+            if line.startswith("sandboxd_capacity_queue_length "):
+                return int(line.split()[-1])
+        raise AssertionError("no sandboxd_capacity_queue_length in /metrics")
+
+    async def main() -> None:
+        waiting = asyncio.create_task(provider.acquire_async("t-2", user_id="bob"))
+        deadline = time.monotonic() + 30
+        while await asyncio.to_thread(queue_length) != 1:
+            assert time.monotonic() < deadline, "the acquire never queued"
+            await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 10  # far below acquire_timeout (300 s)
+    while queue_length() != 0:
+        assert time.monotonic() < deadline, "the cancelled acquire stayed in serve's queue"
+        time.sleep(0.05)
+    provider.release(first)
+    third = client.acquire("t-3", user_id="carol")
+    assert third.path == "created"
+    threads = {s.get("thread_id") for s in client.list()["sandboxes"]}
+    assert "t-2" not in threads, "the cancelled acquire still made its sandbox"
+    assert "sandboxd_capacity_wait_seconds_count 1" in client.metrics()

@@ -10,6 +10,7 @@
 // caller.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -22,6 +23,7 @@
 
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
+#include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/conversation.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/lifecycle_policy.hpp"
@@ -211,6 +213,12 @@ struct ProviderEventCounts {
   // longer than acquire_timeout).
   std::uint64_t capacity_waits = 0;
   double capacity_wait_seconds = 0.0;
+  // The same waits by length, counted as each ends (served, refused or cancelled):
+  // capacity_wait_buckets[i] counts the waits longer than bound i-1 and at most
+  // kCapacityWaitBounds[i] seconds; the last one those longer than every bound.
+  static constexpr std::array<double, 10> kCapacityWaitBounds = {0.05, 0.1, 0.25, 0.5, 1,
+                                                                 2.5,  5,   10,   30,  60};
+  std::array<std::uint64_t, kCapacityWaitBounds.size() + 1> capacity_wait_buckets{};
   std::uint64_t rejections_capacity = 0;
   std::uint64_t rejections_per_user = 0;
   std::uint64_t rejections_wait_timeout = 0;
@@ -270,6 +278,11 @@ class Provider final {
   // Same, and says how the sandbox was obtained.
   AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
                                const std::optional<std::string>& user_id = std::nullopt);
+  // Same, giving up while it queues for a slot once `cancellation` is cancelled (from another
+  // thread; it throws AsyncAcquisitionCancelled then). A door's request whose client hung up.
+  AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
+                               const std::optional<std::string>& user_id,
+                               Cancellation& cancellation);
   // Same, without blocking the caller's thread.
   AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
                                  const std::optional<std::string>& user_id = std::nullopt);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,9 @@ struct AcquireRequest {
   // How the door names the inputs in its messages ("--user", "user_id").
   std::string user_label = "user_id";
   std::string thread_label = "thread_id";
+  // Cancelled when the caller gives up (serve: its client hung up): a creation queued for a
+  // slot leaves the queue at once. Optional.
+  std::shared_ptr<Cancellation> cancellation;
 };
 
 struct Acquired {
