@@ -32,15 +32,25 @@ packages=(
   # (its docker-init); iproute2 removes the bridge dockerd leaves, procps finds its process.
   docker.io containerd tini iproute2 procps
   curl python3
+  # The Kubernetes stand-in (tests/support/kube_standin.py) and the real clients that check it:
+  # openssl makes its TLS certificate, python3-kubernetes is the official Python client.
+  openssl python3-kubernetes
 )
+# Debian's kubectl (kubernetes-client) is the other client. Where another package already owns
+# /usr/bin/kubectl (Google Cloud's CLI does), the two cannot be installed together; Debian's
+# binary is then taken from its package into build/tools/debian-kubectl below.
+kubectl_owner="$(dpkg-query -S /usr/bin/kubectl 2>/dev/null | cut -d: -f1 || true)"
+if [ -z "$kubectl_owner" ] || [ "$kubectl_owner" = kubernetes-client ]; then
+  packages+=(kubernetes-client)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
@@ -49,6 +59,17 @@ build_type="${BUILD_TYPE:-RelWithDebInfo}"
 cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" -DSANDBOXD_WERROR=ON
 cmake --build build -j"$(nproc)"
 echo "setup: built into ./build"
+
+if [ -n "$kubectl_owner" ] && [ "$kubectl_owner" != kubernetes-client ] &&
+   [ ! -x build/tools/debian-kubectl/usr/bin/kubectl ]; then
+  echo "setup: /usr/bin/kubectl belongs to $kubectl_owner; extracting Debian's kubectl from kubernetes-client into build/tools/debian-kubectl"
+  deb_dir="$(mktemp -d)"
+  (cd "$deb_dir" && { apt-get download kubernetes-client 2>/dev/null ||
+    { $sudo_cmd apt-get update -qq && apt-get download kubernetes-client; }; })
+  mkdir -p build/tools/debian-kubectl
+  dpkg-deb -x "$deb_dir"/kubernetes-client_*.deb build/tools/debian-kubectl
+  rm -rf "$deb_dir"
+fi
 
 if [ -z "${SANDBOXD_SETUP_NO_ENGINE:-}" ]; then
   bash scripts/test_engine.sh start

@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""A stand-in for the part of the Kubernetes API server (core/v1) that sandboxd's kubernetes
+backend uses (issue 24), for machines where no kube-apiserver can run. It is a test double, so
+its fidelity is checked by real clients, never by ours: tests/kubernetes drives it with kubectl
+and with the official Python client (python3-kubernetes). Where a real client disagrees with
+it, it is wrong.
+
+What it keeps to, as the API server does:
+  - discovery: /version, /api, /apis, /api/v1 (what kubectl asks before anything else);
+  - pods, services and namespaces in core/v1: create (409 AlreadyExists), get, list, replace
+    (409 Conflict on a stale metadata.resourceVersion), delete (the deleted object; 404
+    NotFound) with uid, resourceVersion, creationTimestamp filled in;
+  - lists: labelSelector (=, ==, !=, in, notin, key, !key), fieldSelector metadata.name,
+    limit/continue paging with metadata.continue and remainingItemCount;
+  - errors as Status objects with reason and code;
+  - ownerReference garbage collection: deleting a pod deletes the objects it owns;
+  - bearer tokens (`--token T`, repeatable); an unknown or expired one is 401.
+
+What a test drives through /_standin/ (not part of the Kubernetes API):
+  POST /_standin/pods/{ns}/{name}   {"phase": "Running", "ready": true} or
+                                    {"waiting": "ImagePullBackOff", "message": "..."} or
+                                    {"unschedulable": "0/1 nodes are available: ..."}
+  POST /_standin/quota              {"pods": N}: creating pod N+1 is 403 (exceeded quota)
+  POST /_standin/tokens/expire      {"token": "T"}: T is answered 401 from now on
+  POST /_standin/tokens             {"token": "T"}: T is accepted from now on
+  GET  /_standin/requests           the requests served so far (method, path, query)
+
+Not served: OpenAPI documents (kubectl runs with --validate=false) and watches (405).
+
+Usage: kube_standin.py [--port N] [--token T]... [--pods-start ready|pending] [--tls-dir DIR]
+With --tls-dir it serves HTTPS with a certificate for 127.0.0.1 signed by DIR/ca.crt (made
+there with openssl when missing): clients send bearer tokens only over TLS.
+Prints one line `listening http(s)://127.0.0.1:PORT` once it serves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import copy
+import json
+import os
+import re
+import ssl
+import subprocess
+import sys
+import threading
+import uuid
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+RESOURCES = {"pods": "Pod", "services": "Service"}
+GIT_VERSION = "v1.28.0-sandboxd-standin"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status(code: int, reason: str, message: str, name: str | None = None,
+           kind: str | None = None) -> dict:
+    answer = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+              "message": message, "reason": reason, "code": code}
+    if name is not None or kind is not None:
+        answer["details"] = {k: v for k, v in (("name", name), ("kind", kind)) if v is not None}
+    return answer
+
+
+class ApiError(Exception):
+    def __init__(self, code: int, reason: str, message: str, name: str | None = None,
+                 kind: str | None = None) -> None:
+        super().__init__(message)
+        self.body = status(code, reason, message, name, kind)
+        self.code = code
+
+
+# ── label selectors (k8s.io/apimachinery/pkg/labels) ─────────────────────────────────────────
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9._/-]+)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<value>[A-Za-z0-9._-]*)"
+    r"|\s+(?P<setop>in|notin)\s*\((?P<values>[^)]*)\))?\s*$")
+
+
+def _split_requirements(selector: str) -> list[str]:
+    parts, depth, current = [], 0, ""
+    for ch in selector:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        parts.append(current)
+    return parts
+
+
+def label_matcher(selector: str):
+    tests = []
+    for text in _split_requirements(selector):
+        m = _REQUIREMENT.match(text)
+        if not m or (m.group("neg") and (m.group("op") or m.group("setop"))):
+            raise ApiError(400, "BadRequest", f"unable to parse requirement: {text.strip()!r}")
+        key = m.group("key")
+        if m.group("neg"):
+            tests.append(lambda labels, key=key: key not in labels)
+        elif m.group("op") in ("=", "=="):
+            tests.append(lambda labels, key=key, v=m.group("value"): labels.get(key) == v)
+        elif m.group("op") == "!=":
+            tests.append(lambda labels, key=key, v=m.group("value"): labels.get(key) != v)
+        elif m.group("setop"):
+            values = {v.strip() for v in m.group("values").split(",") if v.strip()}
+            if m.group("setop") == "in":
+                tests.append(lambda labels, key=key, vs=values: labels.get(key) in vs)
+            else:
+                tests.append(lambda labels, key=key, vs=values: labels.get(key) not in vs)
+        else:
+            tests.append(lambda labels, key=key: key in labels)
+    return lambda labels: all(test(labels) for test in tests)
+
+
+def field_matcher(selector: str):
+    tests = []
+    for text in filter(None, (t.strip() for t in selector.split(","))):
+        m = re.match(r"^([A-Za-z.]+)\s*(==|=|!=)\s*(.*)$", text)
+        if not m or m.group(1) not in ("metadata.name", "metadata.namespace"):
+            raise ApiError(400, "BadRequest", f"field label not supported: {text}")
+        field = m.group(1).split(".")[1]
+        want, negate = m.group(3), m.group(2) == "!="
+        tests.append(lambda obj, f=field, w=want, n=negate:
+                     (obj["metadata"].get(f) == w) != n)
+    return lambda obj: all(test(obj) for test in tests)
+
+
+# ── the objects ──────────────────────────────────────────────────────────────────────────────
+
+class Store:
+    def __init__(self, pods_start: str) -> None:
+        self.lock = threading.Lock()
+        self.objects: dict[tuple[str, str, str], dict] = {}  # (resource, namespace, name)
+        self.version = 1000
+        self.pods_start = pods_start
+        self.pod_quota: int | None = None
+        self.next_ip = 10
+        self.next_node_port = 30000
+
+    def bump(self) -> str:
+        self.version += 1
+        return str(self.version)
+
+    def create(self, resource: str, namespace: str, body: dict) -> dict:
+        kind = RESOURCES[resource]
+        if not isinstance(body, dict) or body.get("kind", kind) != kind:
+            raise ApiError(400, "BadRequest", f"the body is not a {kind}")
+        meta = body.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta["name"] = name
+        if not name or not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
+            raise ApiError(422, "Invalid", f'{kind} "{name}" is invalid: metadata.name: Invalid '
+                           "value: a lowercase RFC 1123 subdomain must consist of lower case "
+                           "alphanumeric characters, '-' or '.'", name, resource)
+        with self.lock:
+            if (resource, namespace, name) in self.objects:
+                raise ApiError(409, "AlreadyExists", f'{resource} "{name}" already exists',
+                               name, resource)
+            if resource == "pods" and self.pod_quota is not None:
+                used = sum(1 for (r, ns, _) in self.objects if r == "pods" and ns == namespace)
+                if used >= self.pod_quota:
+                    raise ApiError(
+                        403, "Forbidden",
+                        f'pods "{name}" is forbidden: exceeded quota: sandbox-quota, requested: '
+                        f"pods=1, used: pods={used}, limited: pods={self.pod_quota}",
+                        name, resource)
+            body["apiVersion"] = "v1"
+            body["kind"] = kind
+            meta.update(namespace=namespace, uid=str(uuid.uuid4()),
+                        resourceVersion=self.bump(), creationTimestamp=now())
+            meta.setdefault("labels", {})
+            if resource == "pods":
+                self._initial_pod_status(body)
+            else:
+                self._allocate_service(body)
+            self.objects[(resource, namespace, name)] = body
+            return copy.deepcopy(body)
+
+    def _initial_pod_status(self, pod: dict) -> None:
+        spec = pod.setdefault("spec", {})
+        if not spec.get("containers"):
+            raise ApiError(422, "Invalid", f'Pod "{pod["metadata"]["name"]}" is invalid: '
+                           "spec.containers: Required value", pod["metadata"]["name"], "pods")
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("nodeName", "standin-node")
+        self.next_ip += 1
+        pod["status"] = {"phase": "Pending", "qosClass": "Burstable",
+                         "hostIP": "192.0.2.1", "podIP": f"192.0.2.{self.next_ip % 250 + 2}"}
+        self._set_pod_state(pod, {"phase": "Running", "ready": True}
+                            if self.pods_start == "ready" else {"phase": "Pending"})
+
+    def _set_pod_state(self, pod: dict, state: dict) -> None:
+        st = pod["status"]
+        ready = bool(state.get("ready"))
+        st["phase"] = state.get("phase", st.get("phase", "Pending"))
+        st["startTime"] = st.get("startTime") or now()
+        conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]
+        if state.get("unschedulable"):
+            st["phase"] = "Pending"
+            conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                           "message": state["unschedulable"], "lastTransitionTime": now()}]
+        for kind in ("Initialized", "ContainersReady", "Ready"):
+            conditions.append({"type": kind, "status": "True" if ready or kind == "Initialized"
+                               else "False", "lastTransitionTime": now()})
+        st["conditions"] = conditions if not state.get("unschedulable") else conditions[:1]
+        statuses = []
+        for container in pod["spec"]["containers"]:
+            entry = {"name": container.get("name", ""), "image": container.get("image", ""),
+                     "imageID": "", "ready": ready, "restartCount": int(state.get("restarts", 0)),
+                     "started": ready}
+            if state.get("waiting"):
+                entry["state"] = {"waiting": {"reason": state["waiting"],
+                                              "message": state.get("message", "")}}
+            elif st["phase"] == "Running":
+                entry["state"] = {"running": {"startedAt": now()}}
+                entry["imageID"] = "docker-pullable://" + container.get("image", "")
+            else:
+                entry["state"] = {"waiting": {"reason": "ContainerCreating"}}
+            statuses.append(entry)
+        if not state.get("unschedulable"):
+            st["containerStatuses"] = statuses
+        else:
+            st.pop("containerStatuses", None)
+
+    def _allocate_service(self, service: dict) -> None:
+        spec = service.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        self.next_ip += 1
+        spec.setdefault("clusterIP", f"198.51.100.{self.next_ip % 250 + 2}")
+        spec["clusterIPs"] = [spec["clusterIP"]]
+        for port in spec.get("ports", []):
+            if "port" not in port:
+                raise ApiError(422, "Invalid", "spec.ports[].port: Required value")
+            port.setdefault("protocol", "TCP")
+            port.setdefault("targetPort", port["port"])
+            if spec["type"] == "NodePort" and "nodePort" not in port:
+                self.next_node_port += 1
+                port["nodePort"] = self.next_node_port
+        service["status"] = {"loadBalancer": {}}
+
+    def get(self, resource: str, namespace: str, name: str) -> dict:
+        with self.lock:
+            obj = self.objects.get((resource, namespace, name))
+            if obj is None:
+                raise ApiError(404, "NotFound", f'{resource} "{name}" not found', name, resource)
+            return copy.deepcopy(obj)
+
+    def replace(self, resource: str, namespace: str, name: str, body: dict) -> dict:
+        with self.lock:
+            current = self.objects.get((resource, namespace, name))
+            if current is None:
+                raise ApiError(404, "NotFound", f'{resource} "{name}" not found', name, resource)
+            given = body.get("metadata", {}).get("resourceVersion")
+            if given and given != current["metadata"]["resourceVersion"]:
+                raise ApiError(409, "Conflict",
+                               f'Operation cannot be fulfilled on {resource} "{name}": the object '
+                               "has been modified; please apply your changes to the latest "
+                               "version and try again", name, resource)
+            meta = body.setdefault("metadata", {})
+            for key in ("uid", "creationTimestamp", "namespace", "name"):
+                meta[key] = current["metadata"][key]
+            meta["resourceVersion"] = self.bump()
+            body["status"] = current.get("status", {})
+            body["apiVersion"], body["kind"] = "v1", RESOURCES[resource]
+            self.objects[(resource, namespace, name)] = body
+            return copy.deepcopy(body)
+
+    def delete(self, resource: str, namespace: str, name: str) -> dict:
+        with self.lock:
+            obj = self.objects.pop((resource, namespace, name), None)
+            if obj is None:
+                raise ApiError(404, "NotFound", f'{resource} "{name}" not found', name, resource)
+            # Garbage collection: what this object owns goes with it (background propagation).
+            uid = obj["metadata"]["uid"]
+            for key, other in list(self.objects.items()):
+                owners = other["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    del self.objects[key]
+            obj["metadata"]["deletionTimestamp"] = now()
+            obj["metadata"]["resourceVersion"] = self.bump()
+            return obj
+
+    def list(self, resource: str, namespace: str | None, query: dict) -> dict:
+        labels = label_matcher(query.get("labelSelector", [""])[0])
+        fields = field_matcher(query.get("fieldSelector", [""])[0])
+        with self.lock:
+            items = sorted(
+                (copy.deepcopy(obj) for (r, ns, _), obj in self.objects.items()
+                 if r == resource and (namespace is None or ns == namespace)),
+                key=lambda o: (o["metadata"]["namespace"], o["metadata"]["name"]))
+            version = str(self.version)
+        items = [o for o in items if labels(o["metadata"].get("labels", {})) and fields(o)]
+        start = query.get("continue", [""])[0]
+        if start:
+            try:
+                after = json.loads(base64.urlsafe_b64decode(start.encode()).decode())
+            except ValueError:
+                raise ApiError(400, "BadRequest", "continue key is not valid") from None
+            items = [o for o in items
+                     if [o["metadata"]["namespace"], o["metadata"]["name"]] > after]
+        meta = {"resourceVersion": version}
+        limit = int(query.get("limit", ["0"])[0] or 0)
+        if limit > 0 and len(items) > limit:
+            last = items[limit - 1]["metadata"]
+            meta["continue"] = base64.urlsafe_b64encode(
+                json.dumps([last["namespace"], last["name"]]).encode()).decode()
+            meta["remainingItemCount"] = len(items) - limit
+            items = items[:limit]
+        return {"kind": RESOURCES[resource] + "List", "apiVersion": "v1", "metadata": meta,
+                "items": items}
+
+    def drive_pod(self, namespace: str, name: str, state: dict) -> dict:
+        with self.lock:
+            pod = self.objects.get(("pods", namespace, name))
+            if pod is None:
+                raise ApiError(404, "NotFound", f'pods "{name}" not found', name, "pods")
+            self._set_pod_state(pod, state)
+            pod["metadata"]["resourceVersion"] = self.bump()
+            return copy.deepcopy(pod)
+
+
+# ── discovery ────────────────────────────────────────────────────────────────────────────────
+
+def api_resources() -> dict:
+    verbs = ["create", "delete", "get", "list", "update"]
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
+        {"name": "namespaces", "singularName": "", "namespaced": False, "kind": "Namespace",
+         "verbs": ["get", "list"], "shortNames": ["ns"]},
+        {"name": "pods", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": verbs,
+         "shortNames": ["po"], "categories": ["all"]},
+        {"name": "pods/status", "singularName": "", "namespaced": True, "kind": "Pod",
+         "verbs": ["get"]},
+        {"name": "services", "singularName": "", "namespaced": True, "kind": "Service",
+         "verbs": verbs, "shortNames": ["svc"], "categories": ["all"]},
+    ]}
+
+
+# ── HTTP ─────────────────────────────────────────────────────────────────────────────────────
+
+class Handler(BaseHTTPRequestHandler):
+    server_version = "sandboxd-kube-standin"
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt: str, *args) -> None:  # quiet; /_standin/requests has them
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _body(self) -> dict:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > 4 * 1024 * 1024:
+            raise ApiError(413, "RequestEntityTooLarge", "request body too large")
+        raw = self.rfile.read(length) if length else b""
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ApiError(400, "BadRequest", "the body is not JSON") from None
+
+    def _authorized(self, path: str) -> bool:
+        if path.startswith("/_standin/"):
+            return True
+        tokens = self.server.tokens  # type: ignore[attr-defined]
+        if not tokens:
+            return True
+        auth = self.headers.get("Authorization", "")
+        return auth.startswith("Bearer ") and tokens.get(auth[7:]) is True
+
+    def _handle(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query)
+        path = url.path.rstrip("/") or "/"
+        self.server.requests.append(  # type: ignore[attr-defined]
+            {"method": method, "path": path, "query": url.query})
+        try:
+            if not self._authorized(path):
+                raise ApiError(401, "Unauthorized", "Unauthorized")
+            body = self._body()  # read whatever came (a DELETE's DeleteOptions) to stay in step
+            body = body if method in ("POST", "PUT") else None
+            self._send(*self._route(method, path, query, body))
+        except ApiError as e:
+            self._send(e.code, e.body)
+
+    def _route(self, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
+        store: Store = self.server.store  # type: ignore[attr-defined]
+        if path.startswith("/_standin/"):
+            return self._control(method, path, body or {})
+        if method == "GET" and path == "/version":
+            return 200, {"major": "1", "minor": "28", "gitVersion": GIT_VERSION,
+                         "platform": "linux/amd64"}
+        if method == "GET" and path == "/api":
+            return 200, {"kind": "APIVersions", "versions": ["v1"],
+                         "serverAddressByClientCIDRs": [
+                             {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
+        if method == "GET" and path == "/apis":
+            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+        if method == "GET" and path == "/api/v1":
+            return 200, api_resources()
+        if query.get("watch", ["false"])[0] in ("true", "1"):
+            raise ApiError(405, "MethodNotAllowed", "watch is not served by this stand-in")
+        m = re.fullmatch(r"/api/v1/(pods|services)", path)
+        if m and method == "GET":
+            return 200, store.list(m.group(1), None, query)
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)", path)
+        if m and method == "GET":
+            return 200, {"kind": "Namespace", "apiVersion": "v1",
+                         "metadata": {"name": m.group(1), "uid": "ns-" + m.group(1)},
+                         "status": {"phase": "Active"}}
+        m = re.fullmatch(r"/api/v1/namespaces/([^/]+)/(pods|services)(?:/([^/]+))?(/status)?",
+                         path)
+        if not m:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        namespace, resource, name, sub = m.groups()
+        if name is None:
+            if method == "GET":
+                return 200, store.list(resource, namespace, query)
+            if method == "POST":
+                return 201, store.create(resource, namespace, body or {})
+        elif sub is None or method == "GET":
+            if method == "GET":
+                return 200, store.get(resource, namespace, name)
+            if method == "PUT":
+                return 200, store.replace(resource, namespace, name, body or {})
+            if method == "DELETE":
+                return 200, store.delete(resource, namespace, name)
+        raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    def _control(self, method: str, path: str, body: dict) -> tuple[int, dict]:
+        store: Store = self.server.store  # type: ignore[attr-defined]
+        if method == "GET" and path == "/_standin/requests":
+            return 200, {"requests": list(self.server.requests)}  # type: ignore[attr-defined]
+        m = re.fullmatch(r"/_standin/pods/([^/]+)/([^/]+)", path)
+        if method == "POST" and m:
+            return 200, store.drive_pod(m.group(1), m.group(2), body)
+        if method == "POST" and path == "/_standin/quota":
+            with store.lock:
+                store.pod_quota = body.get("pods")
+            return 200, {"pods": store.pod_quota}
+        if method == "POST" and path in ("/_standin/tokens", "/_standin/tokens/expire"):
+            self.server.tokens[body["token"]] = path.endswith("/tokens")  # type: ignore
+            return 200, {}
+        raise ApiError(404, "NotFound", f"no stand-in control at {method} {path}")
+
+    def do_GET(self) -> None:  # noqa: N802
+        self._handle("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._handle("POST")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._handle("PUT")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._handle("DELETE")
+
+
+def make_certificates(directory: str) -> tuple[str, str]:
+    """A CA and a server certificate for 127.0.0.1 and localhost, made once per directory."""
+    os.makedirs(directory, exist_ok=True)
+    ca, key, cert = (os.path.join(directory, n) for n in ("ca.crt", "server.key", "server.crt"))
+    if not all(os.path.exists(p) for p in (ca, key, cert)):
+        ca_key, csr, ext = (os.path.join(directory, n) for n in ("ca.key", "server.csr", "san.ext"))
+        with open(ext, "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        for command in (
+            ["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "7",
+             "-subj", "/CN=sandboxd-kube-standin-ca"],
+            ["openssl", "req", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+            ["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", cert, "-days", "7", "-extfile", ext],
+        ):
+            subprocess.run(command, check=True, capture_output=True)
+    return cert, key
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--token", action="append", default=[])
+    parser.add_argument("--pods-start", choices=("ready", "pending"), default="ready")
+    parser.add_argument("--tls-dir")
+    args = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
+    scheme = "http"
+    if args.tls_dir:
+        cert, key = make_certificates(args.tls_dir)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    server.daemon_threads = True
+    server.store = Store(args.pods_start)  # type: ignore[attr-defined]
+    server.tokens = {t: True for t in args.token}  # type: ignore[attr-defined]
+    server.requests = []  # type: ignore[attr-defined]
+    print(f"listening {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
