@@ -42,6 +42,7 @@ ErrorKind classify(const std::exception& error, ErrorKind fallback) {
       dynamic_cast<const host_fs::UntrustedDirectoryError*>(&error)) {
     return ErrorKind::config;
   }
+  if (dynamic_cast<const BackendCapacityError*>(&error)) return ErrorKind::capacity;
   if (dynamic_cast<const std::bad_alloc*>(&error) ||
       dynamic_cast<const std::logic_error*>(&error)) {
     return ErrorKind::internal;

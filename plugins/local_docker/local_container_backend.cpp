@@ -14,7 +14,7 @@
 //     "stop_timeout_seconds": 10,
 //     "security_opt": [],          // e.g. ["seccomp=unconfined"] for an image that needs it
 //     "no_new_privileges": true,   // adds "no-new-privileges" to security_opt
-//     "cap_drop": ["ALL"], "cap_add": ["CHOWN", "DAC_OVERRIDE", …]  // kDefaultCapabilities
+//     "cap_drop": ["ALL"], "cap_add": ["CHOWN", "DAC_OVERRIDE", …]  // kDefaultSandboxCapabilities
 //     "init": true,
 //     "bind_host": "127.0.0.1",    // else DEER_FLOW_SANDBOX_BIND_HOST, else SPEC §9.4
 //     "sandbox_host": "localhost", // host in sandbox URLs; else DEER_FLOW_SANDBOX_HOST
@@ -63,6 +63,7 @@
 #include "engine_client.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/json.hpp"
+#include "sandboxd/sandbox_capabilities.hpp"
 
 namespace sandboxd::local_docker {
 namespace {
@@ -79,13 +80,6 @@ constexpr const char* kLabelUserId = "sandboxd.user-id";
 constexpr const char* kLabelThreadId = "sandboxd.thread-id";
 constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
 
-// What is left after dropping ALL: an image's init and process supervisor switching users
-// (SETUID, SETGID), handing files to them (CHOWN, FOWNER, FSETID, DAC_OVERRIDE), signalling
-// them (KILL), and services on ports below 1024 (NET_BIND_SERVICE). Docker's default set also
-// has MKNOD, NET_RAW, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE, which sandboxed code has no
-// business with; `cap_add` restores any of them.
-constexpr const char* kDefaultCapabilities[] = {
-    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"};
 constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
 constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
 constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
@@ -373,9 +367,10 @@ Settings LocalContainerBackend::read_settings(const PluginContext& context) {
   }
   s.cap_drop = options.has("cap_drop") ? options.get_string_list("cap_drop")
                                        : std::vector<std::string>{"ALL"};
-  s.cap_add = options.has("cap_add") ? options.get_string_list("cap_add")
-                                     : std::vector<std::string>(std::begin(kDefaultCapabilities),
-                                                                std::end(kDefaultCapabilities));
+  s.cap_add = options.has("cap_add")
+                  ? options.get_string_list("cap_add")
+                  : std::vector<std::string>(std::begin(kDefaultSandboxCapabilities),
+                                             std::end(kDefaultSandboxCapabilities));
   s.init = options.get_bool("init", true);
 
   s.sandbox_host = trimmed(options.get_string("sandbox_host", ""));

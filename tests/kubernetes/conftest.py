@@ -80,6 +80,21 @@ def standin(tmp_path):
 
 
 @pytest.fixture
+def serving_standin(tmp_path):
+    """NodePort services are backed by a real httpd on 127.0.0.1 (the stand-in's --serve-pods)."""
+    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def serving_pending_standin(tmp_path):
+    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"), "--pods-start", "pending")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
 def pending_standin(tmp_path):
     """Pods stay Pending until the test drives them."""
     started = Standin(tmp_path, "--pods-start", "pending")

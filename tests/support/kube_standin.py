@@ -25,9 +25,15 @@ What a test drives through /_standin/ (not part of the Kubernetes API):
   POST /_standin/tokens             {"token": "T"}: T is accepted from now on
   GET  /_standin/requests           the requests served so far (method, path, query)
 
+With --serve-pods, a NodePort service is backed by a real process: `busybox httpd` on
+127.0.0.1:{nodePort} answering GET /v1/sandbox, started when the service is created and stopped
+when it is deleted (or collected with its pod), so a backend's readiness probe and its users
+reach something real through the node port, as they would on a one-node cluster.
+
 Not served: OpenAPI documents (kubectl runs with --validate=false) and watches (405).
 
 Usage: kube_standin.py [--port N] [--token T]... [--pods-start ready|pending] [--tls-dir DIR]
+                       [--serve-pods DIR]
 With --tls-dir it serves HTTPS with a certificate for 127.0.0.1 signed by DIR/ca.crt (made
 there with openssl when missing): clients send bearer tokens only over TLS.
 Prints one line `listening http(s)://127.0.0.1:PORT` once it serves.
@@ -41,6 +47,8 @@ import copy
 import json
 import os
 import re
+import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -147,7 +155,9 @@ class Store:
         self.pods_start = pods_start
         self.pod_quota: int | None = None
         self.next_ip = 10
-        self.next_node_port = 30000
+        self.next_node_port = 30000 + os.getpid() % 2000  # apart from a concurrent stand-in
+        self.serve_pods: str | None = None  # a directory: NodePort services get a real httpd
+        self.httpds: dict[tuple[str, str], subprocess.Popen] = {}
 
     def bump(self) -> str:
         self.version += 1
@@ -187,6 +197,7 @@ class Store:
                 self._initial_pod_status(body)
             else:
                 self._allocate_service(body)
+                self._start_httpd(namespace, body)
             self.objects[(resource, namespace, name)] = body
             return copy.deepcopy(body)
 
@@ -248,9 +259,40 @@ class Store:
             port.setdefault("protocol", "TCP")
             port.setdefault("targetPort", port["port"])
             if spec["type"] == "NodePort" and "nodePort" not in port:
-                self.next_node_port += 1
-                port["nodePort"] = self.next_node_port
+                port["nodePort"] = self._free_node_port()
         service["status"] = {"loadBalancer": {}}
+
+    def _free_node_port(self) -> int:
+        for _ in range(2768):
+            self.next_node_port = 30000 + (self.next_node_port - 30000 + 1) % 2768
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", self.next_node_port))
+                except OSError:
+                    continue
+            return self.next_node_port
+        raise ApiError(500, "InternalError", "no free node port in 30000-32767")
+
+    def _start_httpd(self, namespace: str, service: dict) -> None:
+        ports = service["spec"].get("ports", [])
+        if not self.serve_pods or service["spec"]["type"] != "NodePort" or not ports:
+            return
+        root = os.path.join(self.serve_pods, "www")
+        os.makedirs(os.path.join(root, "v1"), exist_ok=True)
+        with open(os.path.join(root, "v1", "sandbox"), "w") as f:
+            f.write('{"standin": true}\n')
+        self.httpds[(namespace, service["metadata"]["name"])] = subprocess.Popen(
+            ["busybox", "httpd", "-f", "-p", f"127.0.0.1:{ports[0]['nodePort']}", "-h", root])
+
+    def _stop_httpd(self, namespace: str, name: str) -> None:
+        process = self.httpds.pop((namespace, name), None)
+        if process is not None:
+            process.terminate()
+            process.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for key in list(self.httpds):
+            self._stop_httpd(*key)
 
     def get(self, resource: str, namespace: str, name: str) -> dict:
         with self.lock:
@@ -285,11 +327,15 @@ class Store:
             if obj is None:
                 raise ApiError(404, "NotFound", f'{resource} "{name}" not found', name, resource)
             # Garbage collection: what this object owns goes with it (background propagation).
+            if resource == "services":
+                self._stop_httpd(namespace, name)
             uid = obj["metadata"]["uid"]
             for key, other in list(self.objects.items()):
                 owners = other["metadata"].get("ownerReferences") or []
                 if any(o.get("uid") == uid for o in owners):
                     del self.objects[key]
+                    if key[0] == "services":
+                        self._stop_httpd(key[1], key[2])
             obj["metadata"]["deletionTimestamp"] = now()
             obj["metadata"]["resourceVersion"] = self.bump()
             return obj
@@ -501,6 +547,7 @@ def main() -> int:
     parser.add_argument("--token", action="append", default=[])
     parser.add_argument("--pods-start", choices=("ready", "pending"), default="ready")
     parser.add_argument("--tls-dir")
+    parser.add_argument("--serve-pods")
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     scheme = "http"
@@ -512,13 +559,17 @@ def main() -> int:
         scheme = "https"
     server.daemon_threads = True
     server.store = Store(args.pods_start)  # type: ignore[attr-defined]
+    server.store.serve_pods = args.serve_pods
     server.tokens = {t: True for t in args.token}  # type: ignore[attr-defined]
     server.requests = []  # type: ignore[attr-defined]
     print(f"listening {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
+    finally:
+        server.store.stop_all()  # type: ignore[attr-defined]
     return 0
 
 

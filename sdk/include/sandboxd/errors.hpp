@@ -49,6 +49,13 @@ class MountContractChangedError : public std::runtime_error {
   int current_version_;
 };
 
+// The backend's own capacity refused a create (a cluster's ResourceQuota answered 403): the
+// same outcome for callers as the core's ceilings (capacity; CLI exit 7, HTTP 429).
+class BackendCapacityError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // A plugin rejected its configuration. key_path names the offending key in full, for example
 // "sandbox.ownership.path", so the host can say which line of which file to fix.
 class PluginConfigError : public std::runtime_error {

@@ -47,6 +47,12 @@ struct Request {
   std::function<void(std::string_view chunk)> body_sink;
   // A buffered body longer than this ends the request with TransportError (too_large()).
   std::size_t max_body_bytes = kDefaultMaxBodyBytes;
+  // TLS for https:// URLs (a cluster's API server): the CA to trust instead of the system's, as
+  // a file or PEM text; a client certificate and key, each as a file or PEM text. Verification
+  // is skipped only when insecure_skip_tls_verify says so (a config that asked for it).
+  std::string ca_file, ca_pem;
+  std::string client_cert_file, client_cert_pem, client_key_file, client_key_pem;
+  bool insecure_skip_tls_verify = false;
 };
 
 struct Response {
@@ -194,6 +200,26 @@ inline Response perform(const Request& request) {
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, detail::on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sinks);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
+
+  // Blobs are copied by libcurl (CURL_BLOB_COPY), so these may go out of scope after setopt.
+  const auto set_blob = [&](CURLoption option, const std::string& pem) {
+    curl_blob blob{const_cast<char*>(pem.data()), pem.size(), CURL_BLOB_COPY};
+    curl_easy_setopt(curl, option, &blob);
+  };
+  if (!request.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, request.ca_file.c_str());
+  if (!request.ca_pem.empty()) set_blob(CURLOPT_CAINFO_BLOB, request.ca_pem);
+  if (!request.client_cert_file.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLCERT, request.client_cert_file.c_str());
+  }
+  if (!request.client_cert_pem.empty()) set_blob(CURLOPT_SSLCERT_BLOB, request.client_cert_pem);
+  if (!request.client_key_file.empty()) {
+    curl_easy_setopt(curl, CURLOPT_SSLKEY, request.client_key_file.c_str());
+  }
+  if (!request.client_key_pem.empty()) set_blob(CURLOPT_SSLKEY_BLOB, request.client_key_pem);
+  if (request.insecure_skip_tls_verify) {
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(curl, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
 
   curl_slist* raw_headers = curl_slist_append(nullptr, "Expect:");
   if (!request.json_body.empty()) {

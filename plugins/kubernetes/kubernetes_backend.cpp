@@ -1,0 +1,681 @@
+// kubernetes:KubernetesBackend — one Pod per sandbox on a Kubernetes cluster, and a Service when
+// the sandbox URL needs one, through about ten core/v1 endpoints with libcurl and RapidJSON
+// (issue 24). Named and labelled as DeerFlow's provisioner does (`sandbox-{id}`,
+// `sandbox-{id}-svc`, app=deer-flow-sandbox, sandbox-id={id}), so its pods are found as the
+// same sandboxes; our identity rides in annotations (label values cannot hold every user id).
+//
+//   "backend": {
+//     "use": "kubernetes:KubernetesBackend",
+//     "kubeconfig": "~/.kube/config",        // else $KUBECONFIG, else in-cluster
+//     "kubeconfig_context": "…",             // default: the kubeconfig's current context
+//     "namespace": "sandboxes",              // default: the context's or service account's
+//     "image": "…",                          // default: DeerFlow's all-in-one image
+//     "url_mode": "node_port",               // node_port | cluster_dns | pod_ip
+//     "node_host": "10.0.0.5",               // node_port: where the gateway reaches a node
+//     "port": 8080,
+//     "volumes": "host_path",                // host_path (one node) | pvc
+//     "pvc_name": "deer-flow-data",          // pvc: the claim holding base_dir's tree
+//     "environment": {"KEY": "value"},       // values are never logged
+//     "cpu_request": "100m", "memory_request": "256Mi", "cpu_limit": "1", "memory_limit": "1Gi",
+//     "runtime_class_name": "gvisor", "active_deadline_seconds": 86400,
+//     "ready_timeout_seconds": 120, "request_timeout_seconds": 15
+//   }
+//
+// Secure by default: no privilege escalation, capabilities dropped to local_docker's list,
+// seccomp RuntimeDefault, no service-account token in the pod.
+//
+// Lock story: nothing is shared between calls but the settings, read-only after construction;
+// every request has its own libcurl handle.
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kube_credentials.hpp"
+#include "sandboxd/errors.hpp"
+#include "sandboxd/http.hpp"
+#include "sandboxd/sandbox_capabilities.hpp"
+#include "sandboxd/sdk.hpp"
+
+namespace sandboxd::kubernetes {
+namespace {
+
+constexpr const char* kDefaultImage =
+    "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest";
+constexpr const char* kAppLabel = "app";
+constexpr const char* kAppValue = "deer-flow-sandbox";
+constexpr const char* kSandboxIdLabel = "sandbox-id";
+constexpr const char* kManagedByLabel = "sandboxd.io/managed-by";
+constexpr const char* kUserAnnotation = "sandboxd.io/user-id";
+constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
+// Waiting reasons that will not resolve by waiting: the create fails at once, naming it.
+constexpr const char* kHopelessReasons[] = {"ImagePullBackOff",           "ErrImagePull",
+                                            "CrashLoopBackOff",           "InvalidImageName",
+                                            "CreateContainerConfigError", "CreateContainerError"};
+constexpr int kListPageSize = 500;
+constexpr int kMaxListPages = 1000;  // 500,000 pods: a bound, not a expectation
+
+using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
+
+struct Answer {
+  long status = 0;
+  std::string body;
+  rapidjson::Document doc;
+  bool ok() const { return status >= 200 && status < 300; }
+  // The API's Status message ("pods \"x\" is forbidden: exceeded quota…") or the raw body.
+  std::string message() const {
+    if (doc.IsObject() && doc.HasMember("message") && doc["message"].IsString()) {
+      return doc["message"].GetString();
+    }
+    return body.substr(0, 300);
+  }
+  std::string reason() const {
+    if (doc.IsObject() && doc.HasMember("reason") && doc["reason"].IsString()) {
+      return doc["reason"].GetString();
+    }
+    return "";
+  }
+};
+
+const rapidjson::Value* member(const rapidjson::Value& object, const char* key) {
+  if (!object.IsObject()) return nullptr;
+  const auto it = object.FindMember(key);
+  return it == object.MemberEnd() ? nullptr : &it->value;
+}
+
+std::string string_at(const rapidjson::Value& object, std::initializer_list<const char*> path) {
+  const rapidjson::Value* at = &object;
+  for (const char* key : path) {
+    at = member(*at, key);
+    if (!at) return "";
+  }
+  return at->IsString() ? at->GetString() : "";
+}
+
+double parse_timestamp(const std::string& text) {  // 2026-12-04T12:00:00Z
+  std::tm tm{};
+  if (!strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm)) return 0.0;
+  return static_cast<double>(timegm(&tm));
+}
+
+std::string quoted_value(const std::string& text) {  // label selector values: safe characters
+  std::string out;
+  for (const char c : text) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+class KubernetesBackend final : public SandboxBackend {
+ public:
+  explicit KubernetesBackend(const PluginContext& context)
+      : logger_(context.logger), clock_(context.clock) {
+    PluginConfig options = context.options();
+    const auto kubeconfig_key = options.optional_string("kubeconfig");
+    const auto context_name = options.optional_string("kubeconfig_context");
+    std::string kubeconfig = kubeconfig_key.value_or("");
+    if (kubeconfig.empty()) {
+      if (const char* env = std::getenv("KUBECONFIG"); env && *env) kubeconfig = env;
+    }
+    if (!kubeconfig.empty() && kubeconfig.front() == '~') {
+      if (const char* home = std::getenv("HOME")) kubeconfig = home + kubeconfig.substr(1);
+    }
+    try {
+      credentials_ = kubeconfig.empty()
+                         ? in_cluster_credentials("/var/run/secrets/kubernetes.io/serviceaccount")
+                         : kubeconfig_credentials(kubeconfig, context_name);
+    } catch (const std::runtime_error& e) {
+      options.reject(kubeconfig_key ? "kubeconfig" : "kubeconfig", e.what());
+    }
+    if (credentials_.insecure_skip_tls_verify) {
+      logger_->warning("kubernetes: " + credentials_.source +
+                       " asks for insecure-skip-tls-verify; the API server's certificate is NOT "
+                       "verified");
+    }
+    namespace_ =
+        options.get_string("namespace", credentials_.namespace_.empty() ? std::string("default")
+                                                                        : credentials_.namespace_);
+    image_ = options.get_string("image", kDefaultImage);
+    url_mode_ = options.get_string("url_mode", "node_port");
+    if (url_mode_ != "node_port" && url_mode_ != "cluster_dns" && url_mode_ != "pod_ip") {
+      options.reject("url_mode",
+                     "must be node_port, cluster_dns or pod_ip, got '" + url_mode_ + "'");
+    }
+    node_host_ = options.get_string("node_host", "");
+    if (url_mode_ == "node_port" && node_host_.empty()) {
+      options.reject("node_host",
+                     "is required with url_mode node_port (where the gateway reaches a node)");
+    }
+    port_ = static_cast<int>(options.get_integer("port", 8080));
+    if (port_ < 1 || port_ > 65535) options.reject("port", "must be in 1..65535");
+    volumes_ = options.get_string("volumes", "host_path");
+    if (volumes_ != "host_path" && volumes_ != "pvc") {
+      options.reject("volumes", "must be host_path or pvc, got '" + volumes_ + "'");
+    }
+    pvc_name_ = options.get_string("pvc_name", "");
+    if (volumes_ == "pvc" && pvc_name_.empty())
+      options.reject("pvc_name", "is required with volumes pvc");
+    host_base_dir_ = options.get_string("host_base_dir", context.base_dir);
+    environment_ = options.get_string_map("environment");
+    cpu_request_ = options.get_string("cpu_request", "100m");
+    memory_request_ = options.get_string("memory_request", "256Mi");
+    cpu_limit_ = options.get_string("cpu_limit", "1");
+    memory_limit_ = options.get_string("memory_limit", "1Gi");
+    runtime_class_ = options.get_string("runtime_class_name", "");
+    active_deadline_ = options.get_integer("active_deadline_seconds", 0);
+    ready_timeout_ = options.get_number("ready_timeout_seconds", 120);
+    request_timeout_ = options.get_number("request_timeout_seconds", 15);
+    if (!(request_timeout_ > 0 && request_timeout_ <= 300)) {
+      options.reject("request_timeout_seconds", "must be in (0, 300] seconds");
+    }
+    for (const auto& key : options.unread_keys()) {
+      logger_->warning("kubernetes: unknown option " + key + " ignored");
+    }
+    logger_->info("kubernetes: " + credentials_.source + ", server " +
+                  redacted_url(credentials_.server) + ", namespace " + namespace_ + ", url_mode " +
+                  url_mode_);
+  }
+
+  SandboxInfo create(const CreateRequest& request) override {
+    const std::string& id = request.sandbox_id;
+    const std::string pod_name = "sandbox-" + id;
+    Answer made = call("POST", pods_path(), pod_spec(request));
+    if (made.status == 409) {
+      made = call("GET", pods_path() + "/" + pod_name);
+      if (!made.ok()) fail("read the existing pod " + pod_name, made);
+      check_identity(made.doc, request);
+    } else if (made.status == 403 && made.message().find("exceeded quota") != std::string::npos) {
+      throw BackendCapacityError("capacity (quota): the cluster refused pod " + pod_name + ": " +
+                                 made.message());
+    } else if (!made.ok()) {
+      fail("create pod " + pod_name, made);
+    }
+    const std::string uid = string_at(made.doc, {"metadata", "uid"});
+    try {
+      std::optional<int> node_port;
+      if (url_mode_ != "pod_ip") node_port = ensure_service(id, pod_name, uid);
+      const rapidjson::Document ready = wait_until_ready(pod_name);
+      SandboxInfo info;
+      info.sandbox_id = id;
+      info.sandbox_url = url_for(id, ready, node_port);
+      info.container_name = pod_name;
+      info.container_id = uid;
+      info.created_at = parse_timestamp(string_at(ready, {"metadata", "creationTimestamp"}));
+      info.user_id = request.user_id;
+      info.thread_id = request.thread_id;
+      logger_->info("kubernetes: pod " + pod_name + " ready at " + info.sandbox_url);
+      return info;
+    } catch (...) {
+      delete_quietly(pod_name, id);  // nothing is left behind by a failed create
+      throw;
+    }
+  }
+
+  void destroy(const SandboxInfo& info) override {
+    const std::string pod_name = "sandbox-" + info.sandbox_id;
+    const Answer pod =
+        call("DELETE", pods_path() + "/" + pod_name,
+             R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+    if (!pod.ok() && pod.status != 404) fail("delete pod " + pod_name, pod);
+    // Ours is collected with its pod (ownerReference); one DeerFlow's provisioner made is not.
+    const Answer service = call("DELETE", services_path() + "/" + pod_name + "-svc");
+    if (!service.ok() && service.status != 404)
+      fail("delete service " + pod_name + "-svc", service);
+    logger_->info("kubernetes: deleted pod " + pod_name);
+  }
+
+  bool is_alive(const SandboxInfo& info) override {
+    const Answer pod = call("GET", pods_path() + "/sandbox-" + info.sandbox_id);
+    if (pod.status == 404) return false;
+    if (!pod.ok()) fail("read pod sandbox-" + info.sandbox_id, pod);
+    if (member(pod.doc["metadata"], "deletionTimestamp")) return false;
+    const std::string phase = string_at(pod.doc, {"status", "phase"});
+    return phase != "Succeeded" && phase != "Failed";
+  }
+
+  std::optional<SandboxInfo> discover(const std::string& sandbox_id) override {
+    const std::string pod_name = "sandbox-" + sandbox_id;
+    Answer pod;
+    try {
+      pod = call("GET", pods_path() + "/" + pod_name);
+    } catch (const std::exception& e) {
+      logger_->debug("kubernetes: discover " + sandbox_id + ": " + e.what());
+      return std::nullopt;
+    }
+    if (!pod.ok() || !is_ready(pod.doc)) return std::nullopt;
+    std::optional<int> node_port;
+    if (url_mode_ != "pod_ip") {
+      const Answer service = call("GET", services_path() + "/" + pod_name + "-svc");
+      if (!service.ok()) return std::nullopt;
+      node_port = node_port_of(service.doc);
+    }
+    return info_of(pod.doc, node_port);
+  }
+
+  std::vector<SandboxInfo> list_running() override {
+    std::vector<SandboxInfo> out;
+    std::map<std::string, int> node_ports;  // service name → nodePort
+    if (url_mode_ == "node_port") {
+      for_each_listed(services_path(), [&](const rapidjson::Value& service) {
+        if (auto port = node_port_of(service)) {
+          node_ports[string_at(service, {"metadata", "name"})] = *port;
+        }
+      });
+    }
+    for_each_listed(pods_path(), [&](const rapidjson::Value& pod) {
+      if (string_at(pod, {"status", "phase"}) != "Running") return;
+      const std::string name = string_at(pod, {"metadata", "name"});
+      std::optional<int> node_port;
+      if (auto it = node_ports.find(name + "-svc"); it != node_ports.end()) node_port = it->second;
+      if (url_mode_ == "node_port" && !node_port) return;  // no way in yet
+      if (auto info = info_of(pod, node_port)) out.push_back(std::move(*info));
+    });
+    return out;
+  }
+
+ private:
+  std::string pods_path() const { return "/api/v1/namespaces/" + namespace_ + "/pods"; }
+  std::string services_path() const { return "/api/v1/namespaces/" + namespace_ + "/services"; }
+
+  Answer call(const std::string& method, const std::string& path, const std::string& body = "") {
+    http::Request request;
+    request.method = method;
+    request.url = credentials_.server + path;
+    request.json_body = body;
+    request.timeout_seconds = request_timeout_;
+    request.headers.push_back("Accept: application/json");
+    credentials_.apply_to(request);
+    Answer answer;
+    try {
+      http::Response response = http::perform(request);
+      answer.status = response.status;
+      answer.body = std::move(response.body);
+    } catch (const http::TransportError& e) {
+      throw std::runtime_error("kubernetes: " + method + " " + path + " at " +
+                               redacted_url(credentials_.server) + " failed: " + e.what());
+    }
+    answer.doc.Parse(answer.body.c_str());
+    if (answer.status == 401) {
+      throw std::runtime_error("kubernetes: the API server refused our credentials (401) from " +
+                               credentials_.source + "; is the token expired?");
+    }
+    return answer;
+  }
+
+  [[noreturn]] void fail(const std::string& what, const Answer& answer) const {
+    throw std::runtime_error(
+        "kubernetes: could not " + what + ": HTTP " + std::to_string(answer.status) +
+        (answer.reason().empty() ? "" : " " + answer.reason()) + ": " + answer.message());
+  }
+
+  void delete_quietly(const std::string& pod_name, const std::string& id) {
+    try {
+      SandboxInfo info;
+      info.sandbox_id = id;
+      destroy(info);
+    } catch (const std::exception& e) {
+      logger_->warning("kubernetes: pod " + pod_name +
+                       " of a failed create could not be deleted: " + e.what());
+    }
+  }
+
+  // A pod already there for this id is ours only if it names the same conversation; one made by
+  // DeerFlow's provisioner carries no identity and is taken as the same sandbox.
+  void check_identity(const rapidjson::Value& pod, const CreateRequest& request) const {
+    const rapidjson::Value* annotations = member(pod["metadata"], "annotations");
+    const auto annotated = [&](const char* key) -> std::optional<std::string> {
+      if (!annotations) return std::nullopt;
+      const rapidjson::Value* v = member(*annotations, key);
+      return v && v->IsString() ? std::optional<std::string>(v->GetString()) : std::nullopt;
+    };
+    const auto user = annotated(kUserAnnotation), thread = annotated(kThreadAnnotation);
+    if ((user && user != request.user_id) || (thread && thread != request.thread_id)) {
+      throw SandboxIdentityCollisionError(
+          "kubernetes: pod sandbox-" + request.sandbox_id +
+          " exists for another conversation (its annotations name a different user or thread); "
+          "not taking it over");
+    }
+  }
+
+  std::optional<int> ensure_service(const std::string& id, const std::string& pod_name,
+                                    const std::string& pod_uid) {
+    rapidjson::StringBuffer buffer;
+    Writer w(buffer);
+    w.StartObject();
+    w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Service");
+    w.Key("metadata");
+    w.StartObject();
+    w.Key("name"), w.String((pod_name + "-svc").c_str());
+    labels(w, id);
+    if (!pod_uid.empty()) {
+      w.Key("ownerReferences");
+      w.StartArray();
+      w.StartObject();
+      w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
+      w.Key("name"), w.String(pod_name.c_str()), w.Key("uid"), w.String(pod_uid.c_str());
+      w.EndObject();
+      w.EndArray();
+    }
+    w.EndObject();
+    w.Key("spec");
+    w.StartObject();
+    w.Key("type"), w.String(url_mode_ == "node_port" ? "NodePort" : "ClusterIP");
+    w.Key("selector");
+    w.StartObject();
+    w.Key(kSandboxIdLabel), w.String(id.c_str());
+    w.EndObject();
+    w.Key("ports");
+    w.StartArray();
+    w.StartObject();
+    w.Key("name"), w.String("http"), w.Key("port"), w.Int(port_), w.Key("targetPort"), w.Int(port_);
+    w.EndObject();
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+    Answer service = call("POST", services_path(), buffer.GetString());
+    if (service.status == 409) service = call("GET", services_path() + "/" + pod_name + "-svc");
+    if (!service.ok()) fail("create service " + pod_name + "-svc", service);
+    return node_port_of(service.doc);
+  }
+
+  static std::optional<int> node_port_of(const rapidjson::Value& service) {
+    const rapidjson::Value* spec = member(service, "spec");
+    const rapidjson::Value* ports = spec ? member(*spec, "ports") : nullptr;
+    if (!ports || !ports->IsArray() || ports->Empty()) return std::nullopt;
+    const rapidjson::Value* port = member((*ports)[0], "nodePort");
+    return port && port->IsInt() ? std::optional<int>(port->GetInt()) : std::nullopt;
+  }
+
+  static bool is_ready(const rapidjson::Value& pod) {
+    const rapidjson::Value* status = member(pod, "status");
+    const rapidjson::Value* conditions = status ? member(*status, "conditions") : nullptr;
+    if (!conditions || !conditions->IsArray()) return false;
+    for (const auto& condition : conditions->GetArray()) {
+      if (string_at(condition, {"type"}) == "Ready")
+        return string_at(condition, {"status"}) == "True";
+    }
+    return false;
+  }
+
+  // Why a pod will not become ready by waiting, or "".
+  static std::string hopeless(const rapidjson::Value& pod) {
+    const rapidjson::Value* status = member(pod, "status");
+    if (!status) return "";
+    if (const rapidjson::Value* conditions = member(*status, "conditions");
+        conditions && conditions->IsArray()) {
+      for (const auto& c : conditions->GetArray()) {
+        if (string_at(c, {"type"}) == "PodScheduled" &&
+            string_at(c, {"reason"}) == "Unschedulable") {
+          return "Unschedulable: " + string_at(c, {"message"});
+        }
+      }
+    }
+    if (const rapidjson::Value* statuses = member(*status, "containerStatuses");
+        statuses && statuses->IsArray()) {
+      for (const auto& s : statuses->GetArray()) {
+        const std::string reason = string_at(s, {"state", "waiting", "reason"});
+        for (const char* bad : kHopelessReasons) {
+          if (reason == bad) return reason + ": " + string_at(s, {"state", "waiting", "message"});
+        }
+      }
+    }
+    const std::string phase = string_at(pod, {"status", "phase"});
+    return phase == "Failed" || phase == "Succeeded" ? "the pod's phase is " + phase : "";
+  }
+
+  rapidjson::Document wait_until_ready(const std::string& pod_name) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(ready_timeout_);
+    auto delay = std::chrono::milliseconds(100);
+    while (true) {
+      Answer pod = call("GET", pods_path() + "/" + pod_name);
+      if (!pod.ok()) fail("read pod " + pod_name, pod);
+      if (is_ready(pod.doc)) return std::move(pod.doc);
+      if (const std::string why = hopeless(pod.doc); !why.empty()) {
+        throw std::runtime_error("kubernetes: pod " + pod_name + " cannot start: " + why);
+      }
+      if (std::chrono::steady_clock::now() + delay > deadline) {
+        throw std::runtime_error("kubernetes: pod " + pod_name + " was not Ready within " +
+                                 std::to_string(static_cast<int>(ready_timeout_)) + "s (phase " +
+                                 string_at(pod.doc, {"status", "phase"}) + ")");
+      }
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    }
+  }
+
+  std::string url_for(const std::string& id, const rapidjson::Value& pod,
+                      const std::optional<int>& node_port) const {
+    if (url_mode_ == "pod_ip") {
+      return "http://" + string_at(pod, {"status", "podIP"}) + ":" + std::to_string(port_);
+    }
+    if (url_mode_ == "cluster_dns") {
+      return "http://sandbox-" + id + "-svc." + namespace_ +
+             ".svc.cluster.local:" + std::to_string(port_);
+    }
+    if (!node_port)
+      throw std::runtime_error("kubernetes: service sandbox-" + id + "-svc has no nodePort");
+    return "http://" + node_host_ + ":" + std::to_string(*node_port);
+  }
+
+  std::optional<SandboxInfo> info_of(const rapidjson::Value& pod,
+                                     const std::optional<int>& node_port) const {
+    const rapidjson::Value* meta = member(pod, "metadata");
+    const rapidjson::Value* labels = meta ? member(*meta, "labels") : nullptr;
+    const rapidjson::Value* id = labels ? member(*labels, kSandboxIdLabel) : nullptr;
+    if (!id || !id->IsString()) return std::nullopt;
+    SandboxInfo info;
+    info.sandbox_id = id->GetString();
+    try {
+      info.sandbox_url = url_for(info.sandbox_id, pod, node_port);
+    } catch (const std::runtime_error&) {
+      return std::nullopt;
+    }
+    info.container_name = string_at(pod, {"metadata", "name"});
+    info.container_id = string_at(pod, {"metadata", "uid"});
+    info.created_at = parse_timestamp(string_at(pod, {"metadata", "creationTimestamp"}));
+    const std::string user = string_at(pod, {"metadata", "annotations", kUserAnnotation});
+    const std::string thread = string_at(pod, {"metadata", "annotations", kThreadAnnotation});
+    if (!user.empty()) info.user_id = user;
+    if (!thread.empty()) info.thread_id = thread;
+    return info;
+  }
+
+  // One labelled list, paged with limit/continue; never one GET per sandbox.
+  template <class Visit>
+  void for_each_listed(const std::string& path, Visit visit) {
+    std::string next;
+    for (int page = 0; page < kMaxListPages; ++page) {
+      std::string query = "?labelSelector=" + std::string(kAppLabel) + "%3D" + kAppValue +
+                          "&limit=" + std::to_string(kListPageSize);
+      if (!next.empty()) query += "&continue=" + next;
+      const Answer listed = call("GET", path + query);
+      if (!listed.ok()) fail("list " + path, listed);
+      const rapidjson::Value* items = member(listed.doc, "items");
+      if (items && items->IsArray()) {
+        for (const auto& item : items->GetArray()) visit(item);
+      }
+      next = string_at(listed.doc, {"metadata", "continue"});
+      if (next.empty()) return;
+      std::string escaped;
+      for (const char c : next) {
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') {
+          escaped += c;
+        } else {
+          char hex[4];
+          std::snprintf(hex, sizeof hex, "%%%02X", static_cast<unsigned char>(c));
+          escaped += hex;
+        }
+      }
+      next = escaped;
+    }
+    throw std::runtime_error("kubernetes: listing " + path + " did not end within " +
+                             std::to_string(kMaxListPages) + " pages");
+  }
+
+  void labels(Writer& w, const std::string& id) const {
+    w.Key("labels");
+    w.StartObject();
+    w.Key(kAppLabel), w.String(kAppValue);
+    w.Key(kSandboxIdLabel), w.String(quoted_value(id).c_str());
+    w.Key(kManagedByLabel), w.String("sandboxd");
+    w.EndObject();
+  }
+
+  // A host path under host_base_dir as a subPath of the PVC (DeerFlow's PVC layout).
+  std::string sub_path_of(const std::string& host_path) const {
+    const std::filesystem::path base = std::filesystem::path(host_base_dir_).lexically_normal();
+    const std::filesystem::path relative =
+        std::filesystem::path(host_path).lexically_normal().lexically_relative(base);
+    if (relative.empty() || relative.native().rfind("..", 0) == 0) {
+      throw std::invalid_argument("kubernetes: mount source " + host_path + " is not under " +
+                                  host_base_dir_ + ", so it has no place on the PVC");
+    }
+    return relative.string();
+  }
+
+  std::string pod_spec(const CreateRequest& request) const {
+    const std::string& id = request.sandbox_id;
+    rapidjson::StringBuffer buffer;
+    Writer w(buffer);
+    w.StartObject();
+    w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
+    w.Key("metadata");
+    w.StartObject();
+    w.Key("name"), w.String(("sandbox-" + id).c_str());
+    labels(w, id);
+    w.Key("annotations");
+    w.StartObject();
+    if (request.user_id) w.Key(kUserAnnotation), w.String(request.user_id->c_str());
+    if (request.thread_id) w.Key(kThreadAnnotation), w.String(request.thread_id->c_str());
+    w.EndObject();
+    w.EndObject();
+    w.Key("spec");
+    w.StartObject();
+    w.Key("automountServiceAccountToken"), w.Bool(false);
+    w.Key("restartPolicy"), w.String("Always");
+    if (!runtime_class_.empty()) w.Key("runtimeClassName"), w.String(runtime_class_.c_str());
+    if (active_deadline_ > 0) w.Key("activeDeadlineSeconds"), w.Int64(active_deadline_);
+    w.Key("securityContext");
+    w.StartObject();
+    w.Key("seccompProfile");
+    w.StartObject();
+    w.Key("type"), w.String("RuntimeDefault");
+    w.EndObject();
+    w.EndObject();
+    w.Key("containers");
+    w.StartArray();
+    w.StartObject();
+    w.Key("name"), w.String("sandbox"), w.Key("image"), w.String(image_.c_str());
+    w.Key("ports");
+    w.StartArray();
+    w.StartObject();
+    w.Key("name"), w.String("http"), w.Key("containerPort"), w.Int(port_);
+    w.EndObject();
+    w.EndArray();
+    w.Key("env");
+    w.StartArray();
+    for (const auto& [name, value] : environment_) {
+      w.StartObject();
+      w.Key("name"), w.String(name.c_str()), w.Key("value"), w.String(value.c_str());
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("resources");
+    w.StartObject();
+    w.Key("requests");
+    w.StartObject();
+    w.Key("cpu"), w.String(cpu_request_.c_str()), w.Key("memory"),
+        w.String(memory_request_.c_str());
+    w.EndObject();
+    w.Key("limits");
+    w.StartObject();
+    w.Key("cpu"), w.String(cpu_limit_.c_str()), w.Key("memory"), w.String(memory_limit_.c_str());
+    w.EndObject();
+    w.EndObject();
+    w.Key("securityContext");
+    w.StartObject();
+    w.Key("allowPrivilegeEscalation"), w.Bool(false);
+    w.Key("capabilities");
+    w.StartObject();
+    w.Key("drop");
+    w.StartArray();
+    w.String("ALL");
+    w.EndArray();
+    w.Key("add");
+    w.StartArray();
+    for (const char* capability : kDefaultSandboxCapabilities) w.String(capability);
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+    w.Key("volumeMounts");
+    w.StartArray();
+    for (std::size_t i = 0; i < request.extra_mounts.size(); ++i) {
+      const Mount& mount = request.extra_mounts[i];
+      w.StartObject();
+      w.Key("name"), w.String(volumes_ == "pvc" ? "data" : ("m" + std::to_string(i)).c_str());
+      w.Key("mountPath"), w.String(mount.container_path.c_str());
+      w.Key("readOnly"), w.Bool(mount.read_only);
+      if (volumes_ == "pvc") w.Key("subPath"), w.String(sub_path_of(mount.host_path).c_str());
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    w.EndArray();
+    w.Key("volumes");
+    w.StartArray();
+    if (volumes_ == "pvc" && !request.extra_mounts.empty()) {
+      w.StartObject();
+      w.Key("name"), w.String("data");
+      w.Key("persistentVolumeClaim");
+      w.StartObject();
+      w.Key("claimName"), w.String(pvc_name_.c_str());
+      w.EndObject();
+      w.EndObject();
+    } else if (volumes_ == "host_path") {
+      for (std::size_t i = 0; i < request.extra_mounts.size(); ++i) {
+        w.StartObject();
+        w.Key("name"), w.String(("m" + std::to_string(i)).c_str());
+        w.Key("hostPath");
+        w.StartObject();
+        w.Key("path"), w.String(request.extra_mounts[i].host_path.c_str());
+        w.Key("type"), w.String("DirectoryOrCreate");
+        w.EndObject();
+        w.EndObject();
+      }
+    }
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+    return buffer.GetString();
+  }
+
+  std::shared_ptr<Logger> logger_;
+  std::shared_ptr<Clock> clock_;
+  KubeCredentials credentials_;
+  std::string namespace_, image_, url_mode_, node_host_, volumes_, pvc_name_, host_base_dir_;
+  std::map<std::string, std::string> environment_;  // values never logged
+  std::string cpu_request_, memory_request_, cpu_limit_, memory_limit_, runtime_class_;
+  long long active_deadline_ = 0;
+  int port_ = 8080;
+  double ready_timeout_ = 120, request_timeout_ = 15;
+};
+
+SANDBOXD_EXPORT_BACKEND(KubernetesBackend,
+                        "one Pod (and Service) per sandbox on a Kubernetes cluster")
+
+}  // namespace sandboxd::kubernetes

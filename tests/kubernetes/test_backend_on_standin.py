@@ -1,0 +1,202 @@
+"""Issue 24: the kubernetes backend (kubernetes:KubernetesBackend) driven through sandboxctl,
+each command its own process, against the stand-in API server with --serve-pods (a NodePort
+service is backed by a real httpd on 127.0.0.1, so the core's readiness probe and the sandbox
+URL reach something real). What the plugin made is read back with kubectl and the official
+Python client, never with our own code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import TOKEN, kubectls
+
+SANDBOXCTL = os.environ.get("SANDBOXCTL", "")
+NAMESPACE = "sandboxes"
+ALICE_T1 = "204d8a9dc81c839f"  # the deterministic id of (alice, t-1), SPEC §4.1
+
+pytestmark = pytest.mark.skipif(not SANDBOXCTL, reason="needs SANDBOXCTL (ctest sets it)")
+
+
+def config_for(standin, **backend) -> str:
+    (standin.directory / "state").mkdir(exist_ok=True)
+    path = standin.directory / "sandboxd.json"
+    path.write_text(json.dumps({"sandbox": {
+        "backend": {"use": "kubernetes:KubernetesBackend", "kubeconfig": str(standin.kubeconfig),
+                    "node_host": "127.0.0.1", "image": "all-in-one", "ready_timeout_seconds": 30,
+                    **backend},
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(standin.directory / "state" / "leases.db")},
+        "base_dir": str(standin.directory / "state")}}))
+    return str(path)
+
+
+def sandboxctl(config: str, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    done = subprocess.run([SANDBOXCTL, "--config", config, *args], capture_output=True, text=True,
+                          timeout=120)
+    if check and done.returncode != 0:
+        raise AssertionError(f"sandboxctl {' '.join(args)} exited {done.returncode}: {done.stderr}")
+    return done
+
+
+def value(output: str, key: str) -> str:
+    for line in output.splitlines():
+        if line.startswith(key + ":"):
+            return line.split(":", 1)[1].strip()
+    raise AssertionError(f"no {key} in {output!r}")
+
+
+def python_api(standin):
+    k8s = pytest.importorskip("kubernetes")
+    return k8s.client.CoreV1Api(k8s.config.new_client_from_config(str(standin.kubeconfig)))
+
+
+def test_a_sandbox_is_a_secure_pod_with_an_owned_service_read_back_by_the_real_clients(
+        serving_standin):
+    config = config_for(serving_standin)
+    out = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1").stdout
+    assert (value(out, "sandbox_id"), value(out, "path")) == (ALICE_T1, "created")
+    url = value(out, "sandbox_url")
+    assert url.startswith("http://127.0.0.1:3")
+    with urllib.request.urlopen(url + "/v1/sandbox", timeout=5) as answer:
+        assert answer.status == 200
+
+    v1 = python_api(serving_standin)
+    pod = v1.read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE)
+    assert pod.metadata.labels["app"] == "deer-flow-sandbox"
+    assert pod.metadata.labels["sandbox-id"] == ALICE_T1
+    assert pod.metadata.annotations == {"sandboxd.io/user-id": "alice", "sandboxd.io/thread-id": "t-1"}
+    assert pod.spec.automount_service_account_token is False
+    assert pod.spec.security_context.seccomp_profile.type == "RuntimeDefault"
+    container = pod.spec.containers[0]
+    assert container.security_context.allow_privilege_escalation is False
+    assert container.security_context.capabilities.drop == ["ALL"]
+    assert (container.resources.requests, container.resources.limits) == (
+        {"cpu": "100m", "memory": "256Mi"}, {"cpu": "1", "memory": "1Gi"})
+    service = v1.read_namespaced_service(f"sandbox-{ALICE_T1}-svc", NAMESPACE)
+    assert service.spec.type == "NodePort"
+    assert url.endswith(f":{service.spec.ports[0].node_port}")
+    assert [(o.kind, o.name, o.uid) for o in service.metadata.owner_references] == [
+        ("Pod", f"sandbox-{ALICE_T1}", pod.metadata.uid)]
+    for kubectl in kubectls():
+        shown = subprocess.run(
+            [kubectl, "--kubeconfig", str(serving_standin.kubeconfig), "get", "pods", "-l",
+             f"sandbox-id={ALICE_T1}", "-o", "jsonpath={.items[*].metadata.name}"],
+            capture_output=True, text=True, timeout=60)
+        assert shown.stdout == f"sandbox-{ALICE_T1}", (kubectl, shown.stderr)
+
+    # Another process: the conversation's sandbox is found, not made again.
+    sandboxctl(config, "release", ALICE_T1)
+    again = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1").stdout
+    assert value(again, "path") in ("reclaimed", "reused", "discovered")
+    assert value(again, "sandbox_url") == url
+    assert "alice/t-1" in sandboxctl(config, "list").stdout
+
+    sandboxctl(config, "destroy", ALICE_T1)
+    assert v1.list_namespaced_pod(NAMESPACE).items == []
+    assert v1.list_namespaced_service(NAMESPACE).items == [], "the owned service was left"
+
+
+def test_a_pod_deerflows_provisioner_made_is_the_same_sandbox_and_another_users_is_refused(
+        serving_standin):
+    k8s = pytest.importorskip("kubernetes")
+    v1 = python_api(serving_standin)
+    config = config_for(serving_standin)
+
+    def pod(annotations: dict | None) -> object:
+        return k8s.client.V1Pod(
+            metadata=k8s.client.V1ObjectMeta(
+                name=f"sandbox-{ALICE_T1}", annotations=annotations,
+                labels={"app": "deer-flow-sandbox", "sandbox-id": ALICE_T1}),
+            spec=k8s.client.V1PodSpec(containers=[k8s.client.V1Container(name="s", image="x")]))
+
+    v1.create_namespaced_pod(NAMESPACE, pod({"sandboxd.io/user-id": "bob"}))
+    refused = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1", check=False)
+    assert refused.returncode != 0
+    assert "exists for another conversation" in refused.stderr
+    assert v1.read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE).metadata.annotations == {
+        "sandboxd.io/user-id": "bob"}, "someone else's pod was touched"
+
+    v1.delete_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE)
+    v1.create_namespaced_pod(NAMESPACE, pod(None))  # as DeerFlow's provisioner makes them
+    taken = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1").stdout
+    assert value(taken, "sandbox_id") == ALICE_T1
+    sandboxctl(config, "destroy", ALICE_T1)
+
+
+def test_a_quota_refusal_is_a_capacity_refusal(serving_standin):
+    config = config_for(serving_standin)
+    serving_standin.control("POST", "/_standin/quota", {"pods": 0})
+    refused = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1", check=False)
+    assert refused.returncode == 7, refused.stderr
+    assert "exceeded quota" in refused.stderr
+
+
+def test_an_image_that_cannot_be_pulled_fails_fast_naming_why_and_leaves_nothing(
+        serving_pending_standin):
+    config = config_for(serving_pending_standin)
+    started = time.monotonic()
+    acquire = subprocess.Popen([SANDBOXCTL, "--config", config, "acquire", "--user", "alice",
+                                "--thread", "t-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    v1 = python_api(serving_pending_standin)
+    deadline = time.monotonic() + 20
+    while not v1.list_namespaced_pod(NAMESPACE).items:
+        assert time.monotonic() < deadline, "the backend never created its pod"
+        time.sleep(0.05)
+    serving_pending_standin.control(
+        "POST", f"/_standin/pods/{NAMESPACE}/sandbox-{ALICE_T1}",
+        {"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "all-in-one"'})
+    _, err = acquire.communicate(timeout=60)
+    assert acquire.returncode != 0
+    assert "ImagePullBackOff" in err and 'Back-off pulling image "all-in-one"' in err
+    assert time.monotonic() - started < 25, "it waited for ready_timeout instead of failing fast"
+    assert v1.list_namespaced_pod(NAMESPACE).items == []
+    assert v1.list_namespaced_service(NAMESPACE).items == []
+
+
+def test_a_rotated_token_file_is_read_again_without_a_restart(serving_standin):
+    token_file = serving_standin.directory / "token"
+    token_file.write_text(TOKEN + "\n")
+    text = serving_standin.kubeconfig.read_text().replace(f"token: {TOKEN}", f"tokenFile: {token_file}")
+    serving_standin.kubeconfig.write_text(text)
+    config = config_for(serving_standin)
+    served = subprocess.Popen([SANDBOXCTL, "--config", config, "serve", "--json"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        document = ""
+        while not document.rstrip().endswith("}"):
+            line = served.stdout.readline()
+            assert line, served.stderr.read()
+            document += line
+        socket_path = json.loads(document)["listen"][len("unix:"):]
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "clients" / "python"))
+        import sandboxd
+
+        client = sandboxd.Client(socket_path)
+        first = client.acquire("t-1", user_id="alice")
+        serving_standin.control("POST", "/_standin/tokens/expire", {"token": TOKEN})
+        serving_standin.control("POST", "/_standin/tokens", {"token": "rotated-token"})
+        token_file.write_text("rotated-token\n")  # what the kubelet does to a bound token
+        second = client.acquire("t-2", user_id="alice")
+        assert second.path == "created"
+        client.destroy(first.sandbox_id)
+        client.destroy(second.sandbox_id)
+    finally:
+        served.terminate()
+        served.wait(timeout=60)
+
+
+def test_an_exec_user_is_refused_in_one_sentence_naming_it(serving_standin):
+    text = serving_standin.kubeconfig.read_text().replace(
+        f"token: {TOKEN}", "exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}")
+    serving_standin.kubeconfig.write_text(text)
+    checked = sandboxctl(config_for(serving_standin), "check-config", check=False)
+    assert checked.returncode != 0
+    assert "user 'tester' authenticates through 'exec'" in checked.stderr
