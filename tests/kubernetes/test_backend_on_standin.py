@@ -18,6 +18,7 @@ import pytest
 from conftest import TOKEN, kubectls
 
 SANDBOXCTL = os.environ.get("SANDBOXCTL", "")
+PROVISIONER = os.environ.get("SANDBOXD_PROVISIONER", "")
 NAMESPACE = "sandboxes"
 ALICE_T1 = "204d8a9dc81c839f"  # the deterministic id of (alice, t-1), SPEC §4.1
 
@@ -138,8 +139,16 @@ def test_a_quota_refusal_is_a_capacity_refusal(serving_standin):
     assert "exceeded quota" in refused.stderr
 
 
-def test_an_image_that_cannot_be_pulled_fails_fast_naming_why_and_leaves_nothing(
-        serving_pending_standin):
+@pytest.mark.parametrize("drive,reason", [
+    ({"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "all-in-one"'},
+     'ImagePullBackOff: Back-off pulling image "all-in-one"'),
+    ({"phase": "Running", "waiting": "CrashLoopBackOff", "message": "back-off 10s restarting",
+      "restarts": 3}, "CrashLoopBackOff: back-off 10s restarting"),
+    ({"unschedulable": "0/3 nodes are available: 3 Insufficient memory."},
+     "Unschedulable: 0/3 nodes are available: 3 Insufficient memory."),
+])
+def test_a_pod_that_cannot_start_fails_fast_naming_why_and_leaves_nothing(
+        serving_pending_standin, drive, reason):
     config = config_for(serving_pending_standin)
     started = time.monotonic()
     acquire = subprocess.Popen([SANDBOXCTL, "--config", config, "acquire", "--user", "alice",
@@ -150,12 +159,10 @@ def test_an_image_that_cannot_be_pulled_fails_fast_naming_why_and_leaves_nothing
     while not v1.list_namespaced_pod(NAMESPACE).items:
         assert time.monotonic() < deadline, "the backend never created its pod"
         time.sleep(0.05)
-    serving_pending_standin.control(
-        "POST", f"/_standin/pods/{NAMESPACE}/sandbox-{ALICE_T1}",
-        {"waiting": "ImagePullBackOff", "message": 'Back-off pulling image "all-in-one"'})
+    serving_pending_standin.control("POST", f"/_standin/pods/{NAMESPACE}/sandbox-{ALICE_T1}", drive)
     _, err = acquire.communicate(timeout=60)
     assert acquire.returncode != 0
-    assert "ImagePullBackOff" in err and 'Back-off pulling image "all-in-one"' in err
+    assert reason in err, err
     assert time.monotonic() - started < 25, "it waited for ready_timeout instead of failing fast"
     assert v1.list_namespaced_pod(NAMESPACE).items == []
     assert v1.list_namespaced_service(NAMESPACE).items == []
@@ -200,3 +207,69 @@ def test_an_exec_user_is_refused_in_one_sentence_naming_it(serving_standin):
     checked = sandboxctl(config_for(serving_standin), "check-config", check=False)
     assert checked.returncode != 0
     assert "user 'tester' authenticates through 'exec'" in checked.stderr
+
+
+@pytest.mark.skipif(not PROVISIONER, reason="needs SANDBOXD_PROVISIONER (ctest sets it)")
+def test_sandboxd_provisioner_over_the_plugin_serves_a_deerflow_gateway(serving_standin, tmp_path):
+    """sandboxd-provisioner with the kubernetes backend is a drop-in for DeerFlow's provisioner:
+    a gateway through remote_provisioner:RemoteSandboxBackend gets a sandbox whose pod lives on
+    the (stand-in) cluster, reaches it, and deletes it."""
+    base = tmp_path / "deer-flow"
+    base.mkdir(mode=0o700)
+    settings = tmp_path / "provisioner.json"
+    settings.write_text(json.dumps({"provisioner": {
+        "listen": "127.0.0.1:0", "api_key": "change-me", "host_base_dir": str(base),
+        "backend": {"use": "kubernetes:KubernetesBackend",
+                    "kubeconfig": str(serving_standin.kubeconfig), "node_host": "127.0.0.1",
+                    "image": "all-in-one", "ready_timeout_seconds": 30}}}))
+    service = subprocess.Popen([PROVISIONER, "--config", str(settings)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = service.stdout.readline()
+        assert "listening on" in line, line + service.stderr.read()
+        url = line.split("listening on", 1)[1].strip()
+        gateway = tmp_path / "gateway.json"  # the gateway shares the DeerFlow state root
+        gateway.write_text(json.dumps({"sandbox": {
+            "backend": {"use": "remote_provisioner:RemoteSandboxBackend", "provisioner_url": url,
+                        "provisioner_api_key": "change-me"},
+            "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                          "path": str(base / "leases.db")},
+            "base_dir": str(base)}}))
+        out = sandboxctl(str(gateway), "acquire", "--user", "alice", "--thread", "t-1").stdout
+        assert value(out, "path") == "created"
+        with urllib.request.urlopen(value(out, "sandbox_url") + "/v1/sandbox", timeout=5) as answer:
+            assert answer.status == 200
+        v1 = python_api(serving_standin)
+        pods = v1.list_namespaced_pod(NAMESPACE, label_selector="app=deer-flow-sandbox").items
+        assert [p.metadata.name for p in pods] == [f"sandbox-{value(out, 'sandbox_id')}"]
+        sandboxctl(str(gateway), "destroy", value(out, "sandbox_id"))
+        assert v1.list_namespaced_pod(NAMESPACE).items == []
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
+REAL_CLUSTER = os.environ.get("SANDBOXD_TEST_KUBECONFIG", "")
+
+
+@pytest.mark.skipif(not REAL_CLUSTER, reason="SANDBOXD_TEST_KUBECONFIG is not set: no real cluster "
+                    "to run against (CI exercises the stand-in only)")
+def test_on_a_real_cluster_a_sandbox_is_created_reached_and_deleted(tmp_path):
+    """The same path on a real cluster: SANDBOXD_TEST_KUBECONFIG names its kubeconfig;
+    SANDBOXD_TEST_KUBE_NODE_HOST where a NodePort is reached, SANDBOXD_TEST_IMAGE the image."""
+    (tmp_path / "state").mkdir()
+    config = tmp_path / "sandboxd.json"
+    config.write_text(json.dumps({"sandbox": {
+        "backend": {"use": "kubernetes:KubernetesBackend", "kubeconfig": REAL_CLUSTER,
+                    "node_host": os.environ.get("SANDBOXD_TEST_KUBE_NODE_HOST", "127.0.0.1"),
+                    **({"image": os.environ["SANDBOXD_TEST_IMAGE"]}
+                       if os.environ.get("SANDBOXD_TEST_IMAGE") else {})},
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(tmp_path / "state" / "leases.db")},
+        "base_dir": str(tmp_path / "state")}}))
+    out = sandboxctl(str(config), "acquire", "--user", "sandboxd-test", "--thread", "t-1").stdout
+    try:
+        with urllib.request.urlopen(value(out, "sandbox_url") + "/v1/sandbox", timeout=10) as answer:
+            assert answer.status == 200
+    finally:
+        sandboxctl(str(config), "destroy", value(out, "sandbox_id"))
