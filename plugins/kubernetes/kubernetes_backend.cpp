@@ -18,7 +18,7 @@
 //     "environment": {"KEY": "value"},       // values are never logged
 //     "cpu_request": "100m", "memory_request": "256Mi", "cpu_limit": "1", "memory_limit": "1Gi",
 //     "runtime_class_name": "gvisor", "active_deadline_seconds": 86400,
-//     "ready_timeout_seconds": 120, "request_timeout_seconds": 15
+//     "ready_timeout_seconds": 120, "request_timeout_seconds": 15, "list_page_size": 500
 //   }
 //
 // Secure by default: no privilege escalation, capabilities dropped to local_docker's list,
@@ -64,7 +64,6 @@ constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
 constexpr const char* kHopelessReasons[] = {"ImagePullBackOff",           "ErrImagePull",
                                             "CrashLoopBackOff",           "InvalidImageName",
                                             "CreateContainerConfigError", "CreateContainerError"};
-constexpr int kListPageSize = 500;
 constexpr int kMaxListPages = 1000;  // 500,000 pods: a bound, not a expectation
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
@@ -179,6 +178,10 @@ class KubernetesBackend final : public SandboxBackend {
     active_deadline_ = options.get_integer("active_deadline_seconds", 0);
     ready_timeout_ = options.get_number("ready_timeout_seconds", 120);
     request_timeout_ = options.get_number("request_timeout_seconds", 15);
+    list_page_size_ = static_cast<int>(options.get_integer("list_page_size", 500));
+    if (list_page_size_ < 1 || list_page_size_ > 5000) {
+      options.reject("list_page_size", "must be in 1..5000");
+    }
     if (!(request_timeout_ > 0 && request_timeout_ <= 300)) {
       options.reject("request_timeout_seconds", "must be in (0, 300] seconds");
     }
@@ -501,7 +504,7 @@ class KubernetesBackend final : public SandboxBackend {
     std::string next;
     for (int page = 0; page < kMaxListPages; ++page) {
       std::string query = "?labelSelector=" + std::string(kAppLabel) + "%3D" + kAppValue +
-                          "&limit=" + std::to_string(kListPageSize);
+                          "&limit=" + std::to_string(list_page_size_);
       if (!next.empty()) query += "&continue=" + next;
       const Answer listed = call("GET", path + query);
       if (!listed.ok()) fail("list " + path, listed);
@@ -672,6 +675,7 @@ class KubernetesBackend final : public SandboxBackend {
   std::string cpu_request_, memory_request_, cpu_limit_, memory_limit_, runtime_class_;
   long long active_deadline_ = 0;
   int port_ = 8080;
+  int list_page_size_ = 500;
   double ready_timeout_ = 120, request_timeout_ = 15;
 };
 

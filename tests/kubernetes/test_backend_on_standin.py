@@ -273,3 +273,28 @@ def test_on_a_real_cluster_a_sandbox_is_created_reached_and_deleted(tmp_path):
             assert answer.status == 200
     finally:
         sandboxctl(str(config), "destroy", value(out, "sandbox_id"))
+
+
+def test_orphan_reconciliation_lists_pods_in_pages_with_continue(serving_standin):
+    """list_running is one labelled list paged with limit/continue, never a GET per sandbox:
+    three sandboxes, pages of 2, seen by a second state directory's reconciliation."""
+    config = config_for(serving_standin, list_page_size=2)
+    ids = [value(sandboxctl(config, "acquire", "--user", "alice", "--thread", f"t-{n}").stdout,
+                 "sandbox_id") for n in range(3)]
+    other = serving_standin.directory / "other"
+    other.mkdir()
+    second = json.loads(Path(config).read_text())
+    second["sandbox"]["base_dir"] = str(other)
+    second["sandbox"]["ownership"]["path"] = str(other / "leases.db")
+    (other / "sandboxd.json").write_text(json.dumps(second))
+    before = len(serving_standin.control("GET", "/_standin/requests")["requests"])
+    report = sandboxctl(str(other / "sandboxd.json"), "reconcile").stdout
+    assert "3 found" in report, report
+    requests = serving_standin.control("GET", "/_standin/requests")["requests"][before:]
+    pod_lists = [r for r in requests if r["method"] == "GET" and r["path"].endswith("/pods")]
+    assert len(pod_lists) == 2, pod_lists
+    assert "limit=2" in pod_lists[0]["query"] and "continue=" in pod_lists[1]["query"]
+    assert not any(r["path"].split("/")[-1].startswith("sandbox-") for r in requests
+                   if r["method"] == "GET"), "one GET per sandbox"
+    for sandbox_id in ids:
+        sandboxctl(config, "destroy", sandbox_id)
