@@ -374,8 +374,16 @@ class EngineBench {
                  "paused for %.0f s\n",
                  n, options_.paused_seconds, options_.paused_seconds);
     const double warm_ms = used_over(options_.paused_seconds);
-    if (provider_for_cpu->pause_idle_warm() != n)
-      throw std::runtime_error("not every sandbox paused");
+    // A pause may fail under this load (busy processes on every core slow the freezer past
+    // the engine's answer): each pass retries what is still warm.
+    int paused = 0;
+    for (int pass = 0; pass < 10 && paused < n; ++pass) {
+      paused += provider_for_cpu->pause_idle_warm();
+    }
+    if (paused != n) {
+      throw std::runtime_error("only " + std::to_string(paused) + " of " + std::to_string(n) +
+                               " sandboxes paused in 10 passes");
+    }
     const double paused_ms = used_over(options_.paused_seconds);
     provider_for_cpu->shutdown();
     std::printf(
