@@ -21,6 +21,7 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -406,17 +407,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // While the handler runs: one wait for the socket to become readable. End of stream (the
   // client closed or shut down its sending side) or an error cancels `hung_up`; bytes instead
-  // (a pipelined request) end the watch, the client being there.
+  // (a pipelined request) end the watch, the client being there. The peek never blocks (this
+  // is the I/O thread): a readiness that finds nothing after all waits again.
   void watch_for_hang_up(std::shared_ptr<core::Cancellation> hung_up) {
     watching_ = true;
     socket_.async_wait(Generic::socket::wait_read, [self = shared_from_this(),
                                                     hung_up](const boost::system::error_code& ec) {
       if (ec || self->phase_ != Phase::handling) return;
-      self->watching_ = false;
       char byte = 0;
-      boost::system::error_code peeked;
-      const std::size_t n =
-          self->socket_.receive(asio::buffer(&byte, 1), Generic::socket::message_peek, peeked);
+      const ssize_t n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        self->watch_for_hang_up(hung_up);
+        return;
+      }
+      self->watching_ = false;
       if (n > 0) return;
       hung_up->cancel();
       if (self->impl_->options.logger && self->impl_->options.logger->enabled(LogLevel::debug)) {

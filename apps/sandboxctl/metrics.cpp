@@ -1,6 +1,7 @@
 #include "metrics.hpp"
 
 #include <cstdio>
+#include <span>
 #include <sstream>
 
 namespace sandboxctl {
@@ -15,6 +16,22 @@ std::string number(double value) {
 
 void header(std::ostringstream& out, const char* name, const char* type, const char* help) {
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+// A Prometheus histogram from per-bucket counts (not cumulative): within_bounds[i] counts the
+// observations in (bounds[i-1], bounds[i]]; `total` all of them, +Inf included.
+void histogram(std::ostringstream& out, const std::string& name, const char* help,
+               std::span<const double> bounds, std::span<const std::uint64_t> within_bounds,
+               std::uint64_t total, double sum) {
+  header(out, name.c_str(), "histogram", help);
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += within_bounds[i];
+    out << name << "_bucket{le=\"" << number(bounds[i]) << "\"} " << cumulative << "\n";
+  }
+  out << name << "_bucket{le=\"+Inf\"} " << total << "\n"
+      << name << "_sum " << number(sum) << "\n"
+      << name << "_count " << total << "\n";
 }
 
 }  // namespace
@@ -80,17 +97,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   for (const auto& [kind, count] : acquire_failures_by_kind_) {
     out << "sandboxd_acquire_failures_total{kind=\"" << kind << "\"} " << count << "\n";
   }
-  header(out, "sandboxd_acquire_duration_seconds", "histogram",
-         "Time from an acquire request to its answer.");
-  std::uint64_t cumulative = 0;
-  for (std::size_t i = 0; i < kLatencyBuckets.size(); ++i) {
-    cumulative += latency_buckets_[i];
-    out << "sandboxd_acquire_duration_seconds_bucket{le=\"" << number(kLatencyBuckets[i]) << "\"} "
-        << cumulative << "\n";
-  }
-  out << "sandboxd_acquire_duration_seconds_bucket{le=\"+Inf\"} " << latency_count_ << "\n"
-      << "sandboxd_acquire_duration_seconds_sum " << number(latency_sum_) << "\n"
-      << "sandboxd_acquire_duration_seconds_count " << latency_count_ << "\n";
+  histogram(out, "sandboxd_acquire_duration_seconds", "Time from an acquire request to its answer.",
+            kLatencyBuckets, latency_buckets_, latency_count_, latency_sum_);
   header(out, "sandboxd_releases_total", "counter", "Sandboxes released to the warm pool.");
   out << "sandboxd_releases_total " << releases_ << "\n";
   header(out, "sandboxd_destroys_total", "counter", "Sandboxes destroyed on request.");
@@ -155,18 +163,12 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
       << events.rejections_wait_timeout << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"queue_full\"} "
       << events.rejections_queue_full << "\n";
-  header(out, "sandboxd_capacity_wait_seconds", "histogram",
-         "How long creations queued for a slot, counted as each wait ended.");
   std::uint64_t waits_ended = 0;
-  const auto& bounds = sandboxd::core::ProviderEventCounts::kCapacityWaitBounds;
-  for (std::size_t i = 0; i < events.capacity_wait_buckets.size(); ++i) {
-    waits_ended += events.capacity_wait_buckets[i];
-    out << "sandboxd_capacity_wait_seconds_bucket{le=\""
-        << (i < bounds.size() ? number(bounds[i]) : std::string("+Inf")) << "\"} " << waits_ended
-        << "\n";
-  }
-  out << "sandboxd_capacity_wait_seconds_sum " << number(events.capacity_wait_seconds) << "\n"
-      << "sandboxd_capacity_wait_seconds_count " << waits_ended << "\n";
+  for (const std::uint64_t count : events.capacity_wait_buckets) waits_ended += count;
+  histogram(out, "sandboxd_capacity_wait_seconds",
+            "How long creations queued for a slot, counted as each wait ended.",
+            sandboxd::core::ProviderEventCounts::kCapacityWaitBounds, events.capacity_wait_buckets,
+            waits_ended, events.capacity_wait_seconds);
   header(out, "sandboxd_capacity_queue_length", "gauge", "Creations queued for a slot now.");
   out << "sandboxd_capacity_queue_length " << counts.waiting << "\n";
   header(out, "sandboxd_resume_seconds_total", "counter",

@@ -17,10 +17,6 @@ bool AsyncAcquisition::wait_for(std::chrono::milliseconds timeout) const {
 }
 
 void AsyncAcquisition::cancel() {
-  {
-    MutexLock lock(state_->mutex);
-    state_->cancelled = true;
-  }
   state_->cancellation.cancel();
   state_->finish("", std::make_exception_ptr(AsyncAcquisitionCancelled("acquire_async cancelled")));
 }

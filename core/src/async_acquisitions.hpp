@@ -26,10 +26,10 @@ struct AsyncAcquisition::State {
   Mutex mutex;
   std::condition_variable done_cv;
   bool done GUARDED_BY(mutex) = false;
-  bool cancelled GUARDED_BY(mutex) = false;
   std::string result GUARDED_BY(mutex);
   std::exception_ptr error GUARDED_BY(mutex);
-  // Cancelled with `cancelled`: a capacity wait the acquisition is in leaves its queue at once.
+  // cancel() sets it: the lock-wait grant skips the work, and a capacity wait the acquisition
+  // is in leaves its queue at once.
   Cancellation cancellation;
 
   void finish(std::string value, std::exception_ptr failure) {
@@ -42,10 +42,7 @@ struct AsyncAcquisition::State {
     }
     done_cv.notify_all();
   }
-  bool is_cancelled() {
-    MutexLock lock(mutex);
-    return cancelled;
-  }
+  bool is_cancelled() const { return cancellation.cancelled(); }
 };
 
 // Lock story: `mutex` is a leaf lock (nothing else is taken under it, no task runs under it).

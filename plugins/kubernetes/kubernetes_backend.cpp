@@ -68,26 +68,6 @@ constexpr int kMaxListPages = 1000;  // 500,000 pods: a bound, not a expectation
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
-struct Answer {
-  long status = 0;
-  std::string body;
-  rapidjson::Document doc;
-  bool ok() const { return status >= 200 && status < 300; }
-  // The API's Status message ("pods \"x\" is forbidden: exceeded quota…") or the raw body.
-  std::string message() const {
-    if (doc.IsObject() && doc.HasMember("message") && doc["message"].IsString()) {
-      return doc["message"].GetString();
-    }
-    return body.substr(0, 300);
-  }
-  std::string reason() const {
-    if (doc.IsObject() && doc.HasMember("reason") && doc["reason"].IsString()) {
-      return doc["reason"].GetString();
-    }
-    return "";
-  }
-};
-
 const rapidjson::Value* member(const rapidjson::Value& object, const char* key) {
   if (!object.IsObject()) return nullptr;
   const auto it = object.FindMember(key);
@@ -103,26 +83,30 @@ std::string string_at(const rapidjson::Value& object, std::initializer_list<cons
   return at->IsString() ? at->GetString() : "";
 }
 
+struct Answer {
+  long status = 0;
+  std::string body;
+  rapidjson::Document doc;
+  bool ok() const { return status >= 200 && status < 300; }
+  // The API's Status message ("pods \"x\" is forbidden: exceeded quota…") or the raw body.
+  std::string message() const {
+    const std::string message = string_at(doc, {"message"});
+    return message.empty() ? body.substr(0, 300) : message;
+  }
+  std::string reason() const { return string_at(doc, {"reason"}); }
+};
+
 double parse_timestamp(const std::string& text) {  // 2026-12-04T12:00:00Z
   std::tm tm{};
   if (!strptime(text.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm)) return 0.0;
   return static_cast<double>(timegm(&tm));
 }
 
-std::string quoted_value(const std::string& text) {  // label selector values: safe characters
-  std::string out;
-  for (const char c : text) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 class KubernetesBackend final : public SandboxBackend {
  public:
-  explicit KubernetesBackend(const PluginContext& context)
-      : logger_(context.logger), clock_(context.clock) {
+  explicit KubernetesBackend(const PluginContext& context) : logger_(context.logger) {
     PluginConfig options = context.options();
     const auto kubeconfig_key = options.optional_string("kubeconfig");
     const auto context_name = options.optional_string("kubeconfig_context");
@@ -138,7 +122,7 @@ class KubernetesBackend final : public SandboxBackend {
                          ? in_cluster_credentials("/var/run/secrets/kubernetes.io/serviceaccount")
                          : kubeconfig_credentials(kubeconfig, context_name);
     } catch (const std::runtime_error& e) {
-      options.reject(kubeconfig_key ? "kubeconfig" : "kubeconfig", e.what());
+      options.reject("kubeconfig", e.what());  // the message names the file or what is missing
     }
     if (credentials_.insecure_skip_tls_verify) {
       logger_->warning("kubernetes: " + credentials_.source +
@@ -245,7 +229,7 @@ class KubernetesBackend final : public SandboxBackend {
     const Answer pod = call("GET", pods_path() + "/sandbox-" + info.sandbox_id);
     if (pod.status == 404) return false;
     if (!pod.ok()) fail("read pod sandbox-" + info.sandbox_id, pod);
-    if (member(pod.doc["metadata"], "deletionTimestamp")) return false;
+    if (!string_at(pod.doc, {"metadata", "deletionTimestamp"}).empty()) return false;
     const std::string phase = string_at(pod.doc, {"status", "phase"});
     return phase != "Succeeded" && phase != "Failed";
   }
@@ -339,7 +323,8 @@ class KubernetesBackend final : public SandboxBackend {
   // A pod already there for this id is ours only if it names the same conversation; one made by
   // DeerFlow's provisioner carries no identity and is taken as the same sandbox.
   void check_identity(const rapidjson::Value& pod, const CreateRequest& request) const {
-    const rapidjson::Value* annotations = member(pod["metadata"], "annotations");
+    const rapidjson::Value* metadata = member(pod, "metadata");
+    const rapidjson::Value* annotations = metadata ? member(*metadata, "annotations") : nullptr;
     const auto annotated = [&](const char* key) -> std::optional<std::string> {
       if (!annotations) return std::nullopt;
       const rapidjson::Value* v = member(*annotations, key);
@@ -534,7 +519,7 @@ class KubernetesBackend final : public SandboxBackend {
     w.Key("labels");
     w.StartObject();
     w.Key(kAppLabel), w.String(kAppValue);
-    w.Key(kSandboxIdLabel), w.String(quoted_value(id).c_str());
+    w.Key(kSandboxIdLabel), w.String(id.c_str());  // a validated id: a valid label value
     w.Key(kManagedByLabel), w.String("sandboxd");
     w.EndObject();
   }
@@ -668,7 +653,6 @@ class KubernetesBackend final : public SandboxBackend {
   }
 
   std::shared_ptr<Logger> logger_;
-  std::shared_ptr<Clock> clock_;
   KubeCredentials credentials_;
   std::string namespace_, image_, url_mode_, node_host_, volumes_, pvc_name_, host_base_dir_;
   std::map<std::string, std::string> environment_;  // values never logged

@@ -149,8 +149,9 @@ def test_a_quota_refusal_is_a_capacity_refusal(serving_standin):
 ])
 def test_a_pod_that_cannot_start_fails_fast_naming_why_and_leaves_nothing(
         serving_pending_standin, drive, reason):
-    config = config_for(serving_pending_standin)
-    started = time.monotonic()
+    # With a ready_timeout far beyond the test's bound, only the fail-fast path can end the
+    # acquire in time, and only it names the reason (a timeout says "was not Ready within").
+    config = config_for(serving_pending_standin, ready_timeout_seconds=600)
     acquire = subprocess.Popen([SANDBOXCTL, "--config", config, "acquire", "--user", "alice",
                                 "--thread", "t-1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)
@@ -160,10 +161,9 @@ def test_a_pod_that_cannot_start_fails_fast_naming_why_and_leaves_nothing(
         assert time.monotonic() < deadline, "the backend never created its pod"
         time.sleep(0.05)
     serving_pending_standin.control("POST", f"/_standin/pods/{NAMESPACE}/sandbox-{ALICE_T1}", drive)
-    _, err = acquire.communicate(timeout=60)
+    _, err = acquire.communicate(timeout=120)
     assert acquire.returncode != 0
     assert reason in err, err
-    assert time.monotonic() - started < 25, "it waited for ready_timeout instead of failing fast"
     assert v1.list_namespaced_pod(NAMESPACE).items == []
     assert v1.list_namespaced_service(NAMESPACE).items == []
 
