@@ -21,6 +21,13 @@
 //   engine_cold_beside_stop
 //                     the engine alone doing what replica pressure asks of it: one stop
 //                     and one create-to-ready side by side, until both are done
+//   provider_claimed  (issue 22) with warm_slots, acquire of a new conversation given a ready
+//                     pre-started slot (its DeerFlow mounts bound, renamed: path claimed)
+//   provider_cold_beside_slots
+//                     acquire of a new conversation created cold by the same kind of
+//                     provider (same image, same per-conversation mounts), in the same rounds
+// then the slots' hit rate with one new conversation every --slot-arrival-seconds (2) and
+// warm_slots 2, and with a burst faster than refill (misses counted by reason),
 // and prints median and p90 of each with the ratios BENCHMARKS.md tracks. With
 // --paused-sandboxes N (issue 23) it then releases N sandboxes, each left with one busy process
 // (a background job), and reads the CPU their containers' cgroups used over --paused-seconds S
@@ -28,6 +35,7 @@
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
 //                         [--paused-sandboxes N [--paused-seconds S]]
+//                         [--slot-arrival-seconds S]
 #include <curl/curl.h>
 #include <rapidjson/document.h>
 #include <unistd.h>
@@ -102,6 +110,7 @@ struct Options {
   std::string jsonl;
   int paused_sandboxes = 0;  // 0: the paused-CPU figure is not measured
   double paused_seconds = 60;
+  double slot_arrival_seconds = 2;
 };
 
 // CPU time (ns) the cgroup of process `pid` has used, from its cpu accounting: cgroup v1's
@@ -147,7 +156,7 @@ class EngineBench {
   }
 
   std::unique_ptr<Provider> provider(int replicas, const std::string& name,
-                                     double pause_after_seconds = 0) {
+                                     double pause_after_seconds = 0, int warm_slots = 0) {
     const std::filesystem::path dir = base_ / name;
     std::filesystem::create_directories(dir);
     auto logger = std::make_shared<QuietLogger>();
@@ -157,7 +166,12 @@ class EngineBench {
     backend.config_key_path = "sandbox.backend";
     backend.config_json = R"({"socket": "unix://)" + options_.socket + R"(", "image": ")" +
                           options_.image + R"(", "container_prefix": ")" + prefix_ + name +
-                          R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2})";
+                          R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2)" +
+                          (warm_slots > 0 ? ", \"warm_slots\": " + std::to_string(warm_slots) +
+                                                ", \"slots_dir\": \"" + (dir / "slots").string() + "\""
+                                          : std::string()) +
+                          "}";
+    if (warm_slots > 0) std::filesystem::create_directories(dir / "slots");
     backend.logger = logger;
     backend.clock = clock;
     PluginContext store = backend;
@@ -317,6 +331,89 @@ class EngineBench {
     q->shutdown();
   }
 
+  // Issue 22: a new conversation's first sandbox from a ready slot, beside the same created
+  // cold; each measured acquire runs with the engine otherwise idle (the pool refilled).
+  void slots() {
+    auto s = provider(1000, "s", 0, /*warm_slots=*/1);
+    auto c = provider(1000, "c");
+    auto* pool = backend_capability<PreStartedSlots>(*s->backend());
+    if (pool == nullptr) throw std::runtime_error("local_docker offers no PreStartedSlots");
+    pool->start_slots();
+    s->destroy(s->acquire("teach", "bench-user"));  // the pool learns the mount points
+    const auto wait_ready = [&](std::size_t want) {
+      const auto start = Steady::now();
+      while (pool->slot_status().ready < want) {
+        if (!pool->slot_status().off_reason.empty()) {
+          throw std::runtime_error("slots are off: " + pool->slot_status().off_reason);
+        }
+        if (micros_since(start) > 120e6) throw std::runtime_error("no slot ready in 120 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    };
+    for (int round = 0; round < options_.rounds; ++round) {
+      const auto claimed = [&] {
+        wait_ready(1);
+        const auto start = Steady::now();
+        const AcquireResult got = s->acquire_traced("slot-" + std::to_string(round), "bench-user");
+        note("provider_claimed", round, micros_since(start));
+        if (got.path != AcquirePath::claimed) throw std::runtime_error("not claimed");
+        s->destroy(got.sandbox_id);
+        wait_ready(1);
+      };
+      const auto cold = [&] {
+        const auto start = Steady::now();
+        const std::string id = c->acquire("cold-" + std::to_string(round), "bench-user");
+        note("provider_cold_beside_slots", round, micros_since(start));
+        c->destroy(id);
+      };
+      if (round % 2 == 0) {
+        claimed();
+        cold();
+      } else {
+        cold();
+        claimed();
+      }
+    }
+    s->shutdown();
+    c->shutdown();
+
+    // Hit rate: new conversations slower than refill, then a burst faster than it.
+    auto h = provider(1000, "h", 0, /*warm_slots=*/2);
+    pool = backend_capability<PreStartedSlots>(*h->backend());
+    pool->start_slots();
+    h->destroy(h->acquire("teach", "bench-user"));
+    wait_ready(2);
+    const auto arrivals = [&](const std::string& label, const std::string& thread_prefix, int count,
+                              double every_seconds) {
+      const ProviderEventCounts before = h->event_counts();
+      std::vector<std::string> ids;
+      for (int i = 0; i < count; ++i) {
+        ids.push_back(h->acquire(thread_prefix + std::to_string(i), "bench-user"));
+        std::this_thread::sleep_for(std::chrono::duration<double>(every_seconds));
+      }
+      for (const auto& id : ids) h->destroy(id);
+      const ProviderEventCounts after = h->event_counts();
+      std::string misses;
+      for (const auto miss : {PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,
+                              PreStartedSlots::Miss::unsupported,
+                              PreStartedSlots::Miss::claim_failed}) {
+        const auto i = static_cast<std::size_t>(miss);
+        const auto n = after.slot_misses[i] - before.slot_misses[i];
+        if (n > 0) misses += std::string(misses.empty() ? "" : ", ") + to_string(miss) + " " + std::to_string(n);
+      }
+      std::printf("slot hit rate, %d new conversations %s, warm_slots 2: %llu/%d claimed%s\n", count,
+                  label.c_str(),
+                  static_cast<unsigned long long>(after.slot_claims - before.slot_claims), count,
+                  misses.empty() ? "" : ("; misses: " + misses).c_str());
+    };
+    char every[64];
+    std::snprintf(every, sizeof every, "one every %.1f s", options_.slot_arrival_seconds);
+    arrivals(every, "paced-", options_.rounds, options_.slot_arrival_seconds);
+    wait_ready(2);
+    arrivals("at once", "burst-", 5, 0);
+    h->shutdown();
+  }
+
   // Issue 23: what N released sandboxes cost in CPU over `paused_seconds`, warm then paused.
   void paused_cpu() {
     const int n = options_.paused_sandboxes;
@@ -421,6 +518,8 @@ class EngineBench {
           "engine_cold_beside_stop", false);
     ratio("engine stop beside create-to-ready / engine create-to-ready", "engine_cold_beside_stop",
           "engine_cold", false);
+    ratio("new conversation from a ready slot / created cold, median", "provider_claimed",
+          "provider_cold_beside_slots", false);
   }
 
  private:
@@ -460,15 +559,21 @@ int main(int argc, char** argv) {
       options.paused_sandboxes = std::max(0, std::atoi(argv[++i]));
     } else if (arg == "--paused-seconds" && has_value) {
       options.paused_seconds = std::max(1.0, std::atof(argv[++i]));
+    } else if (arg == "--slot-arrival-seconds" && has_value) {
+      options.slot_arrival_seconds = std::max(0.0, std::atof(argv[++i]));
     } else {
       std::fprintf(stderr,
                    "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
                    "[--rounds N] [--jsonl FILE]\n"
                    "                             [--paused-sandboxes N [--paused-seconds S]]\n"
+                   "                             [--slot-arrival-seconds S]\n"
                    "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
                    "warm, then paused (cgroup)\n"
                    "  --paused-seconds S    how long each of those two readings lasts "
-                   "(default 60)\n");
+                   "(default 60)\n"
+                   "  --slot-arrival-seconds S\n"
+                   "                        pause between new conversations in the slots' "
+                   "hit-rate reading (default 2)\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -480,6 +585,7 @@ int main(int argc, char** argv) {
   try {
     EngineBench bench(options);
     bench.run();
+    bench.slots();
     bench.summary();
     if (options.paused_sandboxes > 0) bench.paused_cpu();
   } catch (const std::exception& error) {

@@ -11,7 +11,9 @@
 #      (scripts/test_engine.sh starts it; one it started is stopped again): the provider's cold
 #      acquire, warm reclaim and replica pressure beside the engine's own create-to-ready,
 #      inspect and stop, alternating round by round; then the CPU of 5 released sandboxes
-#      over 60 s warm and 60 s paused (5 s each with --quick).
+#      over 60 s warm and 60 s paused (5 s each with --quick); pre-started slots (issue 22): a
+#      new conversation claimed from a ready slot beside one created cold, the slots' hit rate,
+#      and bench/provisioner_slots.py, the same through sandboxd-provisioner.
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -73,4 +75,8 @@ if [ -n "$engine" ]; then
   "$build_dir/bench/sandboxd_engine_bench" --socket "unix://$SANDBOXD_TEST_DOCKER_SOCKET" \
     --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds" \
     --jsonl "$build_dir/bench/engine_rows.jsonl" --paused-sandboxes 5 --paused-seconds "$paused_seconds"
+  echo "== pre-started slots through sandboxd-provisioner on $engine, $rounds rounds"
+  python3 bench/provisioner_slots.py --provisioner "$build_dir/apps/provisioner/sandboxd-provisioner" \
+    --socket "$SANDBOXD_TEST_DOCKER_SOCKET" \
+    --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds"
 fi

@@ -17,6 +17,7 @@
 
 #include "http_binding.hpp"
 #include "provisioner_service.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/default_config.hpp"
 #include "sandboxd/core/logging.hpp"
@@ -222,6 +223,9 @@ int main(int argc, char** argv) {
   settings.roots = config.roots;
   settings.mount_contract_version = config.mount_contract_version;
   settings.backend_timeout_seconds = config.backend_timeout_seconds;
+  // Pre-started slots (issue 22), when the backend offers them and its options ask for some:
+  // a gateway creating through this provisioner gets a new conversation's sandbox from one.
+  if (auto* slots = backend_capability<PreStartedSlots>(*backend)) slots->start_slots();
   ProvisionerService service(settings, backend, logger);
   try {
     service.prepare_state_roots();

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "create_request.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
@@ -248,13 +249,26 @@ Reply ProvisionerService::create(std::string_view body) {
     return detail(500, std::string("Sandbox creation failed: ") + unavailable.what());
   }
   try {
-    SandboxInfo info =
-        calls_.run([backend = backend_, create] { return backend->create(create); },
-                   settings_.backend_timeout_seconds, "Creating sandbox '" + id + "'");
+    // The call may outlive this request (a timeout): it shares nothing with it by reference.
+    auto [info, claimed] = calls_.run(
+        [backend = backend_, logger = logger_, create]() -> std::pair<SandboxInfo, bool> {
+          // A ready pre-started slot first (issue 22); a miss is logged with its reason and
+          // the sandbox is created cold as before.
+          auto* slots = backend_capability<PreStartedSlots>(*backend);
+          if (slots != nullptr && slots->slot_status().target > 0) {
+            PreStartedSlots::Claim claim = slots->claim_slot(create);
+            if (claim.sandbox) return {std::move(*claim.sandbox), true};
+            logger->info("No pre-started slot for sandbox " + create.sandbox_id + " (" +
+                         to_string(claim.miss) + ": " + claim.detail + "); creating it");
+          }
+          return {backend->create(create), false};
+        },
+        settings_.backend_timeout_seconds, "Creating sandbox '" + id + "'");
     if (!info.user_id) info.user_id = request.user_id;
     if (!info.thread_id) info.thread_id = request.thread_id;
-    logger_->info("Created sandbox " + id + " for user " + request.user_id + ", thread " +
-                  request.thread_id + ": " + info.sandbox_url);
+    logger_->info(std::string(claimed ? "Claimed a pre-started slot as sandbox " : "Created sandbox ") +
+                  id + " for user " + request.user_id + ", thread " + request.thread_id + ": " +
+                  info.sandbox_url);
     return {200, sandbox_json(info)};
   } catch (const NoCallSlot& busy) {
     return detail(503, busy.what());

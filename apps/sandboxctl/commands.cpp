@@ -178,6 +178,11 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   }
   const bool can_pause = backend_capability<SandboxPausing>(*plugins.backend) != nullptr;
   if (can_pause) capabilities.emplace_back("pause");
+  // Whether slots can work here (root in the engine's mount namespace) is probed when a
+  // long-lived host starts them; a reason they are off goes to its log and /metrics.
+  if (backend_capability<PreStartedSlots>(*plugins.backend) != nullptr) {
+    capabilities.emplace_back("pre_started_slots");
+  }
   if (config.pause_after_seconds > 0 && !can_pause) {
     context.logger->warning("sandbox.pause_after_seconds is set but backend " + config.backend.use +
                             " cannot pause sandboxes; released sandboxes stay warm until "

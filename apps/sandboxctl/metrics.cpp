@@ -8,6 +8,20 @@ namespace sandboxctl {
 
 namespace {
 
+// A Prometheus label value: backslash, quote and newline escaped.
+std::string label_value(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 std::string number(double value) {
   char buffer[64];
   std::snprintf(buffer, sizeof buffer, "%.9g", value);
@@ -88,7 +102,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
 
   header(out, "sandboxd_acquires_total", "counter",
          "Acquisitions that returned a sandbox, by how it was obtained.");
-  for (const char* path : {"reused", "reclaimed", "resumed", "discovered", "created"}) {
+  for (const char* path : {"reused", "reclaimed", "resumed", "discovered", "created", "claimed"}) {
     const auto it = acquires_by_path_.find(path);
     out << "sandboxd_acquires_total{path=\"" << path << "\"} "
         << (it == acquires_by_path_.end() ? 0 : it->second) << "\n";
@@ -169,6 +183,32 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
             "How long creations queued for a slot, counted as each wait ended.",
             sandboxd::core::ProviderEventCounts::kCapacityWaitBounds, events.capacity_wait_buckets,
             waits_ended, events.capacity_wait_seconds);
+  // Pre-started slots (issue 22): a pool that never hits is visible with its reason.
+  const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
+  header(out, "sandboxd_slot_claims_total", "counter",
+         "New conversations given a pre-started slot (acquire path claimed).");
+  out << "sandboxd_slot_claims_total " << events.slot_claims << "\n";
+  header(out, "sandboxd_slot_claim_seconds_total", "counter",
+         "Total time of those claims (binds, record, rename); divide by "
+         "sandboxd_slot_claims_total.");
+  out << "sandboxd_slot_claim_seconds_total " << number(events.slot_claim_seconds) << "\n";
+  header(out, "sandboxd_slot_misses_total", "counter",
+         "New conversations that found no slot to claim and were created cold, by reason.");
+  for (const auto miss :
+       {sandboxd::PreStartedSlots::Miss::none_ready, sandboxd::PreStartedSlots::Miss::key_mismatch,
+        sandboxd::PreStartedSlots::Miss::unsupported,
+        sandboxd::PreStartedSlots::Miss::claim_failed}) {
+    out << "sandboxd_slot_misses_total{reason=\"" << sandboxd::to_string(miss) << "\"} "
+        << events.slot_misses[static_cast<std::size_t>(miss)] << "\n";
+  }
+  header(out, "sandboxd_slots_target", "gauge", "Pre-started slots this gateway keeps (warm_slots).");
+  out << "sandboxd_slots_target " << slots.target << "\n";
+  header(out, "sandboxd_slots_ready", "gauge", "Pre-started slots ready to claim now.");
+  out << "sandboxd_slots_ready " << slots.ready << "\n";
+  header(out, "sandboxd_slots_off", "gauge",
+         "1 when slots were asked for but cannot work here; the reason is the label.");
+  out << "sandboxd_slots_off{reason=\"" << label_value(slots.off_reason) << "\"} "
+      << (slots.off_reason.empty() ? 0 : 1) << "\n";
   header(out, "sandboxd_capacity_queue_length", "gauge", "Creations queued for a slot now.");
   out << "sandboxd_capacity_queue_length " << counts.waiting << "\n";
   header(out, "sandboxd_resume_seconds_total", "counter",

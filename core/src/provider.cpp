@@ -55,6 +55,8 @@ const char* to_string(AcquirePath path) {
       return "reused";
     case AcquirePath::reclaimed:
       return "reclaimed";
+    case AcquirePath::claimed:
+      return "claimed";
     case AcquirePath::resumed:
       return "resumed";
     case AcquirePath::discovered:
@@ -105,6 +107,7 @@ Provider::Impl::Impl(ProviderDeps deps)
           "MountContractNegotiation capability (sandboxd/capabilities.hpp)");
     }
     pausing_ = backend_capability<SandboxPausing>(*backend_);
+    slots_ = backend_capability<PreStartedSlots>(*backend_);
   }
   if (options_.acquire_timeout_seconds < 0 || options_.burst_limit < 0 ||
       options_.max_per_user < 0) {
@@ -329,6 +332,10 @@ OwnershipStore* Provider::ownership() const {
 Provider::Counts Provider::counts() const {
   return impl_->counts();
 }
+PreStartedSlots::Status Provider::slot_status() const {
+  return impl_->slots_ ? impl_->slots_->slot_status() : PreStartedSlots::Status{};
+}
+
 ProviderEventCounts Provider::event_counts() const {
   return impl_->event_counts();
 }
@@ -359,6 +366,12 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);
   counts.rejections_queue_full = events_.rejections_queue_full.load(relaxed);
   counts.bursts = events_.bursts.load(relaxed);
+  counts.slot_claims = events_.slot_claims.load(relaxed);
+  counts.slot_claim_seconds =
+      static_cast<double>(events_.slot_claim_microseconds.load(relaxed)) / 1e6;
+  for (std::size_t i = 0; i < counts.slot_misses.size(); ++i) {
+    counts.slot_misses[i] = events_.slot_misses[i].load(relaxed);
+  }
   return counts;
 }
 

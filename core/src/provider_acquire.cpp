@@ -14,11 +14,11 @@ namespace {
 // here without every step having to pass it back.
 thread_local AcquirePath* t_acquire_path = nullptr;
 
+}  // namespace
+
 void note_acquire_path(AcquirePath path) {
   if (t_acquire_path) *t_acquire_path = path;
 }
-
-}  // namespace
 
 // ── acquire (SPEC §5.3, §5.4) ────────────────────────────────────────────────
 

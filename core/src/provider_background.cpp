@@ -14,6 +14,7 @@ void Provider::Impl::start() {
 }
 
 void Provider::Impl::start_background_threads() {
+  if (slots_) slots_->start_slots();
   renewer_ = std::thread([this] { renewal_loop(); });
   log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
                           fixed(options_.renewal_interval_seconds, 1) +

@@ -190,7 +190,11 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   // ever track or stop this one: destroy it now, unless a peer holds its lease.
   InfoPtr info;
   try {
-    info = std::make_shared<const SandboxInfo>(backend_->create(request));
+    if (auto claimed = claim_slot(request)) {
+      info = std::make_shared<const SandboxInfo>(std::move(*claimed));
+    } else {
+      info = std::make_shared<const SandboxInfo>(backend_->create(request));
+    }
   } catch (const MountContractChangedError& changed) {
     SandboxInfo stale;
     stale.sandbox_id = sandbox_id;
@@ -226,6 +230,32 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   std::string registered_id = register_created_sandbox(thread_id, sandbox_id, info, user_id);
   registered = true;
   return registered_id;
+}
+
+std::optional<SandboxInfo> Provider::Impl::claim_slot(const CreateRequest& request) {
+  // Only a conversation's sandbox: an anonymous one has no mounts of its own to bind.
+  if (slots_ == nullptr || !request.thread_id || slots_->slot_status().target == 0) {
+    return std::nullopt;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  PreStartedSlots::Claim claim = slots_->claim_slot(request);
+  if (claim.sandbox) {
+    events_.slot_claims.fetch_add(1, std::memory_order_relaxed);
+    events_.slot_claim_microseconds.fetch_add(
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::steady_clock::now() - started)
+                                       .count()),
+        std::memory_order_relaxed);
+    note_acquire_path(AcquirePath::claimed);
+    return std::move(claim.sandbox);
+  }
+  const auto miss = static_cast<std::size_t>(claim.miss);
+  if (miss < events_.slot_misses.size()) {
+    events_.slot_misses[miss].fetch_add(1, std::memory_order_relaxed);
+  }
+  log(LogLevel::info, "No pre-started slot for sandbox " + request.sandbox_id + " (" +
+                          to_string(claim.miss) + ": " + claim.detail + "); creating it");
+  return std::nullopt;
 }
 
 void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,

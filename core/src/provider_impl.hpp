@@ -81,6 +81,9 @@ struct ProviderSeams {
   std::function<void(std::optional<double>)> reap_expired_warm;
 };
 
+// Notes how the acquisition running on this thread got its sandbox (provider_acquire.cpp).
+void note_acquire_path(AcquirePath path);
+
 struct Provider::Impl {
   explicit Impl(ProviderDeps deps);
   ~Impl();
@@ -166,6 +169,9 @@ struct Provider::Impl {
                                             const std::string& user_id) EXCLUDES(mutex_);
   void destroy_unready_sandbox(const std::string& sandbox_id, const SandboxInfo& info)
       EXCLUDES(mutex_);
+  // A pre-started slot for this conversation's create, when the backend has one ready;
+  // counts the claim or the miss and its reason.
+  std::optional<SandboxInfo> claim_slot(const CreateRequest& request) EXCLUDES(mutex_);
   void destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
                                   const std::string& what) EXCLUDES(mutex_);
   // Evicts (per the policy) until within the cap; false when the policy refuses to create
@@ -297,6 +303,7 @@ struct Provider::Impl {
   // backend_'s SandboxPausing capability, or nullptr (the paused tier is then skipped); set once
   // by the constructor.
   SandboxPausing* pausing_ = nullptr;
+  PreStartedSlots* slots_ = nullptr;  // the backend's slots, when it offers them
   // ownership_'s CapacityLedger capability when ceilings are on, or nullptr (the ceilings then
   // hold per process); set once by the constructor.
   CapacityLedger* ledger_ = nullptr;
@@ -326,7 +333,8 @@ struct Provider::Impl {
         lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
         rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
-        rejections_queue_full{0}, bursts{0};
+        rejections_queue_full{0}, bursts{0}, slot_claims{0}, slot_claim_microseconds{0};
+    std::array<std::atomic<std::uint64_t>, 5> slot_misses{};  // by PreStartedSlots::Miss
     std::array<std::atomic<std::uint64_t>, ProviderEventCounts::kCapacityWaitBounds.size() + 1>
         capacity_wait_buckets{};
   };

@@ -18,7 +18,11 @@
 //     "init": true,
 //     "bind_host": "127.0.0.1",    // else DEER_FLOW_SANDBOX_BIND_HOST, else SPEC §9.4
 //     "sandbox_host": "localhost", // host in sandbox URLs; else DEER_FLOW_SANDBOX_HOST
-//     "request_timeout_seconds": 30, "pull_timeout_seconds": 600
+//     "request_timeout_seconds": 30, "pull_timeout_seconds": 600,
+//     "warm_slots": 0,             // pre-started slots for new conversations (issue 22)
+//     "slots_dir": "…",            // default: {base_dir}/local_docker-slots; must be ours
+//     "slot_mounts": [{"container_path": "/mnt/user-data/workspace"}],  // else learned
+//     "slot_ready_timeout_seconds": 60, "slot_sweep_seconds": 60
 //   }
 //
 // Deviations from the Python reference, on purpose:
@@ -61,6 +65,7 @@
 #include "docker_support.hpp"
 #include "engine_answers.hpp"
 #include "engine_client.hpp"
+#include "slot_pool.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sandbox_capabilities.hpp"
@@ -186,7 +191,27 @@ struct Settings {
   std::string sandbox_host;  // host part of sandbox URLs
   double request_timeout_seconds = 30;
   double pull_timeout_seconds = 600;
+  std::size_t warm_slots = 0;
+  std::filesystem::path slots_dir;  // where claimed slots' records live, even with 0 slots
+  std::vector<Mount> slot_mounts;
+  double slot_ready_timeout_seconds = 60;
+  double slot_sweep_seconds = 60;
 };
+
+// What one container is created with: a sandbox's, or a pre-started slot's.
+struct ContainerSpec {
+  std::string sandbox_id;  // for messages and adoption
+  std::string name;
+  std::vector<Mount> mounts;
+  std::size_t rslave_from = SIZE_MAX;  // mounts from this index bind with rslave propagation
+  std::map<std::string, std::string> labels;
+};
+
+std::string string_member(const rapidjson::Value& object, const char* key) {
+  const auto it = object.FindMember(key);
+  if (it == object.MemberEnd() || !it->value.IsString()) return "";
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
 
 std::string render_mounts(const std::vector<Mount>& mounts) {
   std::string out;
@@ -199,10 +224,24 @@ std::string render_mounts(const std::vector<Mount>& mounts) {
 
 }  // namespace
 
-class LocalContainerBackend final : public SandboxBackend, public SandboxPausing {
+class LocalContainerBackend final : public SandboxBackend,
+                                    public SandboxPausing,
+                                    public PreStartedSlots,
+                                    private SlotEngine {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
-      : logger_(context.logger), settings_(read_settings(context)), client_(settings_.endpoint) {}
+      : logger_(context.logger), settings_(read_settings(context)), client_(settings_.endpoint) {
+    if (settings_.warm_slots > 0) {
+      SlotPoolOptions options;
+      options.target = settings_.warm_slots;
+      options.root = settings_.slots_dir;
+      options.name_prefix = settings_.prefix + "-";
+      options.declared_shape = settings_.slot_mounts;
+      options.sweep_interval_seconds = settings_.slot_sweep_seconds;
+      slots_ = std::make_unique<SlotPool>(std::move(options), static_cast<SlotEngine&>(*this),
+                                          logger_);
+    }
+  }
   ~LocalContainerBackend() override;
 
   SandboxInfo create(const CreateRequest& request) override;
@@ -215,8 +254,27 @@ class LocalContainerBackend final : public SandboxBackend, public SandboxPausing
   MountModeKind mount_mode_kind() const override { return MountModeKind::local_bind_mounts; }
   void pause(const SandboxInfo& info) override;
   void unpause(const SandboxInfo& info) override;
+  Claim claim_slot(const CreateRequest& request) override;
+  Status slot_status() const override;
+  void start_slots() override {
+    if (slots_) slots_->start();
+  }
 
  private:
+  // SlotEngine, for the slot pool.
+  Started start_slot(const std::string& name, const std::vector<Mount>& slot_mounts,
+                     const std::map<std::string, std::string>& labels) override;
+  void remove_container(const std::string& id) override;
+  bool rename_container(const std::string& id, const std::string& name) override;
+  bool container_sees(const std::string& id, const std::string& path) override;
+  std::vector<Listed> list_slots() override;
+  bool container_exists(const std::string& id) override;
+
+  // Creates and starts one container (port search, pull, name-conflict adoption); the info
+  // carries no identity beyond what the labels say.
+  SandboxInfo start_container(const ContainerSpec& spec, bool* adopted);
+  // A slot container that is nobody's yet: labelled a slot and not claimed.
+  bool unclaimed_slot(const std::string& sandbox_id, const ContainerState& state) const;
   // POST /containers/{target}/{verb} for pause and unpause; `done_already` recognises the
   // engine's "already in that state" refusal, which counts as done.
   void freeze_call(const SandboxInfo& info, const std::string& verb,
@@ -234,8 +292,7 @@ class LocalContainerBackend final : public SandboxBackend, public SandboxPausing
   }
   std::string backend_namespace() const { return "local:docker:" + settings_.prefix; }
 
-  std::string create_body(const CreateRequest& request, const std::vector<Mount>& mounts,
-                          int host_port) const;
+  std::string create_body(const ContainerSpec& spec, int host_port) const;
   void pull_image();
   // nullopt: the holder of the name went away, try creating again.
   std::optional<SandboxInfo> adopt_existing(const std::string& name);
@@ -256,9 +313,12 @@ class LocalContainerBackend final : public SandboxBackend, public SandboxPausing
   // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
   std::mutex pending_mutex_;
   std::set<std::string> pending_removals_;
+  // Last member: its refill thread calls the engine through this object, so it stops first.
+  std::unique_ptr<SlotPool> slots_;
 };
 
 LocalContainerBackend::~LocalContainerBackend() {
+  slots_.reset();
   retry_pending_removals();
   std::lock_guard lock(pending_mutex_);
   for (const std::string& id : pending_removals_) {
@@ -388,6 +448,44 @@ Settings LocalContainerBackend::read_settings(const PluginContext& context) {
   s.pull_timeout_seconds = options.get_number("pull_timeout_seconds", 600.0);
   if (!(s.pull_timeout_seconds > 0)) options.reject("pull_timeout_seconds", "must be > 0");
 
+  const long long warm_slots = options.get_integer("warm_slots", 0);
+  if (warm_slots < 0 || warm_slots > 64) options.reject("warm_slots", "must be between 0 and 64");
+  s.warm_slots = static_cast<std::size_t>(warm_slots);
+  if (auto dir = options.optional_string("slots_dir"); dir && !trimmed(*dir).empty()) {
+    s.slots_dir = trimmed(*dir);
+    if (!s.slots_dir.is_absolute()) options.reject("slots_dir", "must be an absolute path");
+  } else if (!context.base_dir.empty()) {
+    s.slots_dir = std::filesystem::absolute(context.base_dir) / "local_docker-slots";
+  } else if (s.warm_slots > 0) {
+    options.reject("slots_dir", "is needed with warm_slots when the host has no base directory");
+  }
+  // The per-conversation mount points slots are made for, before any conversation taught them.
+  if (const rapidjson::Value* list = options.raw("slot_mounts")) {
+    if (!list->IsArray()) options.fail("slot_mounts", "an array of {container_path, read_only}", *list);
+    for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
+      const std::string key = "slot_mounts[" + std::to_string(i) + "]";
+      const rapidjson::Value& item = (*list)[i];
+      const auto path = item.IsObject() ? item.FindMember("container_path") : item.MemberEnd();
+      if (!item.IsObject() || path == item.MemberEnd() || !path->value.IsString() ||
+          path->value.GetStringLength() == 0 || path->value.GetString()[0] != '/') {
+        options.fail(key, "an object whose container_path is an absolute path", item);
+      }
+      Mount mount;
+      mount.container_path = path->value.GetString();
+      if (const auto ro = item.FindMember("read_only"); ro != item.MemberEnd()) {
+        if (!ro->value.IsBool()) options.fail(key + ".read_only", "a boolean", ro->value);
+        mount.read_only = ro->value.GetBool();
+      }
+      s.slot_mounts.push_back(std::move(mount));
+    }
+  }
+  s.slot_ready_timeout_seconds = options.get_number("slot_ready_timeout_seconds", 60.0);
+  if (!(s.slot_ready_timeout_seconds > 0)) {
+    options.reject("slot_ready_timeout_seconds", "must be > 0");
+  }
+  s.slot_sweep_seconds = options.get_number("slot_sweep_seconds", 60.0);
+  if (!(s.slot_sweep_seconds >= 1)) options.reject("slot_sweep_seconds", "must be >= 1");
+
   for (const std::string& key : options.unread_keys()) {
     logger_->warning(std::string(kLogPrefix) + "ignoring unknown option " + key);
   }
@@ -401,9 +499,7 @@ Settings LocalContainerBackend::read_settings(const PluginContext& context) {
   return s;
 }
 
-std::string LocalContainerBackend::create_body(const CreateRequest& request,
-                                               const std::vector<Mount>& mounts,
-                                               int host_port) const {
+std::string LocalContainerBackend::create_body(const ContainerSpec& spec, int host_port) const {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   const auto str = [&w](const std::string& text) { write_json_string(w, text); };
@@ -416,20 +512,10 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
   w.EndArray();
   w.Key("Labels");
   w.StartObject();
-  w.Key(kLabelManagedBy);
-  w.String(kManagedByValue);
-  w.Key(kLabelSandboxId);
-  str(request.sandbox_id);
-  if (request.user_id) {
-    w.Key(kLabelUserId);
-    str(*request.user_id);
+  for (const auto& [key, value] : spec.labels) {
+    str(key);
+    str(value);
   }
-  if (request.thread_id) {
-    w.Key(kLabelThreadId);
-    str(*request.thread_id);
-  }
-  w.Key(kLabelContract);
-  str(std::to_string(kSandboxMountContractVersion));
   w.EndObject();
   w.Key("ExposedPorts");
   w.StartObject();
@@ -488,8 +574,17 @@ std::string LocalContainerBackend::create_body(const CreateRequest& request,
   }
   w.Key("Mounts");
   w.StartArray();
-  for (const Mount& m : mounts) {
+  for (std::size_t i = 0; i < spec.mounts.size(); ++i) {
+    const Mount& m = spec.mounts[i];
     w.StartObject();
+    if (i >= spec.rslave_from) {
+      // A slot's mount point: binds made on the host later reach the running container.
+      w.Key("BindOptions");
+      w.StartObject();
+      w.Key("Propagation");
+      w.String("rslave");
+      w.EndObject();
+    }
     w.Key("Type");
     w.String("bind");
     w.Key("Source");
@@ -513,8 +608,30 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     throw std::invalid_argument("Invalid sandbox id \"" + request.sandbox_id +
                                 "\": container names allow letters, digits, '_', '.' and '-'");
   }
-  std::vector<Mount> mounts = settings_.mounts;
-  mounts.insert(mounts.end(), request.extra_mounts.begin(), request.extra_mounts.end());
+  if (slots_) slots_->learn_shape(request);
+  ContainerSpec spec;
+  spec.sandbox_id = request.sandbox_id;
+  spec.name = name;
+  spec.mounts = settings_.mounts;
+  spec.mounts.insert(spec.mounts.end(), request.extra_mounts.begin(), request.extra_mounts.end());
+  spec.labels = {{kLabelManagedBy, kManagedByValue},
+                 {kLabelSandboxId, request.sandbox_id},
+                 {kLabelContract, std::to_string(kSandboxMountContractVersion)}};
+  if (request.user_id) spec.labels[kLabelUserId] = *request.user_id;
+  if (request.thread_id) spec.labels[kLabelThreadId] = *request.thread_id;
+  bool adopted = false;
+  SandboxInfo info = start_container(spec, &adopted);
+  if (adopted) return info;  // its own labels say whose it is
+  // Identity as requested: these are the labels we just wrote.
+  info.user_id = request.user_id;
+  info.thread_id = request.thread_id;
+  info.mount_contract_version = kSandboxMountContractVersion;
+  return info;
+}
+
+SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bool* adopted) {
+  const std::string& name = spec.name;
+  const std::vector<Mount>& mounts = spec.mounts;
 
   log(LogLevel::info,
       "Starting container " + name + " using the engine API at " + settings_.endpoint.display +
@@ -535,7 +652,7 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
 
     const HttpResponse created =
         client_.call("POST", "/containers/create?name=" + url_encode(name),
-                     settings_.request_timeout_seconds, create_body(request, mounts, host_port));
+                     settings_.request_timeout_seconds, create_body(spec, host_port));
     if (created.status != 201) {
       const std::string message = created.message();
       if (!pulled && is_missing_image(created.status, message)) {
@@ -548,7 +665,10 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
         log(LogLevel::warning, "Container name " + name +
                                    " already in use, attempting to discover existing sandbox "
                                    "instance");
-        if (auto adopted = adopt_existing(name)) return *adopted;
+        if (auto existing = adopt_existing(name)) {
+          if (adopted != nullptr) *adopted = true;
+          return *existing;
+        }
         // Its holder went away meanwhile: create again, on the same port budget.
         if (++name_conflicts >= kMaxNameConflictRounds) {
           throw std::runtime_error(
@@ -623,12 +743,8 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     }
     log(LogLevel::info, "Started container " + name + " (ID: " + short_id(id) +
                             ") using the engine API on port " + std::to_string(state->host_port));
-    SandboxInfo info = info_from(request.sandbox_id, *state);
+    SandboxInfo info = info_from(spec.sandbox_id, *state);
     info.container_name = name;
-    // Identity as requested: these are the labels we just wrote.
-    info.user_id = request.user_id;
-    info.thread_id = request.thread_id;
-    info.mount_contract_version = kSandboxMountContractVersion;
     created_container.keep = true;
     return info;
   }
@@ -856,11 +972,132 @@ SandboxInfo LocalContainerBackend::info_from(const std::string& sandbox_id,
   if (auto it = state.labels.find(kLabelContract); it != state.labels.end()) {
     info.mount_contract_version = parse_port_text(it->second);  // small non-negative integer
   }
+  if (state.labels.count(kLabelSlotOwner) != 0 && !settings_.slots_dir.empty()) {
+    // A claimed slot: its labels were written before anyone claimed it; its record says whose.
+    if (auto record = SlotPool::claimed(settings_.slots_dir, sandbox_id, state.id)) {
+      info.user_id = record->user_id;
+      info.thread_id = record->thread_id;
+    }
+  }
   return info;
+}
+
+bool LocalContainerBackend::unclaimed_slot(const std::string& sandbox_id,
+                                           const ContainerState& state) const {
+  if (state.labels.count(kLabelSlotOwner) == 0) return false;
+  return settings_.slots_dir.empty() ||
+         !SlotPool::claimed(settings_.slots_dir, sandbox_id, state.id).has_value();
 }
 
 void LocalContainerBackend::destroy(const SandboxInfo& info) {
   destroy_once(info, false);
+  // A claimed slot's host mounts go with it (nothing mounted on the host outlives its sandbox).
+  if (!settings_.slots_dir.empty()) {
+    SlotPool::forget_claim(settings_.slots_dir, info.sandbox_id, info.container_id.value_or(""),
+                           *logger_);
+  }
+}
+
+PreStartedSlots::Claim LocalContainerBackend::claim_slot(const CreateRequest& request) {
+  if (!slots_) return {std::nullopt, Miss::unsupported, "warm_slots is 0"};
+  const std::string name = container_name(request.sandbox_id);
+  if (request.sandbox_id.empty() || !is_valid_container_name(name)) {
+    return {std::nullopt, Miss::claim_failed, "invalid sandbox id"};
+  }
+  Claim claim = slots_->claim(request, name);
+  slots_->learn_shape(request);
+  return claim;
+}
+
+PreStartedSlots::Status LocalContainerBackend::slot_status() const {
+  return slots_ ? slots_->status() : Status{};
+}
+
+SlotEngine::Started LocalContainerBackend::start_slot(
+    const std::string& name, const std::vector<Mount>& slot_mounts,
+    const std::map<std::string, std::string>& labels) {
+  ContainerSpec spec;
+  spec.sandbox_id = name.substr(settings_.prefix.size() + 1);
+  spec.name = name;
+  spec.mounts = settings_.mounts;
+  spec.rslave_from = spec.mounts.size();
+  spec.mounts.insert(spec.mounts.end(), slot_mounts.begin(), slot_mounts.end());
+  spec.labels = labels;
+  spec.labels[kLabelManagedBy] = kManagedByValue;
+  spec.labels[kLabelContract] = std::to_string(kSandboxMountContractVersion);
+  const SandboxInfo info = start_container(spec, nullptr);
+  if (!wait_for_sandbox_ready(info.sandbox_url, settings_.slot_ready_timeout_seconds)) {
+    remove_container(info.container_id.value_or(name));
+    throw std::runtime_error("slot " + name + " did not answer its readiness probe within " +
+                             std::to_string(static_cast<int>(settings_.slot_ready_timeout_seconds)) +
+                             " s");
+  }
+  return {info.container_id.value_or(""), info.sandbox_url, info.created_at};
+}
+
+void LocalContainerBackend::remove_container(const std::string& id) {
+  const HttpResponse r = client_.call("DELETE", "/containers/" + url_encode(id) + "?force=true&v=true",
+                                      settings_.request_timeout_seconds);
+  if (r.ok() || r.status == 404) return;
+  throw std::runtime_error("removing container " + short_id(id) + ": " + r.message());
+}
+
+bool LocalContainerBackend::rename_container(const std::string& id, const std::string& name) {
+  const HttpResponse r = client_.call(
+      "POST", "/containers/" + url_encode(id) + "/rename?name=" + url_encode(name),
+      settings_.request_timeout_seconds);
+  if (r.ok()) return true;
+  if (r.status == 409 || is_name_conflict(r.status, r.message())) return false;
+  throw std::runtime_error("renaming container " + short_id(id) + " to " + name + ": " +
+                           r.message());
+}
+
+bool LocalContainerBackend::container_sees(const std::string& id, const std::string& path) {
+  const HttpResponse r =
+      client_.call("GET", "/containers/" + url_encode(id) + "/archive?path=" + url_encode(path),
+                   settings_.request_timeout_seconds);
+  if (r.status == 200) return true;
+  if (r.status == 404) return false;
+  throw std::runtime_error("reading " + path + " in container " + short_id(id) + ": " +
+                           r.message());
+}
+
+std::vector<SlotEngine::Listed> LocalContainerBackend::list_slots() {
+  const std::string filters = std::string("{\"label\":[\"") + kLabelSlotOwner + "\"]}";
+  const HttpResponse r = client_.call(
+      "GET", "/containers/json?all=true&filters=" + url_encode(filters), kListTimeoutSeconds);
+  if (r.status != 200) {
+    throw std::runtime_error("HTTP " + std::to_string(r.status) + ": " + r.message());
+  }
+  rapidjson::Document doc;
+  doc.Parse(r.body.c_str(), r.body.size());
+  if (!doc.IsArray()) throw std::runtime_error("the engine's container listing is not an array");
+  std::vector<Listed> out;
+  const std::string name_prefix = settings_.prefix + "-";
+  for (const auto& entry : doc.GetArray()) {
+    if (!entry.IsObject()) continue;
+    Listed listed;
+    listed.id = string_member(entry, "Id");
+    if (const auto names = entry.FindMember("Names");
+        names != entry.MemberEnd() && names->value.IsArray() && !names->value.Empty() &&
+        names->value[0].IsString()) {
+      listed.name = names->value[0].GetString();
+      if (!listed.name.empty() && listed.name[0] == '/') listed.name.erase(0, 1);
+    }
+    if (const auto labels = entry.FindMember("Labels");
+        labels != entry.MemberEnd() && labels->value.IsObject()) {
+      listed.owner = string_member(labels->value, kLabelSlotOwner);
+    }
+    if (listed.id.empty() || listed.owner.empty() || listed.name.rfind(name_prefix, 0) != 0) {
+      continue;
+    }
+    out.push_back(std::move(listed));
+  }
+  return out;
+}
+
+bool LocalContainerBackend::container_exists(const std::string& id) {
+  return inspect(id).has_value();
 }
 
 void LocalContainerBackend::destroy_once(const SandboxInfo& info, bool thawed_for_stop) {
@@ -980,6 +1217,7 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
     return std::nullopt;
   }
   if (!state || !(state->running || state->paused)) return std::nullopt;
+  if (unclaimed_slot(sandbox_id, *state)) return std::nullopt;
   if (state->host_port == 0) {
     log(LogLevel::debug, "Container " + name + " publishes no host port for 8080/tcp");
     return std::nullopt;
@@ -1025,7 +1263,9 @@ std::vector<SandboxInfo> LocalContainerBackend::list_running() {
           list("name", name_prefix)}) {
       for (const ContainerState& state : parse_running_listing(body, name_prefix)) {
         if (found.count(state.id) != 0) continue;
-        found.emplace(state.id, info_from(state.name.substr(name_prefix.size()), state));
+        const std::string sandbox_id = state.name.substr(name_prefix.size());
+        if (unclaimed_slot(sandbox_id, state)) continue;  // nobody's: never adopted
+        found.emplace(state.id, info_from(sandbox_id, state));
       }
     }
   } catch (const std::exception& e) {
@@ -1054,7 +1294,9 @@ SandboxDiscoveryResult LocalContainerBackend::discover_for_reconciliation(
         "Could not look up container " + name + " for reconciliation: " + e.what());
     return SandboxDiscoveryResult::unknown();
   }
-  if (!state) return SandboxDiscoveryResult::absent(backend_namespace());
+  if (!state || unclaimed_slot(sandbox_id, *state)) {
+    return SandboxDiscoveryResult::absent(backend_namespace());
+  }
   if (state->running) {
     std::optional<SandboxInfo> info;
     if (state->host_port > 0) info = info_from(sandbox_id, *state);

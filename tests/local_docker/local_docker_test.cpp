@@ -11,7 +11,11 @@
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +27,7 @@
 #include <latch>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <sandboxd/readiness.hpp>
 #include <string>
 #include <thread>
@@ -718,6 +723,244 @@ TEST(LocalDockerNoEngine, MissingSocketGivesAClearErrorNamingIt) {
   EXPECT_THROW(loaded.backend->destroy(info), std::exception);
   EXPECT_EQ(loaded.backend->mount_mode_kind(), sandboxd::MountModeKind::local_bind_mounts);
   EXPECT_FALSE(loaded.backend->requires_create_validation());
+}
+
+// ── pre-started slots (issue 22) ─────────────────────────────────────────────
+
+using sandboxd::PreStartedSlots;
+
+// Waits until the backend's pool has `ready` slots (or says it is off); the status.
+PreStartedSlots::Status wait_for_slots(PreStartedSlots& slots, std::size_t ready,
+                                       double timeout_seconds = 60) {
+  const auto start = Clock::now();
+  PreStartedSlots::Status status = slots.slot_status();
+  while (status.ready < ready && status.off_reason.empty() &&
+         seconds_since(start) < timeout_seconds) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = slots.slot_status();
+  }
+  return status;
+}
+
+// Mount points under `root` other than `root` itself, from /proc/self/mountinfo.
+std::vector<std::string> mounts_under(const std::string& root) {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string id, parent, device, tree_root, point;
+    fields >> id >> parent >> device >> tree_root >> point;
+    if (point.rfind(root + "/", 0) == 0) out.push_back(point);
+  }
+  return out;
+}
+
+class WarmSlotsTest : public LocalDockerTest {
+ protected:
+  std::string slots_config(int warm, const std::string& slot_mounts) {
+    slots_dir_ = temp_dir("slots");
+    fs::permissions(slots_dir_, fs::perms::owner_all);
+    return "{\"warm_slots\":" + std::to_string(warm) + ",\"slots_dir\":" + json_string(slots_dir_) +
+           ",\"slot_mounts\":" + slot_mounts + "}";
+  }
+  std::string slots_dir_;
+};
+
+constexpr const char* kTwoMountPoints =
+    R"([{"container_path":"/mnt/user-data"},{"container_path":"/mnt/skills","read_only":true}])";
+
+// The claim gives a running slot the conversation's own directories: a file the gateway wrote
+// before is there, a file written inside lands on the host, the read-only mount refuses a
+// write, another user's claim for the same thread id sees none of it, and the claimed slot is
+// the conversation's sandbox for discovery and listing while an unclaimed one is nobody's.
+TEST_F(WarmSlotsTest, AClaimedSlotIsTheConversationsSandboxWithItsOwnMounts) {
+  Loaded loaded = load(slots_config(2, kTwoMountPoints));
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+  ASSERT_NE(slots, nullptr);
+  EXPECT_EQ(slots->slot_status().target, 0u) << "slots start only when the host asks";
+  slots->start_slots();
+  const PreStartedSlots::Status status = wait_for_slots(*slots, 2);
+  ASSERT_EQ(status.off_reason, "");
+  ASSERT_EQ(status.ready, 2u);
+
+  const std::string alice_data = temp_dir("alice-data");
+  const std::string alice_skills = temp_dir("alice-skills");
+  const std::string bob_data = temp_dir("bob-data");
+  const std::string bob_skills = temp_dir("bob-skills");
+  { std::ofstream(fs::path(alice_data) / "before.txt") << "alice-wrote-this\n"; }
+  { std::ofstream(fs::path(alice_skills) / "skill.md") << "a skill\n"; }
+
+  CreateRequest alice = request("slotalice", "alice", "thread-1");
+  alice.extra_mounts = {{alice_data, "/mnt/user-data", false}, {alice_skills, "/mnt/skills", true}};
+  const PreStartedSlots::Claim claim = slots->claim_slot(alice);
+  ASSERT_TRUE(claim.sandbox.has_value()) << sandboxd::to_string(claim.miss) << ": " << claim.detail;
+  const SandboxInfo info = *claim.sandbox;
+  EXPECT_EQ(info.container_name, prefix_ + "-slotalice");
+  EXPECT_EQ(info.user_id, "alice");
+  EXPECT_EQ(info.thread_id, "thread-1");
+  ASSERT_TRUE(wait_ready(info.sandbox_url, 10));
+
+  const std::string id = *info.container_id;
+  auto read = engine_->exec(id, {"grep", "-q", "alice-wrote-this", "/mnt/user-data/before.txt"});
+  EXPECT_EQ(read.exit_code, 0) << read.output;
+  auto wrote = engine_->exec(id, {"sh", "-c", "echo from-inside > /mnt/user-data/inside.txt"});
+  EXPECT_EQ(wrote.exit_code, 0) << wrote.output;
+  std::string content;
+  std::getline(std::ifstream(fs::path(alice_data) / "inside.txt"), content);
+  EXPECT_EQ(content, "from-inside");
+  auto skill = engine_->exec(id, {"grep", "-q", "a skill", "/mnt/skills/skill.md"});
+  EXPECT_EQ(skill.exit_code, 0) << skill.output;
+  auto refused = engine_->exec(id, {"sh", "-c", "echo x > /mnt/skills/new.md"});
+  EXPECT_NE(refused.exit_code, 0) << "a read-only mount took a write from inside";
+  EXPECT_FALSE(fs::exists(fs::path(alice_skills) / "new.md"));
+
+  // Bob, same thread id, his own directories: none of Alice's files.
+  CreateRequest bob = request("slotbob", "bob", "thread-1");
+  bob.extra_mounts = {{bob_data, "/mnt/user-data", false}, {bob_skills, "/mnt/skills", true}};
+  const PreStartedSlots::Claim bob_claim = slots->claim_slot(bob);
+  ASSERT_TRUE(bob_claim.sandbox.has_value()) << bob_claim.detail;
+  auto bob_sees = engine_->exec(*bob_claim.sandbox->container_id,
+                                {"sh", "-c", "ls -A /mnt/user-data /mnt/skills | grep -v :"});
+  EXPECT_EQ(bob_sees.output.find("before.txt"), std::string::npos) << bob_sees.output;
+  EXPECT_EQ(bob_sees.output.find("inside.txt"), std::string::npos) << bob_sees.output;
+  EXPECT_EQ(bob_sees.output.find("skill.md"), std::string::npos) << bob_sees.output;
+
+  // Discovery and listing see claimed slots as the conversations' sandboxes, by their records.
+  const auto found = loaded.backend->discover("slotalice");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->user_id, "alice");
+  EXPECT_EQ(found->thread_id, "thread-1");
+  EXPECT_EQ(found->container_id, id);
+  wait_for_slots(*slots, 2);  // refilled: two unclaimed slots run beside the claimed ones
+  std::size_t listed_count = 0;
+  for (const SandboxInfo& listed_info : loaded.backend->list_running()) {
+    EXPECT_TRUE(listed_info.sandbox_id == "slotalice" || listed_info.sandbox_id == "slotbob")
+        << "an unclaimed slot was listed as sandbox " << listed_info.sandbox_id;
+    ++listed_count;
+  }
+  EXPECT_EQ(listed_count, 2u);
+  EXPECT_EQ(engine_->containers_with_prefix(prefix_ + "-slot-").size(), 2u);
+
+  // Destroy takes the claimed slot's host mounts with it; closing the backend removes the
+  // unclaimed slots and leaves nothing mounted.
+  loaded.backend->destroy(info);
+  loaded.backend->destroy(*bob_claim.sandbox);
+  loaded.backend.reset();
+  EXPECT_EQ(mounts_under(slots_dir_), std::vector<std::string>{});
+  std::ifstream alice_still(fs::path(alice_data) / "before.txt");
+  EXPECT_TRUE(alice_still.good()) << "destroy removed the conversation's own files";
+}
+
+// A conversation asking for other mount points misses with key_mismatch; the pool learns the
+// new set, drains the old slot and starts one that fits.
+TEST_F(WarmSlotsTest, AChangedMountSetMissesWithItsReasonAndDrainsOldSlots) {
+  Loaded loaded = load(slots_config(1, R"([{"container_path":"/mnt/a"}])"));
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+  slots->start_slots();
+  ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u);
+  const auto old_slots = engine_->containers_with_prefix(prefix_ + "-slot-");
+  ASSERT_EQ(old_slots.size(), 1u);
+
+  CreateRequest other = request("shape2");
+  other.extra_mounts = {{temp_dir("b"), "/mnt/b", false}};
+  const PreStartedSlots::Claim miss = slots->claim_slot(other);
+  EXPECT_FALSE(miss.sandbox.has_value());
+  EXPECT_EQ(miss.miss, PreStartedSlots::Miss::key_mismatch) << miss.detail;
+  EXPECT_NE(miss.detail.find("/mnt/b"), std::string::npos) << miss.detail;
+
+  // The old slot goes, a new one for /mnt/b comes, and the next such conversation claims it.
+  const auto start = Clock::now();
+  PreStartedSlots::Claim hit;
+  while (seconds_since(start) < 60) {
+    hit = slots->claim_slot(other);
+    if (hit.sandbox) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(hit.sandbox.has_value()) << hit.detail;
+  for (const auto& c : engine_->containers_with_prefix(prefix_ + "-slot-")) {
+    EXPECT_NE(c.id, old_slots.front().id) << "the slot made for /mnt/a was not drained";
+  }
+  loaded.backend->destroy(*hit.sandbox);
+}
+
+// Where a host mount cannot reach the engine's containers (here: this process in a mount
+// namespace of its own, as with a rootless engine or one in a VM), the probe says so, the pool
+// turns itself off with that reason, and claims miss as unsupported. Run in a child process,
+// which unshares its mount namespace before it makes any thread.
+TEST_F(WarmSlotsTest, WhereAHostMountCannotReachTheEngineSlotsAreOffWithTheReason) {
+  const std::string config = merge_json(base_config(), slots_config(1, kTwoMountPoints));
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string answer;
+    if (::unshare(CLONE_NEWNS) != 0 ||
+        ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      answer = "unshare failed";
+    } else {
+      Loaded loaded = load_backend(config);
+      auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+      slots->start_slots();
+      const PreStartedSlots::Status status = wait_for_slots(*slots, 1);
+      const PreStartedSlots::Claim claim = slots->claim_slot(request("offslot"));
+      answer = std::string(sandboxd::to_string(claim.miss)) + "|" + status.off_reason;
+    }
+    (void)!::write(pipe_fds[1], answer.data(), answer.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string answer;
+  char buffer[1024];
+  ssize_t got;
+  while ((got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0) answer.append(buffer, got);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_EQ(answer.rfind("unsupported|", 0), 0u) << answer;
+  // podman starts the probe and the marker never shows inside; Docker refuses the rslave bind
+  // itself, since the slots root is no shared mount in its namespace. Either way: off, why.
+  EXPECT_TRUE(answer.find("did not appear inside it") != std::string::npos ||
+              answer.find("not a shared or slave mount") != std::string::npos)
+      << answer;
+}
+
+// A gateway that dies without cleaning up (SIGKILL) leaves its slots running; the next pool
+// on the same slots directory sees the owner's lock free and removes them with their
+// directories.
+TEST_F(WarmSlotsTest, ADeadOwnersSlotsAreReapedByTheNextPool) {
+  const std::string config = merge_json(base_config(), slots_config(1, kTwoMountPoints));
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Loaded loaded = load_backend(config);
+    auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+    slots->start_slots();
+    const bool ready = wait_for_slots(*slots, 1).ready == 1;
+    ::kill(::getpid(), SIGKILL);  // no destructor runs, as after a crash
+    ::_exit(ready ? 0 : 1);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child did not get its slot ready";
+  ASSERT_EQ(engine_->containers_with_prefix(prefix_ + "-slot-").size(), 1u);
+  const auto dead_slot = engine_->containers_with_prefix(prefix_ + "-slot-").front();
+
+  Loaded next = load_backend(config);
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*next.backend);
+  slots->start_slots();
+  ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u);
+  for (const auto& c : engine_->containers_with_prefix(prefix_ + "-slot-")) {
+    EXPECT_NE(c.id, dead_slot.id) << "the dead owner's slot was not reaped";
+  }
+  std::size_t slot_dirs = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(slots_dir_) / "slots")) {
+    (void)entry;
+    ++slot_dirs;
+  }
+  EXPECT_EQ(slot_dirs, 1u) << "the dead owner's slot directory is still there";
 }
 
 }  // namespace

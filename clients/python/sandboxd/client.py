@@ -44,7 +44,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class Acquired:
     sandbox_id: str
     sandbox_url: str
-    path: str  # reused, reclaimed, resumed (thawed from paused), discovered or created
+    path: str  # reused, reclaimed, resumed (thawed from paused), discovered, created or claimed
 
 
 class Client:

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,58 @@ class CapacityLedger {
   // Live reservations, in all and for `user` ("" : in all only).
   virtual std::size_t reserved(const std::string& user = "") = 0;
 };
+
+// Pre-started slots (issue 22): containers started ahead of need and handed to a new
+// conversation with its own mounts in milliseconds. The host asks claim_slot() before a cold
+// create(); a claim that succeeds returns the conversation's sandbox exactly as create() would
+// (deterministic name, identity, URL; the host still probes its readiness), and a miss says
+// why, so the host creates cold and counts the reason. Both calls may block on the engine.
+class PreStartedSlots {
+ public:
+  virtual ~PreStartedSlots() = default;
+  enum class Miss {
+    none,          // claimed
+    none_ready,    // no slot is ready yet (starting, or the pool is still learning the mounts)
+    key_mismatch,  // ready slots were made for another set of mount points
+    unsupported,   // slots are asked for but cannot work here (the reason is in the detail)
+    claim_failed,  // a ready slot could not be given this conversation (detail says why)
+  };
+  struct Claim {
+    std::optional<SandboxInfo> sandbox;  // set when claimed
+    Miss miss = Miss::none;
+    std::string detail;  // why it missed, for the log; never holds a secret
+  };
+  virtual Claim claim_slot(const CreateRequest& request) = 0;
+
+  // Starts keeping slots ready, in the background. Only a long-lived host calls it (serve,
+  // the provisioner, an embedding gateway through Provider::start()): a one-shot command must
+  // not start containers it would remove a moment later. Idempotent; never blocks.
+  virtual void start_slots() = 0;
+
+  struct Status {
+    std::size_t target = 0;   // slots being kept (0: none asked for, or not started)
+    std::size_t ready = 0;    // slots ready to claim now
+    std::string off_reason;   // non-empty when slots were asked for but cannot work here
+  };
+  // Never blocks on the engine.
+  virtual Status slot_status() const = 0;
+};
+
+inline const char* to_string(PreStartedSlots::Miss miss) {
+  switch (miss) {
+    case PreStartedSlots::Miss::none:
+      return "none";
+    case PreStartedSlots::Miss::none_ready:
+      return "none_ready";
+    case PreStartedSlots::Miss::key_mismatch:
+      return "key_mismatch";
+    case PreStartedSlots::Miss::unsupported:
+      return "unsupported";
+    case PreStartedSlots::Miss::claim_failed:
+      return "claim_failed";
+  }
+  return "unknown";
+}
 
 // The capability `Capability` of a backend, or nullptr when it does not offer it.
 template <class Capability>

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "sandboxd/backend.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/conversation.hpp"
@@ -144,7 +145,8 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
 
 // How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
 // resumed: taken from the pool while paused, and thawed (issue 23).
-enum class AcquirePath { reused, reclaimed, resumed, discovered, created };
+// claimed: a new conversation was given a pre-started slot (issue 22) instead of a create.
+enum class AcquirePath { reused, reclaimed, resumed, discovered, created, claimed };
 const char* to_string(AcquirePath path);
 
 struct AcquireResult {
@@ -224,6 +226,12 @@ struct ProviderEventCounts {
   std::uint64_t rejections_wait_timeout = 0;
   std::uint64_t rejections_queue_full = 0;
   std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
+  // Pre-started slots (issue 22): creations served by a claim, the time the claims took, and
+  // creations that asked for a slot and missed, indexed by PreStartedSlots::Miss (none_ready,
+  // key_mismatch, unsupported, claim_failed; index 0 unused).
+  std::uint64_t slot_claims = 0;
+  double slot_claim_seconds = 0.0;
+  std::array<std::uint64_t, 5> slot_misses{};
 };
 
 // Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
@@ -350,6 +358,8 @@ class Provider final {
   };
   Counts counts() const;
   ProviderEventCounts event_counts() const;
+  // The backend's pre-started slots now (target 0: none asked for, or no such capability).
+  PreStartedSlots::Status slot_status() const;
 
   struct Impl;  // core/src/provider_impl.hpp
 
