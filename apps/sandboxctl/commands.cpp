@@ -180,8 +180,12 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   if (can_pause) capabilities.emplace_back("pause");
   // Whether slots can work here (root in the engine's mount namespace) is probed when a
   // long-lived host starts them; a reason they are off goes to its log and /metrics.
-  if (backend_capability<PreStartedSlots>(*plugins.backend) != nullptr) {
+  std::optional<std::pair<std::size_t, std::string>> slots;  // configured, preflight
+  if (auto* pool = backend_capability<PreStartedSlots>(*plugins.backend)) {
     capabilities.emplace_back("pre_started_slots");
+    if (const std::size_t configured = pool->slot_status().configured; configured > 0) {
+      slots.emplace(configured, pool->slot_preflight());
+    }
   }
   if (config.pause_after_seconds > 0 && !can_pause) {
     context.logger->warning("sandbox.pause_after_seconds is set but backend " + config.backend.use +
@@ -218,6 +222,14 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     w.StartArray();
     for (const auto& capability : capabilities) write_json_string(w, capability);
     w.EndArray();
+    if (slots) {
+      w.Key("pre_started_slots");
+      w.StartObject();
+      w.Key("warm_slots");
+      w.Uint64(slots->first);
+      write_json_member(w, "off_reason", slots->second);
+      w.EndObject();
+    }
     write_json_member(w, "sandboxctl_registry", registry_file.string());
     write_json_member(w, "sandboxctl_owner_id", one_shot_owner);
     w.Key("sandboxctl_lease_ttl_seconds");
@@ -242,6 +254,13 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   for (const auto& capability : capabilities) offered += (offered.empty() ? "" : ", ") + capability;
   std::cout << "backend: " << config.backend.use
             << " loaded (optional capabilities: " << (offered.empty() ? "none" : offered) << ")\n";
+  if (slots) {
+    std::cout << "pre-started slots: warm_slots " << slots->first << ", "
+              << (slots->second.empty()
+                      ? std::string("nothing found against them (serve's start-up probe decides)")
+                      : "off: " + slots->second)
+              << "\n";
+  }
   std::cout << "ownership: " << config.ownership.use << " loaded (ttl " << ttl << "s, "
             << (cross_process ? "cross-process" : "single-process") << ")\n";
   std::cout << "sandboxctl commands: registry " << registry_file.string() << ", owner "

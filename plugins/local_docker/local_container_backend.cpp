@@ -256,6 +256,7 @@ class LocalContainerBackend final : public SandboxBackend,
   void unpause(const SandboxInfo& info) override;
   Claim claim_slot(const CreateRequest& request) override;
   Status slot_status() const override;
+  std::string slot_preflight() override;
   void start_slots() override {
     if (slots_) slots_->start();
   }
@@ -608,7 +609,8 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
     throw std::invalid_argument("Invalid sandbox id \"" + request.sandbox_id +
                                 "\": container names allow letters, digits, '_', '.' and '-'");
   }
-  if (slots_) slots_->learn_shape(request);
+  // Only a conversation's mounts teach the slots: an anonymous sandbox is never claimed.
+  if (slots_ && request.thread_id) slots_->learn_shape(request);
   ContainerSpec spec;
   spec.sandbox_id = request.sandbox_id;
   spec.name = name;
@@ -1005,8 +1007,42 @@ PreStartedSlots::Claim LocalContainerBackend::claim_slot(const CreateRequest& re
     return {std::nullopt, Miss::claim_failed, "invalid sandbox id"};
   }
   Claim claim = slots_->claim(request, name);
-  slots_->learn_shape(request);
+  if (request.thread_id) slots_->learn_shape(request);
   return claim;
+}
+
+std::string LocalContainerBackend::slot_preflight() {
+  if (settings_.warm_slots == 0) return "";
+  if (::geteuid() != 0) {
+    return "this process runs as uid " + std::to_string(::geteuid()) +
+           ", not root; binding into a running slot needs root in the engine's mount namespace";
+  }
+  if (settings_.endpoint.unix_socket.empty()) {
+    return "the engine is reached at " + settings_.endpoint.display +
+           ", not through a local unix socket; a host mount here may not reach its containers";
+  }
+  try {
+    const HttpResponse info = client_.call("GET", "/info", settings_.request_timeout_seconds);
+    rapidjson::Document doc;
+    doc.Parse(info.body.c_str(), info.body.size());
+    const auto options = doc.IsObject() ? doc.FindMember("SecurityOptions") : doc.MemberEnd();
+    if (info.status == 200 && options != doc.MemberEnd() && options->value.IsArray()) {
+      for (const auto& option : options->value.GetArray()) {
+        if (option.IsString() && std::string(option.GetString()).find("name=rootless") == 0) {
+          return "the engine at " + settings_.endpoint.display +
+                 " runs rootless; its containers do not see this host's mounts";
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return std::string("the engine could not be asked: ") + e.what();
+  }
+  struct stat st {};
+  if (::lstat(settings_.slots_dir.c_str(), &st) == 0) {
+    const std::string why = host_fs::untrusted_reason(st);
+    if (!why.empty()) return "slots_dir " + settings_.slots_dir.string() + ": " + why;
+  }
+  return "";
 }
 
 PreStartedSlots::Status LocalContainerBackend::slot_status() const {

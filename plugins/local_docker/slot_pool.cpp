@@ -132,6 +132,7 @@ void SlotPool::set_off(const std::string& reason) {
 PreStartedSlots::Status SlotPool::status() const {
   std::lock_guard lock(mutex_);
   PreStartedSlots::Status out;
+  out.configured = options_.target;
   out.target = running_ ? options_.target : 0;
   out.ready = ready_.size();
   out.off_reason = off_reason_;

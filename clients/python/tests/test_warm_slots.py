@@ -123,3 +123,35 @@ def test_a_new_conversation_claims_a_slot_and_a_sigkilled_serve_leaves_nothing_b
         time.sleep(0.1)
     assert [c["Names"] for c in engine_containers(prefix)] == []
     assert mounts_under(state / "local_docker-slots") == []
+
+
+def test_check_config_says_whether_slots_can_work_before_anything_starts(engine_required, prefix,
+                                                                           tmp_path):
+    import os
+    import subprocess
+
+    from conftest import SANDBOXCTL
+
+    def check(section: dict) -> dict:
+        config = tmp_path / "check.json"
+        config.write_text(json.dumps({"sandbox": section}))
+        done = subprocess.run([SANDBOXCTL, "--config", str(config), "check-config", "--json"],
+                              capture_output=True, text=True, timeout=60, env=os.environ)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    here = check(slots_section(prefix, state))
+    assert "pre_started_slots" in here["backend_capabilities"]
+    assert here["pre_started_slots"] == {"warm_slots": 1, "off_reason": ""}
+    assert not (state / "local_docker-slots").exists(), "check-config must write nothing"
+    assert engine_containers(prefix) == [], "check-config must start nothing"
+
+    remote = slots_section(prefix, state)
+    remote["backend"]["socket"] = "tcp://127.0.0.1:9"
+    off = check(remote)["pre_started_slots"]["off_reason"]
+    assert "tcp://127.0.0.1:9" in off and "unix socket" in off, off
+
+    without = check(engine_section(prefix, state))
+    assert "pre_started_slots" not in without

@@ -101,7 +101,13 @@ class PreStartedSlots {
   // not start containers it would remove a moment later. Idempotent; never blocks.
   virtual void start_slots() = 0;
 
+  // Why slots could not work here, found without starting or mounting anything (a check
+  // command's answer): "" when nothing was found, and then the start-up probe decides. May
+  // ask the engine.
+  virtual std::string slot_preflight() = 0;
+
   struct Status {
+    std::size_t configured = 0;  // slots the configuration asks for
     std::size_t target = 0;   // slots being kept (0: none asked for, or not started)
     std::size_t ready = 0;    // slots ready to claim now
     std::string off_reason;   // non-empty when slots were asked for but cannot work here
