@@ -164,13 +164,14 @@ class EngineBench {
     const PluginLoader loader({SANDBOXD_BENCH_PLUGIN_DIR});
     PluginContext backend;
     backend.config_key_path = "sandbox.backend";
-    backend.config_json = R"({"socket": "unix://)" + options_.socket + R"(", "image": ")" +
-                          options_.image + R"(", "container_prefix": ")" + prefix_ + name +
-                          R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2)" +
-                          (warm_slots > 0 ? ", \"warm_slots\": " + std::to_string(warm_slots) +
-                                                ", \"slots_dir\": \"" + (dir / "slots").string() + "\""
-                                          : std::string()) +
-                          "}";
+    backend.config_json =
+        R"({"socket": "unix://)" + options_.socket + R"(", "image": ")" + options_.image +
+        R"(", "container_prefix": ")" + prefix_ + name +
+        R"(", "sandbox_host": "127.0.0.1", "stop_timeout_seconds": 2)" +
+        (warm_slots > 0 ? ", \"warm_slots\": " + std::to_string(warm_slots) +
+                              ", \"slots_dir\": \"" + (dir / "slots").string() + "\""
+                        : std::string()) +
+        "}";
     if (warm_slots > 0) std::filesystem::create_directories(dir / "slots");
     backend.logger = logger;
     backend.clock = clock;
@@ -394,15 +395,15 @@ class EngineBench {
       for (const auto& id : ids) h->destroy(id);
       const ProviderEventCounts after = h->event_counts();
       std::string misses;
-      for (const auto miss : {PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,
-                              PreStartedSlots::Miss::unsupported,
-                              PreStartedSlots::Miss::claim_failed}) {
+      for (const auto miss : kSlotMissReasons) {
         const auto i = static_cast<std::size_t>(miss);
         const auto n = after.slot_misses[i] - before.slot_misses[i];
-        if (n > 0) misses += std::string(misses.empty() ? "" : ", ") + to_string(miss) + " " + std::to_string(n);
+        if (n > 0)
+          misses +=
+              std::string(misses.empty() ? "" : ", ") + to_string(miss) + " " + std::to_string(n);
       }
-      std::printf("slot hit rate, %d new conversations %s, warm_slots 2: %llu/%d claimed%s\n", count,
-                  label.c_str(),
+      std::printf("slot hit rate, %d new conversations %s, warm_slots 2: %llu/%d claimed%s\n",
+                  count, label.c_str(),
                   static_cast<unsigned long long>(after.slot_claims - before.slot_claims), count,
                   misses.empty() ? "" : ("; misses: " + misses).c_str());
     };

@@ -266,9 +266,9 @@ Reply ProvisionerService::create(std::string_view body) {
         settings_.backend_timeout_seconds, "Creating sandbox '" + id + "'");
     if (!info.user_id) info.user_id = request.user_id;
     if (!info.thread_id) info.thread_id = request.thread_id;
-    logger_->info(std::string(claimed ? "Claimed a pre-started slot as sandbox " : "Created sandbox ") +
-                  id + " for user " + request.user_id + ", thread " + request.thread_id + ": " +
-                  info.sandbox_url);
+    logger_->info(
+        std::string(claimed ? "Claimed a pre-started slot as sandbox " : "Created sandbox ") + id +
+        " for user " + request.user_id + ", thread " + request.thread_id + ": " + info.sandbox_url);
     return {200, sandbox_json(info)};
   } catch (const NoCallSlot& busy) {
     return detail(503, busy.what());

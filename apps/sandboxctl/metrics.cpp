@@ -34,6 +34,14 @@ void header(std::ostringstream& out, const char* name, const char* type, const c
 
 // A Prometheus histogram from per-bucket counts (not cumulative): within_bounds[i] counts the
 // observations in (bounds[i-1], bounds[i]]; `total` all of them, +Inf included.
+// One unlabelled sample with its HELP and TYPE lines.
+template <class Value>
+void sample(std::ostringstream& out, const char* name, const char* type, const char* help,
+            Value value) {
+  header(out, name, type, help);
+  out << name << " " << value << "\n";
+}
+
 void histogram(std::ostringstream& out, const std::string& name, const char* help,
                std::span<const double> bounds, std::span<const std::uint64_t> within_bounds,
                std::uint64_t total, double sum) {
@@ -159,13 +167,11 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   for (const auto& [status, count] : requests_by_status_) {
     out << "sandboxd_requests_total{status=\"" << status << "\"} " << count << "\n";
   }
-  header(out, "sandboxd_active_sandboxes", "gauge", "Sandboxes in use now.");
-  out << "sandboxd_active_sandboxes " << counts.active << "\n";
-  header(out, "sandboxd_warm_sandboxes", "gauge", "Sandboxes parked in the warm pool now.");
-  out << "sandboxd_warm_sandboxes " << counts.warm << "\n";
-  header(out, "sandboxd_paused_sandboxes", "gauge",
-         "Released sandboxes paused (frozen, no CPU) now.");
-  out << "sandboxd_paused_sandboxes " << counts.paused << "\n";
+  sample(out, "sandboxd_active_sandboxes", "gauge", "Sandboxes in use now.", counts.active);
+  sample(out, "sandboxd_warm_sandboxes", "gauge", "Sandboxes parked in the warm pool now.",
+         counts.warm);
+  sample(out, "sandboxd_paused_sandboxes", "gauge",
+         "Released sandboxes paused (frozen, no CPU) now.", counts.paused);
   header(
       out, "sandboxd_capacity_rejections_total", "counter",
       "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full).");
@@ -185,26 +191,22 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
             waits_ended, events.capacity_wait_seconds);
   // Pre-started slots (issue 22): a pool that never hits is visible with its reason.
   const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
-  header(out, "sandboxd_slot_claims_total", "counter",
-         "New conversations given a pre-started slot (acquire path claimed).");
-  out << "sandboxd_slot_claims_total " << events.slot_claims << "\n";
-  header(out, "sandboxd_slot_claim_seconds_total", "counter",
+  sample(out, "sandboxd_slot_claims_total", "counter",
+         "New conversations given a pre-started slot (acquire path claimed).", events.slot_claims);
+  sample(out, "sandboxd_slot_claim_seconds_total", "counter",
          "Total time of those claims (binds, record, rename); divide by "
-         "sandboxd_slot_claims_total.");
-  out << "sandboxd_slot_claim_seconds_total " << number(events.slot_claim_seconds) << "\n";
+         "sandboxd_slot_claims_total.",
+         number(events.slot_claim_seconds));
   header(out, "sandboxd_slot_misses_total", "counter",
          "New conversations that found no slot to claim and were created cold, by reason.");
-  for (const auto miss :
-       {sandboxd::PreStartedSlots::Miss::none_ready, sandboxd::PreStartedSlots::Miss::key_mismatch,
-        sandboxd::PreStartedSlots::Miss::unsupported,
-        sandboxd::PreStartedSlots::Miss::claim_failed}) {
+  for (const auto miss : sandboxd::kSlotMissReasons) {
     out << "sandboxd_slot_misses_total{reason=\"" << sandboxd::to_string(miss) << "\"} "
         << events.slot_misses[static_cast<std::size_t>(miss)] << "\n";
   }
-  header(out, "sandboxd_slots_target", "gauge", "Pre-started slots this gateway keeps (warm_slots).");
-  out << "sandboxd_slots_target " << slots.target << "\n";
-  header(out, "sandboxd_slots_ready", "gauge", "Pre-started slots ready to claim now.");
-  out << "sandboxd_slots_ready " << slots.ready << "\n";
+  sample(out, "sandboxd_slots_target", "gauge",
+         "Pre-started slots this gateway keeps (warm_slots).", slots.target);
+  sample(out, "sandboxd_slots_ready", "gauge", "Pre-started slots ready to claim now.",
+         slots.ready);
   header(out, "sandboxd_slots_off", "gauge",
          "1 when slots were asked for but cannot work here; the reason is the label.");
   out << "sandboxd_slots_off{reason=\"" << label_value(slots.off_reason) << "\"} "

@@ -27,8 +27,8 @@ std::string unescape_mountinfo(const std::string& field) {
   for (std::size_t i = 0; i < field.size(); ++i) {
     if (field[i] == '\\' && i + 3 < field.size()) {
       const std::string digits = field.substr(i + 1, 3);
-      if (digits.size() == 3 && std::all_of(digits.begin(), digits.end(),
-                                             [](char c) { return c >= '0' && c <= '7'; })) {
+      if (digits.size() == 3 &&
+          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '7'; })) {
         out += static_cast<char>(std::stoi(digits, nullptr, 8));
         i += 3;
         continue;
@@ -52,8 +52,8 @@ void make_shared_mount(const std::filesystem::path& root) {
   if (!is_mount_point(root)) {
     if (::mount(root.c_str(), root.c_str(), nullptr, MS_BIND, nullptr) != 0) {
       const int error = errno;
-      throw std::runtime_error("mount --bind " + root.string() + " onto itself failed: " +
-                               errno_text(error));
+      throw std::runtime_error("mount --bind " + root.string() +
+                               " onto itself failed: " + errno_text(error));
     }
   }
   if (::mount(nullptr, root.c_str(), nullptr, MS_SHARED, nullptr) != 0) {
@@ -71,8 +71,8 @@ void bind_directory(const std::string& source, const std::filesystem::path& targ
   open_how how{};
   how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
   how.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  const int raw = static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, source.c_str(), &how,
-                                             sizeof(how)));
+  const int raw =
+      static_cast<int>(::syscall(SYS_openat2, AT_FDCWD, source.c_str(), &how, sizeof(how)));
   if (raw < 0) {
     const int error = errno;
     throw std::runtime_error("cannot open " + source + " to bind it" +
@@ -133,14 +133,14 @@ std::vector<std::filesystem::path> mount_points_under(const std::filesystem::pat
     if (pos == std::string::npos) continue;
     const std::size_t end = line.find(' ', pos);
     const std::string point = unescape_mountinfo(line.substr(pos, end - pos));
-    if (point == prefix || (point.size() > prefix.size() && point.compare(0, prefix.size(), prefix) == 0 &&
-                            point[prefix.size()] == '/')) {
+    if (point == prefix ||
+        (point.size() > prefix.size() && point.compare(0, prefix.size(), prefix) == 0 &&
+         point[prefix.size()] == '/')) {
       out.emplace_back(point);
     }
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
-    return a.string().size() > b.string().size();
-  });
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.string().size() > b.string().size(); });
   return out;
 }
 

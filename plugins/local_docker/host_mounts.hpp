@@ -23,8 +23,7 @@ void make_shared_mount(const std::filesystem::path& root);
 // Binds the directory `source` (absolute; refused if any component is a symbolic link) onto
 // the existing directory `target`, read-only when asked. Throws std::runtime_error naming the
 // path and the reason.
-void bind_directory(const std::string& source, const std::filesystem::path& target,
-                    bool read_only);
+void bind_directory(const std::string& source, const std::filesystem::path& target, bool read_only);
 
 // Detaches whatever is mounted on `target` (lazily: a container still using it keeps its copy
 // until it exits). Not a mount point, or missing: nothing to do. Throws on other errors.

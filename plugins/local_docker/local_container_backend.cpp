@@ -65,10 +65,10 @@
 #include "docker_support.hpp"
 #include "engine_answers.hpp"
 #include "engine_client.hpp"
-#include "slot_pool.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sandbox_capabilities.hpp"
+#include "slot_pool.hpp"
 
 namespace sandboxd::local_docker {
 namespace {
@@ -238,8 +238,8 @@ class LocalContainerBackend final : public SandboxBackend,
       options.name_prefix = settings_.prefix + "-";
       options.declared_shape = settings_.slot_mounts;
       options.sweep_interval_seconds = settings_.slot_sweep_seconds;
-      slots_ = std::make_unique<SlotPool>(std::move(options), static_cast<SlotEngine&>(*this),
-                                          logger_);
+      slots_ =
+          std::make_unique<SlotPool>(std::move(options), static_cast<SlotEngine&>(*this), logger_);
     }
   }
   ~LocalContainerBackend() override;
@@ -462,7 +462,8 @@ Settings LocalContainerBackend::read_settings(const PluginContext& context) {
   }
   // The per-conversation mount points slots are made for, before any conversation taught them.
   if (const rapidjson::Value* list = options.raw("slot_mounts")) {
-    if (!list->IsArray()) options.fail("slot_mounts", "an array of {container_path, read_only}", *list);
+    if (!list->IsArray())
+      options.fail("slot_mounts", "an array of {container_path, read_only}", *list);
     for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
       const std::string key = "slot_mounts[" + std::to_string(i) + "]";
       const rapidjson::Value& item = (*list)[i];
@@ -1064,24 +1065,25 @@ SlotEngine::Started LocalContainerBackend::start_slot(
   const SandboxInfo info = start_container(spec, nullptr);
   if (!wait_for_sandbox_ready(info.sandbox_url, settings_.slot_ready_timeout_seconds)) {
     remove_container(info.container_id.value_or(name));
-    throw std::runtime_error("slot " + name + " did not answer its readiness probe within " +
-                             std::to_string(static_cast<int>(settings_.slot_ready_timeout_seconds)) +
-                             " s");
+    throw std::runtime_error(
+        "slot " + name + " did not answer its readiness probe within " +
+        std::to_string(static_cast<int>(settings_.slot_ready_timeout_seconds)) + " s");
   }
   return {info.container_id.value_or(""), info.sandbox_url, info.created_at};
 }
 
 void LocalContainerBackend::remove_container(const std::string& id) {
-  const HttpResponse r = client_.call("DELETE", "/containers/" + url_encode(id) + "?force=true&v=true",
-                                      settings_.request_timeout_seconds);
+  const HttpResponse r =
+      client_.call("DELETE", "/containers/" + url_encode(id) + "?force=true&v=true",
+                   settings_.request_timeout_seconds);
   if (r.ok() || r.status == 404) return;
   throw std::runtime_error("removing container " + short_id(id) + ": " + r.message());
 }
 
 bool LocalContainerBackend::rename_container(const std::string& id, const std::string& name) {
-  const HttpResponse r = client_.call(
-      "POST", "/containers/" + url_encode(id) + "/rename?name=" + url_encode(name),
-      settings_.request_timeout_seconds);
+  const HttpResponse r =
+      client_.call("POST", "/containers/" + url_encode(id) + "/rename?name=" + url_encode(name),
+                   settings_.request_timeout_seconds);
   if (r.ok()) return true;
   if (r.status == 409 || is_name_conflict(r.status, r.message())) return false;
   throw std::runtime_error("renaming container " + short_id(id) + " to " + name + ": " +

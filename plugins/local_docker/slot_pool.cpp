@@ -38,9 +38,8 @@ std::string random_token() {
 
 std::vector<Mount> sorted_shape(const std::vector<Mount>& mounts) {
   std::vector<Mount> shape = mounts;
-  std::sort(shape.begin(), shape.end(), [](const Mount& a, const Mount& b) {
-    return a.container_path < b.container_path;
-  });
+  std::sort(shape.begin(), shape.end(),
+            [](const Mount& a, const Mount& b) { return a.container_path < b.container_path; });
   return shape;
 }
 
@@ -81,7 +80,9 @@ bool remove_tree(const fs::path& path, std::size_t& budget) {
 }  // namespace
 
 SlotPool::SlotPool(SlotPoolOptions options, SlotEngine& engine, std::shared_ptr<Logger> logger)
-    : options_(std::move(options)), engine_(engine), logger_(std::move(logger)),
+    : options_(std::move(options)),
+      engine_(engine),
+      logger_(std::move(logger)),
       token_(random_token()) {
   if (!options_.declared_shape.empty()) shape_ = sorted_shape(options_.declared_shape);
 }
@@ -157,8 +158,8 @@ void SlotPool::learn_shape(const CreateRequest& request) {
     const UniqueFd root = open_trusted_dir(options_.root);
     const std::string temp = "shape." + token_;
     {
-      UniqueFd file = open_file(root.get(), temp, O_WRONLY | O_CREAT | O_TRUNC, 0600,
-                                options_.root / temp);
+      UniqueFd file =
+          open_file(root.get(), temp, O_WRONLY | O_CREAT | O_TRUNC, 0600, options_.root / temp);
       if (::write(file.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
         throw std::runtime_error(std::strerror(errno));
       }
@@ -196,7 +197,8 @@ void SlotPool::read_kept_shape() {
     if (end == std::string::npos) end = text.size();
     const std::string line = text.substr(start, end - start);
     start = end + 1;
-    if (line.size() < 4 || line[3] != '/' || (line.compare(0, 3, "ro ") != 0 && line.compare(0, 3, "rw ") != 0)) {
+    if (line.size() < 4 || line[3] != '/' ||
+        (line.compare(0, 3, "ro ") != 0 && line.compare(0, 3, "rw ") != 0)) {
       continue;
     }
     shape.push_back(Mount{"", line.substr(3), line[0] == 'r' && line[1] == 'o'});
@@ -217,7 +219,8 @@ bool SlotPool::set_up_root() {
     }
     make_shared_mount(options_.root);
     const fs::path lock_path = options_.root / "owners" / (token_ + ".lock");
-    owner_lock_ = UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    owner_lock_ =
+        UniqueFd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (!owner_lock_ || ::flock(owner_lock_.get(), LOCK_EX | LOCK_NB) != 0) {
       throw std::runtime_error("cannot lock " + lock_path.string() + ": " + std::strerror(errno));
     }
@@ -246,13 +249,15 @@ bool SlotPool::probe() {
   std::error_code ec;
   fs::create_directories(point, ec);
   fs::create_directories(marker_dir, ec);
-  { UniqueFd(::open((marker_dir / "marker").c_str(), O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600)); }
+  {
+    UniqueFd(
+        ::open((marker_dir / "marker").c_str(), O_CREAT | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0600));
+  }
   std::string failure;
   std::string id;
   try {
-    const SlotEngine::Started started =
-        engine_.start_slot(name, {Mount{point.string(), kProbeMountPoint, false}},
-                           {{kLabelSlotOwner, token_}});
+    const SlotEngine::Started started = engine_.start_slot(
+        name, {Mount{point.string(), kProbeMountPoint, false}}, {{kLabelSlotOwner, token_}});
     id = started.id;
     bind_directory(marker_dir.string(), point, true);
     if (!engine_.container_sees(id, std::string(kProbeMountPoint) + "/marker")) {
@@ -276,8 +281,7 @@ bool SlotPool::probe() {
     return false;
   }
   logger_->info(std::string(kLog) + "a host bind reaches a running container; keeping " +
-                std::to_string(options_.target) + " slot(s) ready under " +
-                options_.root.string());
+                std::to_string(options_.target) + " slot(s) ready under " + options_.root.string());
   return true;
 }
 
@@ -340,7 +344,7 @@ void SlotPool::remove_slot_dir(const fs::path& root, const std::string& slot, Lo
   std::size_t budget = kMaxWalkEntries;
   if (!remove_tree(dir, budget)) {
     logger.warning(std::string(kLog) + dir.string() + " holds more than " +
-                     std::to_string(kMaxWalkEntries) + " entries; left in place");
+                   std::to_string(kMaxWalkEntries) + " entries; left in place");
   }
 }
 
@@ -349,8 +353,9 @@ void SlotPool::run() {
   read_kept_shape();
   sweep();
   if (!probe()) return;
-  auto next_sweep = std::chrono::steady_clock::now() +
-                    std::chrono::milliseconds(static_cast<long>(options_.sweep_interval_seconds * 1000));
+  auto next_sweep =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(static_cast<long>(options_.sweep_interval_seconds * 1000));
   auto backoff = std::chrono::seconds(1);
   while (true) {
     std::vector<Slot> stale;
@@ -367,7 +372,8 @@ void SlotPool::run() {
                std::chrono::steady_clock::now() >= retry_after_;
       };
       auto deadline = next_sweep;
-      if (retry_after_ > std::chrono::steady_clock::now()) deadline = std::min(deadline, retry_after_);
+      if (retry_after_ > std::chrono::steady_clock::now())
+        deadline = std::min(deadline, retry_after_);
       wake_.wait_until(lock, deadline, has_work);
       if (stopping_) return;
       const std::string key = shape_ ? shape_key(*shape_) : "";
@@ -392,8 +398,9 @@ void SlotPool::run() {
     }
     if (std::chrono::steady_clock::now() >= next_sweep) {
       sweep();
-      next_sweep = std::chrono::steady_clock::now() +
-                   std::chrono::milliseconds(static_cast<long>(options_.sweep_interval_seconds * 1000));
+      next_sweep =
+          std::chrono::steady_clock::now() +
+          std::chrono::milliseconds(static_cast<long>(options_.sweep_interval_seconds * 1000));
     }
     if (!make) continue;
     std::optional<Slot> slot = start_one(*make);
@@ -423,8 +430,8 @@ PreStartedSlots::Claim SlotPool::claim(const CreateRequest& request, const std::
     std::lock_guard lock(mutex_);
     if (!off_reason_.empty()) return {std::nullopt, Miss::unsupported, off_reason_};
     if (!running_) return {std::nullopt, Miss::none_ready, "slots were not started by this host"};
-    auto it = std::find_if(ready_.begin(), ready_.end(),
-                           [&](const Slot& s) { return s.key == key; });
+    auto it =
+        std::find_if(ready_.begin(), ready_.end(), [&](const Slot& s) { return s.key == key; });
     if (it == ready_.end()) {
       if (ready_.empty()) {
         return {std::nullopt, Miss::none_ready,
@@ -432,8 +439,8 @@ PreStartedSlots::Claim SlotPool::claim(const CreateRequest& request, const std::
                     (shape_ ? std::string() : std::string(", mount points not learned yet"))};
       }
       return {std::nullopt, Miss::key_mismatch,
-              "ready slots have " + describe_shape(ready_.front().key) + "; this conversation asks for " +
-                  describe_shape(key)};
+              "ready slots have " + describe_shape(ready_.front().key) +
+                  "; this conversation asks for " + describe_shape(key)};
     }
     slot = std::move(*it);
     ready_.erase(it);

@@ -75,9 +75,9 @@ class SlotEngine {
 };
 
 struct SlotPoolOptions {
-  std::size_t target = 0;           // warm_slots
-  std::filesystem::path root;       // slots_dir
-  std::string name_prefix;          // container names are `{name_prefix}slot-{token}-{n}`
+  std::size_t target = 0;             // warm_slots
+  std::filesystem::path root;         // slots_dir
+  std::string name_prefix;            // container names are `{name_prefix}slot-{token}-{n}`
   std::vector<Mount> declared_shape;  // slot_mounts: container paths (host_path unused)
   double sweep_interval_seconds = 60;
 };
@@ -129,10 +129,10 @@ class SlotPool {
   };
 
   void run();
-  bool set_up_root();   // the shared root, the owner lock; false: off with a reason
+  bool set_up_root();      // the shared root, the owner lock; false: off with a reason
   void read_kept_shape();  // the mount points the last gateway on this root learned
-  bool probe();         // a bind reaches a container; false: off with a reason
-  void sweep();         // reap dead owners' slots and stale claims
+  bool probe();            // a bind reaches a container; false: off with a reason
+  void sweep();            // reap dead owners' slots and stale claims
   std::optional<Slot> start_one(const std::vector<Mount>& shape);
   void discard(const Slot& slot);  // container, mounts, directory
   void set_off(const std::string& reason);

@@ -11,24 +11,24 @@
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <sched.h>
-#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <latch>
 #include <memory>
 #include <random>
-#include <sstream>
 #include <sandboxd/readiness.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>

@@ -108,13 +108,18 @@ class PreStartedSlots {
 
   struct Status {
     std::size_t configured = 0;  // slots the configuration asks for
-    std::size_t target = 0;   // slots being kept (0: none asked for, or not started)
-    std::size_t ready = 0;    // slots ready to claim now
-    std::string off_reason;   // non-empty when slots were asked for but cannot work here
+    std::size_t target = 0;      // slots being kept (0: none asked for, or not started)
+    std::size_t ready = 0;       // slots ready to claim now
+    std::string off_reason;      // non-empty when slots were asked for but cannot work here
   };
   // Never blocks on the engine.
   virtual Status slot_status() const = 0;
 };
+
+// Every reason a claim can miss, in the order metrics list them.
+inline constexpr PreStartedSlots::Miss kSlotMissReasons[] = {
+    PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,
+    PreStartedSlots::Miss::unsupported, PreStartedSlots::Miss::claim_failed};
 
 inline const char* to_string(PreStartedSlots::Miss miss) {
   switch (miss) {
