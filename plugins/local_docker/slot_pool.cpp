@@ -581,7 +581,9 @@ void SlotPool::sweep() {
     return;
   }
   std::set<std::string> live_slot_dirs;
+  std::set<std::string> listed_ids;
   for (const SlotEngine::Listed& container : listed) {
+    listed_ids.insert(container.id);
     const std::string sandbox_id = container.name.rfind(options_.name_prefix, 0) == 0
                                        ? container.name.substr(options_.name_prefix.size())
                                        : container.name;
@@ -600,7 +602,9 @@ void SlotPool::sweep() {
     }
   }
   std::error_code ec;
-  std::size_t budget = kMaxWalkEntries;
+  // One sweep reads at most this many entries of the claims, slots and owners directories
+  // together: a record and a directory per claimed sandbox, at 10,000 sandboxes and more.
+  std::size_t budget = 10 * kMaxWalkEntries;
   // Claims whose container is gone (stopped while no gateway watched): their mounts go.
   for (fs::directory_iterator it(options_.root / "claims", ec), end; !ec && it != end && budget;
        it.increment(ec), --budget) {
@@ -609,10 +613,15 @@ void SlotPool::sweep() {
     const std::string sandbox_id = file.substr(0, file.size() - 5);
     const std::optional<ClaimRecord> record = claimed(options_.root, sandbox_id, "");
     if (!record) continue;
-    bool exists = true;
-    try {
-      exists = engine_.container_exists(record->container_id);
-    } catch (const std::exception&) {
+    // A claimed slot keeps its slot label, so the listing above holds every live one; a
+    // record missing from it is asked about once (its slot may have started since).
+    bool exists = listed_ids.count(record->container_id) != 0;
+    if (!exists) {
+      try {
+        exists = engine_.container_exists(record->container_id);
+      } catch (const std::exception&) {
+        exists = true;  // could not tell: keep its mounts
+      }
     }
     if (exists) {
       live_slot_dirs.insert(record->slot);

@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <latch>
 #include <memory>
 #include <random>
@@ -961,6 +962,56 @@ TEST_F(WarmSlotsTest, ADeadOwnersSlotsAreReapedByTheNextPool) {
     ++slot_dirs;
   }
   EXPECT_EQ(slot_dirs, 1u) << "the dead owner's slot directory is still there";
+}
+
+// A claimed sandbox whose container died while no gateway watched (here: removed behind the
+// backend's back) leaves its host mounts and record; the next pool's sweep releases both, and
+// keeps those of a claimed sandbox that still runs.
+TEST_F(WarmSlotsTest, TheSweepReleasesTheMountsOfAClaimWhoseContainerIsGone) {
+  const std::string config = merge_json(base_config(), slots_config(2, kTwoMountPoints));
+  Loaded first = load_backend(config);
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*first.backend);
+  slots->start_slots();
+  ASSERT_EQ(wait_for_slots(*slots, 2).ready, 2u);
+  std::vector<SandboxInfo> claimed;
+  for (const char* user : {"gone", "kept"}) {
+    CreateRequest r = request(std::string("sweep") + user, user, "thread-1");
+    r.extra_mounts = {{temp_dir(std::string(user) + "-data"), "/mnt/user-data", false},
+                      {temp_dir(std::string(user) + "-skills"), "/mnt/skills", true}};
+    const PreStartedSlots::Claim claim = slots->claim_slot(r);
+    ASSERT_TRUE(claim.sandbox.has_value()) << claim.detail;
+    claimed.push_back(*claim.sandbox);
+  }
+  first.backend.reset();  // a clean exit: claimed sandboxes and their mounts stay
+  ASSERT_EQ(mounts_under(slots_dir_).size(), 4u)  // 2 binds for each claim
+      << "claimed slots must keep their host mounts after their gateway exits";
+  rapidjson::Document record;
+  {
+    std::ifstream in(fs::path(slots_dir_) / "claims" / "sweepgone.json");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    record.Parse(text.c_str());
+  }
+  ASSERT_TRUE(record.IsObject() && record.HasMember("slot"));
+  const std::string gone_slot_dir =
+      (fs::path(slots_dir_) / "slots" / record["slot"].GetString()).string() + "/";
+  engine_->force_remove(*claimed[0].container_id);
+
+  Loaded next = load_backend(config);
+  auto* again = sandboxd::backend_capability<PreStartedSlots>(*next.backend);
+  again->start_slots();
+  ASSERT_EQ(wait_for_slots(*again, 2).ready, 2u);  // the sweep runs before the first refill
+  EXPECT_FALSE(fs::exists(fs::path(slots_dir_) / "claims" / "sweepgone.json"));
+  EXPECT_TRUE(fs::exists(fs::path(slots_dir_) / "claims" / "sweepkept.json"));
+  std::size_t kept_binds = 0;
+  for (const std::string& point : mounts_under(slots_dir_)) {
+    EXPECT_NE(point.rfind(gone_slot_dir, 0), 0u) << point << " outlived its container";
+    ++kept_binds;
+  }
+  EXPECT_EQ(kept_binds, 2u) << "the running claim's binds";
+  const auto found = next.backend->discover("sweepkept");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->user_id, "kept");
+  next.backend->destroy(*found);
 }
 
 }  // namespace
