@@ -121,8 +121,7 @@ std::optional<ContainerState> parse_inspect_answer(const std::string& body) {
   return state;
 }
 
-std::vector<ContainerState> parse_running_listing(const std::string& body,
-                                                  const std::string& name_prefix) {
+std::vector<ContainerState> parse_listing(const std::string& body, const std::string& name_prefix) {
   rapidjson::Document doc;
   if (!parse_json(doc, body) || !doc.IsArray()) {
     throw std::runtime_error("the engine's container list could not be read");
@@ -136,10 +135,8 @@ std::vector<ContainerState> parse_running_listing(const std::string& body,
     state.name = listing_name(entry);
     if (state.name.size() <= name_prefix.size() || state.name.rfind(name_prefix, 0) != 0) continue;
     state.status = string_member(entry, "State");
-    // A paused container is alive (frozen by /pause, issue 23): listed, so that reconciliation
-    // and `list` see it, with its state said.
-    if (!state.status.empty() && state.status != "running" && state.status != "paused") continue;
-    state.running = true;
+    // A paused container is alive (frozen by /pause, issue 23).
+    state.running = state.status.empty() || state.status == "running" || state.status == "paused";
     state.paused = state.status == "paused";
     state.labels = string_map_member(entry, "Labels");
     if (auto created = entry.FindMember("Created"); created != entry.MemberEnd()) {
@@ -152,6 +149,14 @@ std::vector<ContainerState> parse_running_listing(const std::string& body,
     state.host_port = listing_host_port(entry);
     out.push_back(std::move(state));
   }
+  return out;
+}
+
+std::vector<ContainerState> parse_running_listing(const std::string& body,
+                                                  const std::string& name_prefix) {
+  std::vector<ContainerState> out = parse_listing(body, name_prefix);
+  // Paused ones stay: reconciliation and `list` see them, with their state said.
+  std::erase_if(out, [](const ContainerState& state) { return !state.running; });
   return out;
 }
 

@@ -32,6 +32,10 @@ int parse_port_text(const std::string& text);
 // An inspect answer; nullopt when it is not a JSON object carrying an Id.
 std::optional<ContainerState> parse_inspect_answer(const std::string& body);
 
+// GET /containers/json?all=true: every container named `{name_prefix}{…}` whatever its state
+// (running: running or paused), with name, labels and host port. Throws like the one below.
+std::vector<ContainerState> parse_listing(const std::string& body, const std::string& name_prefix);
+
 // GET /containers/json: the running containers named `{name_prefix}{sandbox id}` (the engine's
 // name filter is a substring match; other prefixes are dropped), with `name` and `host_port`
 // (the public port of 8080/tcp) filled in. Throws std::runtime_error when the body is not a

@@ -207,12 +207,6 @@ struct ContainerSpec {
   std::map<std::string, std::string> labels;
 };
 
-std::string string_member(const rapidjson::Value& object, const char* key) {
-  const auto it = object.FindMember(key);
-  if (it == object.MemberEnd() || !it->value.IsString()) return "";
-  return std::string(it->value.GetString(), it->value.GetStringLength());
-}
-
 std::string render_mounts(const std::vector<Mount>& mounts) {
   std::string out;
   for (const Mount& m : mounts) {
@@ -275,7 +269,10 @@ class LocalContainerBackend final : public SandboxBackend,
   // carries no identity beyond what the labels say.
   SandboxInfo start_container(const ContainerSpec& spec, bool* adopted);
   // A slot container that is nobody's yet: labelled a slot and not claimed.
-  bool unclaimed_slot(const std::string& sandbox_id, const ContainerState& state) const;
+  // info_from, and for a slot-labelled container the identity its claim record gives (read
+  // once); nullopt for an unclaimed slot, which is nobody's sandbox.
+  std::optional<SandboxInfo> sandbox_info(const std::string& sandbox_id,
+                                          const ContainerState& state) const;
   // POST /containers/{target}/{verb} for pause and unpause; `done_already` recognises the
   // engine's "already in that state" refusal, which counts as done.
   void freeze_call(const SandboxInfo& info, const std::string& verb,
@@ -851,7 +848,8 @@ std::optional<SandboxInfo> LocalContainerBackend::adopt_existing(const std::stri
     last_status = state->status;
     if (state->running && state->host_port > 0) {
       const std::string sandbox_id = name.substr(settings_.prefix.size() + 1);
-      SandboxInfo info = info_from(sandbox_id, *state);
+      // A claimed slot holding the name is adopted with its record's identity.
+      SandboxInfo info = sandbox_info(sandbox_id, *state).value_or(info_from(sandbox_id, *state));
       log(LogLevel::info, "Adopted existing container " + name + " (ID: " + short_id(state->id) +
                               ") on port " + std::to_string(state->host_port));
       return info;
@@ -975,21 +973,20 @@ SandboxInfo LocalContainerBackend::info_from(const std::string& sandbox_id,
   if (auto it = state.labels.find(kLabelContract); it != state.labels.end()) {
     info.mount_contract_version = parse_port_text(it->second);  // small non-negative integer
   }
-  if (state.labels.count(kLabelSlotOwner) != 0 && !settings_.slots_dir.empty()) {
-    // A claimed slot: its labels were written before anyone claimed it; its record says whose.
-    if (auto record = SlotPool::claimed(settings_.slots_dir, sandbox_id, state.id)) {
-      info.user_id = record->user_id;
-      info.thread_id = record->thread_id;
-    }
-  }
   return info;
 }
 
-bool LocalContainerBackend::unclaimed_slot(const std::string& sandbox_id,
-                                           const ContainerState& state) const {
-  if (state.labels.count(kLabelSlotOwner) == 0) return false;
-  return settings_.slots_dir.empty() ||
-         !SlotPool::claimed(settings_.slots_dir, sandbox_id, state.id).has_value();
+std::optional<SandboxInfo> LocalContainerBackend::sandbox_info(const std::string& sandbox_id,
+                                                               const ContainerState& state) const {
+  if (state.labels.count(kLabelSlotOwner) == 0) return info_from(sandbox_id, state);
+  // A slot's labels were written before anyone claimed it; its record says whose it is now.
+  if (settings_.slots_dir.empty()) return std::nullopt;
+  const auto record = SlotPool::claimed(settings_.slots_dir, sandbox_id, state.id);
+  if (!record) return std::nullopt;
+  SandboxInfo info = info_from(sandbox_id, state);
+  info.user_id = record->user_id;
+  info.thread_id = record->thread_id;
+  return info;
 }
 
 void LocalContainerBackend::destroy(const SandboxInfo& info) {
@@ -1107,29 +1104,11 @@ std::vector<SlotEngine::Listed> LocalContainerBackend::list_slots() {
   if (r.status != 200) {
     throw std::runtime_error("HTTP " + std::to_string(r.status) + ": " + r.message());
   }
-  rapidjson::Document doc;
-  doc.Parse(r.body.c_str(), r.body.size());
-  if (!doc.IsArray()) throw std::runtime_error("the engine's container listing is not an array");
   std::vector<Listed> out;
-  const std::string name_prefix = settings_.prefix + "-";
-  for (const auto& entry : doc.GetArray()) {
-    if (!entry.IsObject()) continue;
-    Listed listed;
-    listed.id = string_member(entry, "Id");
-    if (const auto names = entry.FindMember("Names");
-        names != entry.MemberEnd() && names->value.IsArray() && !names->value.Empty() &&
-        names->value[0].IsString()) {
-      listed.name = names->value[0].GetString();
-      if (!listed.name.empty() && listed.name[0] == '/') listed.name.erase(0, 1);
-    }
-    if (const auto labels = entry.FindMember("Labels");
-        labels != entry.MemberEnd() && labels->value.IsObject()) {
-      listed.owner = string_member(labels->value, kLabelSlotOwner);
-    }
-    if (listed.id.empty() || listed.owner.empty() || listed.name.rfind(name_prefix, 0) != 0) {
-      continue;
-    }
-    out.push_back(std::move(listed));
+  for (ContainerState& state : parse_listing(r.body, settings_.prefix + "-")) {
+    auto owner = state.labels.find(kLabelSlotOwner);
+    if (owner == state.labels.end() || owner->second.empty()) continue;
+    out.push_back({std::move(state.id), std::move(state.name), owner->second});
   }
   return out;
 }
@@ -1255,12 +1234,13 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
     return std::nullopt;
   }
   if (!state || !(state->running || state->paused)) return std::nullopt;
-  if (unclaimed_slot(sandbox_id, *state)) return std::nullopt;
+  std::optional<SandboxInfo> ours = sandbox_info(sandbox_id, *state);
+  if (!ours) return std::nullopt;  // an unclaimed slot
   if (state->host_port == 0) {
     log(LogLevel::debug, "Container " + name + " publishes no host port for 8080/tcp");
     return std::nullopt;
   }
-  SandboxInfo info = info_from(sandbox_id, *state);
+  SandboxInfo info = std::move(*ours);
   if (state->paused) {
     // Paused by an earlier process (issue 23): discovery hands it out, so thaw it first.
     try {
@@ -1302,8 +1282,8 @@ std::vector<SandboxInfo> LocalContainerBackend::list_running() {
       for (const ContainerState& state : parse_running_listing(body, name_prefix)) {
         if (found.count(state.id) != 0) continue;
         const std::string sandbox_id = state.name.substr(name_prefix.size());
-        if (unclaimed_slot(sandbox_id, state)) continue;  // nobody's: never adopted
-        found.emplace(state.id, info_from(sandbox_id, state));
+        // An unclaimed slot is nobody's: never listed, so never adopted.
+        if (auto info = sandbox_info(sandbox_id, state)) found.emplace(state.id, std::move(*info));
       }
     }
   } catch (const std::exception& e) {
@@ -1332,12 +1312,12 @@ SandboxDiscoveryResult LocalContainerBackend::discover_for_reconciliation(
         "Could not look up container " + name + " for reconciliation: " + e.what());
     return SandboxDiscoveryResult::unknown();
   }
-  if (!state || unclaimed_slot(sandbox_id, *state)) {
-    return SandboxDiscoveryResult::absent(backend_namespace());
-  }
+  std::optional<SandboxInfo> ours;
+  if (state) ours = sandbox_info(sandbox_id, *state);
+  if (!ours) return SandboxDiscoveryResult::absent(backend_namespace());  // or an unclaimed slot
   if (state->running) {
     std::optional<SandboxInfo> info;
-    if (state->host_port > 0) info = info_from(sandbox_id, *state);
+    if (state->host_port > 0) info = std::move(ours);
     return SandboxDiscoveryResult::found(std::move(info), backend_namespace(), state->id);
   }
   // Stopped, dying or removed-on-exit: that instance is over.

@@ -1,10 +1,12 @@
 #include "slot_pool.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -60,21 +62,46 @@ double ms_since(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Removes `path` and what is under it without following a link, visiting at most `budget`
-// entries. false when the budget ran out (the rest is left and logged by the caller).
-bool remove_tree(const fs::path& path, std::size_t& budget) {
-  std::error_code ec;
-  const fs::file_status status = fs::symlink_status(path, ec);
-  if (ec || !fs::exists(status)) return true;
+// Removes entry `name` of the directory `dirfd` and what is under it, acting on descriptors
+// and never following a link (a slot's directories were writable by its container), visiting
+// at most `budget` entries. false when the budget ran out (the rest is left for the caller to
+// log).
+bool remove_entry_at(int dirfd, const std::string& name, std::size_t& budget) {
   if (budget == 0) return false;
   --budget;
-  if (fs::is_directory(status)) {
-    for (fs::directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-      if (!remove_tree(it->path(), budget)) return false;
+  if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return true;
+  if (errno != EISDIR) return true;  // left as it is; the caller's rmdir reports the rest
+  const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return true;
+  DIR* dir = ::fdopendir(fd);
+  if (dir == nullptr) {
+    ::close(fd);
+    return true;
+  }
+  std::vector<std::string> children;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string child = entry->d_name;
+    if (child != "." && child != "..") children.push_back(child);
+    if (children.size() > budget) break;
+  }
+  bool complete = true;
+  for (const std::string& child : children) {
+    if (!remove_entry_at(::dirfd(dir), child, budget)) {
+      complete = false;
+      break;
     }
   }
-  fs::remove(path, ec);
-  return true;
+  ::closedir(dir);
+  if (complete) ::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR);
+  return complete;
+}
+
+// remove_entry_at for an absolute `path` whose parent is ours (under the slots root).
+bool remove_tree(const fs::path& path, std::size_t& budget) {
+  const UniqueFd parent(
+      ::open(path.parent_path().c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!parent) return true;
+  return remove_entry_at(parent.get(), path.filename().string(), budget);
 }
 
 }  // namespace
@@ -105,12 +132,14 @@ SlotPool::~SlotPool() {
   wake_.notify_all();
   if (refill_.joinable()) refill_.join();
   std::deque<Slot> left;
+  bool was_running;
   {
     std::lock_guard lock(mutex_);
     left.swap(ready_);
+    was_running = running_;
   }
   for (const Slot& slot : left) discard(slot);
-  if (!running_) return;  // nothing was set up
+  if (!was_running) return;  // nothing was set up
   // The root stays a mount while claimed slots' mounts are under it (their sandboxes outlive
   // this process); otherwise nothing of ours stays mounted.
   try {

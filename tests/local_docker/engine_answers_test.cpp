@@ -76,6 +76,21 @@ TEST(EngineAnswers, AListingKeepsOnlyRunningContainersOfOurPrefix) {
   EXPECT_GT(running[1].created_at, 0.0);
 }
 
+// Issue 22: the slots' sweep lists containers in every state (a dead gateway's slot may have
+// exited), with their labels, still only those of our prefix.
+TEST(EngineAnswers, AFullListingKeepsEveryStateWithLabels) {
+  const auto listed = parse_listing(R"([
+    {"Id": "a", "Names": ["/sbx-slot-1"], "State": "running", "Labels": {"owner": "t1"}},
+    {"Id": "b", "Names": ["/sbx-slot-2"], "State": "exited", "Labels": {"owner": "t2"}},
+    {"Id": "c", "Names": ["/other-slot-3"], "State": "exited"}])",
+                                    "sbx-");
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_TRUE(listed[0].running);
+  EXPECT_FALSE(listed[1].running);
+  EXPECT_EQ(listed[1].status, "exited");
+  EXPECT_EQ(listed[1].labels.at("owner"), "t2");
+}
+
 // Issue 23: a paused container is alive, so reconciliation and `list` must see it; a
 // listing that dropped it left a paused orphan nobody would ever adopt or reap.
 TEST(EngineAnswers, AListingKeepsPausedContainersAndSaysSo) {
