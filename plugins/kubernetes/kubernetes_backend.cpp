@@ -18,6 +18,7 @@
 //     "environment": {"KEY": "value"},       // values are never logged
 //     "cpu_request": "100m", "memory_request": "256Mi", "cpu_limit": "1", "memory_limit": "1Gi",
 //     "runtime_class_name": "gvisor", "active_deadline_seconds": 86400,
+//     "termination_grace_seconds": 5,        // SIGTERM to SIGKILL when a sandbox is deleted
 //     "ready_timeout_seconds": 120, "request_timeout_seconds": 15, "list_page_size": 500
 //   }
 //
@@ -160,6 +161,10 @@ class KubernetesBackend final : public SandboxBackend {
     memory_limit_ = options.get_string("memory_limit", "1Gi");
     runtime_class_ = options.get_string("runtime_class_name", "");
     active_deadline_ = options.get_integer("active_deadline_seconds", 0);
+    termination_grace_ = options.get_integer("termination_grace_seconds", 5);
+    if (termination_grace_ < 0 || termination_grace_ > 3600) {
+      options.reject("termination_grace_seconds", "must be in 0..3600 seconds");
+    }
     ready_timeout_ = options.get_number("ready_timeout_seconds", 120);
     request_timeout_ = options.get_number("request_timeout_seconds", 15);
     list_page_size_ = static_cast<int>(options.get_integer("list_page_size", 500));
@@ -180,17 +185,7 @@ class KubernetesBackend final : public SandboxBackend {
   SandboxInfo create(const CreateRequest& request) override {
     const std::string& id = request.sandbox_id;
     const std::string pod_name = "sandbox-" + id;
-    Answer made = call("POST", pods_path(), pod_spec(request));
-    if (made.status == 409) {
-      made = call("GET", pods_path() + "/" + pod_name);
-      if (!made.ok()) fail("read the existing pod " + pod_name, made);
-      check_identity(made.doc, request);
-    } else if (made.status == 403 && made.message().find("exceeded quota") != std::string::npos) {
-      throw BackendCapacityError("capacity (quota): the cluster refused pod " + pod_name + ": " +
-                                 made.message());
-    } else if (!made.ok()) {
-      fail("create pod " + pod_name, made);
-    }
+    const Answer made = make_pod(request, pod_name);
     const std::string uid = string_at(made.doc, {"metadata", "uid"});
     try {
       std::optional<int> node_port;
@@ -214,10 +209,7 @@ class KubernetesBackend final : public SandboxBackend {
 
   void destroy(const SandboxInfo& info) override {
     const std::string pod_name = "sandbox-" + info.sandbox_id;
-    const Answer pod =
-        call("DELETE", pods_path() + "/" + pod_name,
-             R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
-    if (!pod.ok() && pod.status != 404) fail("delete pod " + pod_name, pod);
+    delete_pod(pod_name);
     // Ours is collected with its pod (ownerReference); one DeerFlow's provisioner made is not.
     const Answer service = call("DELETE", services_path() + "/" + pod_name + "-svc");
     if (!service.ok() && service.status != 404)
@@ -243,7 +235,7 @@ class KubernetesBackend final : public SandboxBackend {
       logger_->debug("kubernetes: discover " + sandbox_id + ": " + e.what());
       return std::nullopt;
     }
-    if (!pod.ok() || !is_ready(pod.doc)) return std::nullopt;
+    if (!pod.ok() || !is_ready(pod.doc) || terminating(pod.doc)) return std::nullopt;
     std::optional<int> node_port;
     if (url_mode_ != "pod_ip") {
       const Answer service = call("GET", services_path() + "/" + pod_name + "-svc");
@@ -264,7 +256,7 @@ class KubernetesBackend final : public SandboxBackend {
       });
     }
     for_each_listed(pods_path(), [&](const rapidjson::Value& pod) {
-      if (string_at(pod, {"status", "phase"}) != "Running") return;
+      if (string_at(pod, {"status", "phase"}) != "Running" || terminating(pod)) return;
       const std::string name = string_at(pod, {"metadata", "name"});
       std::optional<int> node_port;
       if (auto it = node_ports.find(name + "-svc"); it != node_ports.end()) node_port = it->second;
@@ -307,6 +299,67 @@ class KubernetesBackend final : public SandboxBackend {
     throw std::runtime_error(
         "kubernetes: could not " + what + ": HTTP " + std::to_string(answer.status) +
         (answer.reason().empty() ? "" : " " + answer.reason()) + ": " + answer.message());
+  }
+
+  // POSTs the pod. A pod already under its name is taken when it names the same conversation
+  // and lives. One terminating (a destroy moments ago: the cluster keeps the name until the
+  // kubelet has stopped the pod) or finished (activeDeadlineSeconds, a container gone for good)
+  // is waited out, deleted first if it is not yet, and the pod made anew: taken, the sandbox
+  // would die under its user. The wait is bounded by ready_timeout_seconds.
+  Answer make_pod(const CreateRequest& request, const std::string& pod_name) {
+    const std::string spec = pod_spec(request);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(ready_timeout_);
+    auto delay = std::chrono::milliseconds(100);
+    bool told = false;
+    while (true) {
+      Answer made = call("POST", pods_path(), spec);
+      if (made.status == 403 && made.message().find("exceeded quota") != std::string::npos) {
+        throw BackendCapacityError("capacity (quota): the cluster refused pod " + pod_name + ": " +
+                                   made.message());
+      }
+      if (made.status != 409) {
+        if (!made.ok()) fail("create pod " + pod_name, made);
+        return made;
+      }
+      Answer existing = call("GET", pods_path() + "/" + pod_name);
+      if (existing.status != 404) {  // 404: gone between the two calls; create again
+        if (!existing.ok()) fail("read the existing pod " + pod_name, existing);
+        check_identity(existing.doc, request);
+        const std::string phase = string_at(existing.doc, {"status", "phase"});
+        const bool finished = phase == "Failed" || phase == "Succeeded";
+        if (!terminating(existing.doc) && !finished) return existing;
+        if (!terminating(existing.doc)) delete_pod(pod_name);
+        if (!told) {
+          told = true;
+          logger_->info("kubernetes: pod " + pod_name +
+                        (finished ? " has finished (phase " + phase + ") and is being deleted"
+                                  : std::string(" is terminating")) +
+                        "; waiting up to " + std::to_string(static_cast<int>(ready_timeout_)) +
+                        "s for the cluster to free its name, then making the sandbox again");
+        }
+      }
+      if (std::chrono::steady_clock::now() + delay > deadline) {
+        throw std::runtime_error("kubernetes: pod " + pod_name +
+                                 " of an earlier sandbox still held its name after " +
+                                 std::to_string(static_cast<int>(ready_timeout_)) +
+                                 "s (ready_timeout_seconds); the sandbox was not made");
+      }
+      std::this_thread::sleep_for(delay);
+      delay = std::min(delay * 2, std::chrono::milliseconds(1000));
+    }
+  }
+
+  void delete_pod(const std::string& pod_name) {
+    const Answer pod =
+        call("DELETE", pods_path() + "/" + pod_name,
+             R"({"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"})");
+    if (!pod.ok() && pod.status != 404) fail("delete pod " + pod_name, pod);
+  }
+
+  // Marked for deletion: the pod may still run and even read Ready, but it is on its way out.
+  static bool terminating(const rapidjson::Value& pod) {
+    return !string_at(pod, {"metadata", "deletionTimestamp"}).empty();
   }
 
   void delete_quietly(const std::string& pod_name, const std::string& id) {
@@ -374,10 +427,33 @@ class KubernetesBackend final : public SandboxBackend {
     w.EndArray();
     w.EndObject();
     w.EndObject();
+    const std::string service_path = services_path() + "/" + pod_name + "-svc";
     Answer service = call("POST", services_path(), buffer.GetString());
-    if (service.status == 409) service = call("GET", services_path() + "/" + pod_name + "-svc");
+    if (service.status == 409) {
+      service = call("GET", service_path);
+      // Owned by another pod (a gateway died between its two deletes; the collector has not
+      // come by): replaced, or it would be collected under this sandbox. One with no owner,
+      // as DeerFlow's provisioner makes them, selects this pod by its label and is kept.
+      if (service.ok() && !pod_uid.empty() && owned_by_another(service.doc, pod_uid)) {
+        const Answer removed = call("DELETE", service_path);
+        if (!removed.ok() && removed.status != 404) {
+          fail("replace service " + pod_name + "-svc owned by another pod", removed);
+        }
+        service = call("POST", services_path(), buffer.GetString());
+      }
+    }
     if (!service.ok()) fail("create service " + pod_name + "-svc", service);
     return node_port_of(service.doc);
+  }
+
+  static bool owned_by_another(const rapidjson::Value& object, const std::string& uid) {
+    const rapidjson::Value* metadata = member(object, "metadata");
+    const rapidjson::Value* owners = metadata ? member(*metadata, "ownerReferences") : nullptr;
+    if (!owners || !owners->IsArray() || owners->Empty()) return false;
+    for (const auto& owner : owners->GetArray()) {
+      if (string_at(owner, {"uid"}) == uid) return false;
+    }
+    return true;
   }
 
   static std::optional<int> node_port_of(const rapidjson::Value& service) {
@@ -421,6 +497,7 @@ class KubernetesBackend final : public SandboxBackend {
         }
       }
     }
+    if (terminating(pod)) return "the pod is being deleted";
     const std::string phase = string_at(pod, {"status", "phase"});
     return phase == "Failed" || phase == "Succeeded" ? "the pod's phase is " + phase : "";
   }
@@ -556,6 +633,7 @@ class KubernetesBackend final : public SandboxBackend {
     w.StartObject();
     w.Key("automountServiceAccountToken"), w.Bool(false);
     w.Key("restartPolicy"), w.String("Always");
+    w.Key("terminationGracePeriodSeconds"), w.Int64(termination_grace_);
     if (!runtime_class_.empty()) w.Key("runtimeClassName"), w.String(runtime_class_.c_str());
     if (active_deadline_ > 0) w.Key("activeDeadlineSeconds"), w.Int64(active_deadline_);
     w.Key("securityContext");
@@ -658,6 +736,7 @@ class KubernetesBackend final : public SandboxBackend {
   std::map<std::string, std::string> environment_;  // values never logged
   std::string cpu_request_, memory_request_, cpu_limit_, memory_limit_, runtime_class_;
   long long active_deadline_ = 0;
+  long long termination_grace_ = 5;
   int port_ = 8080;
   int list_page_size_ = 500;
   double ready_timeout_ = 120, request_timeout_ = 15;

@@ -100,3 +100,18 @@ def pending_standin(tmp_path):
     started = Standin(tmp_path, "--pods-start", "pending")
     yield started
     started.stop()
+
+
+@pytest.fixture
+def terminating_standin(tmp_path):
+    """A deleted pod stays terminating, its name taken, for 2 s (as until a kubelet stops it)."""
+    started = Standin(tmp_path, "--kubelet-stop-seconds", "2")
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def serving_terminating_standin(tmp_path):
+    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"), "--kubelet-stop-seconds", "2")
+    yield started
+    started.stop()

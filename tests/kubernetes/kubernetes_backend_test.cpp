@@ -2,9 +2,12 @@
 // (issue 24): the sandbox URL in each url_mode (node_port, cluster_dns, pod_ip), which the
 // end-to-end tests through sandboxctl cannot reach for the last two (their URLs resolve only
 // inside a cluster, so the core's readiness probe stops there); discover, list_running,
-// is_alive and destroy then agree with it, and pod_ip makes no Service.
+// is_alive and destroy then agree with it, and pod_ip makes no Service. The stand-in keeps a
+// deleted pod terminating, its name taken, for 2 s, as a cluster keeps it until its kubelet has
+// stopped it: a sandbox made again for the same conversation meanwhile must be a new pod.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <rapidjson/document.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -33,8 +36,14 @@ class KubeStandin {
   explicit KubeStandin(const std::string& dir) {
     int out[2];
     if (::pipe(out) != 0) throw std::runtime_error("pipe");
-    std::vector<std::string> args = {"python3", KUBE_STANDIN, "--token",
-                                     "tok",     "--tls-dir",  dir + "/tls"};
+    std::vector<std::string> args = {"python3",
+                                     KUBE_STANDIN,
+                                     "--token",
+                                     "tok",
+                                     "--tls-dir",
+                                     dir + "/tls",
+                                     "--kubelet-stop-seconds",
+                                     "2"};
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -70,9 +79,21 @@ class KubeStandin {
   }
   const std::string& kubeconfig() const { return kubeconfig_; }
   // The stand-in's own answer to GET `path` (the Kubernetes API, as a client would ask it).
-  http::Response get(const std::string& path) const {
+  http::Response get(const std::string& path) const { return call("GET", path); }
+  // GET `path` as a JSON document (a null one for an answer that is not 200).
+  rapidjson::Document read(const std::string& path) const {
+    rapidjson::Document doc;
+    const http::Response answer = get(path);
+    if (answer.status == 200) doc.Parse(answer.body.c_str());
+    return doc;
+  }
+  // The Kubernetes API as any client calls it, or the stand-in's own /_standin/ controls.
+  http::Response call(const std::string& method, const std::string& path,
+                      const std::string& json_body = "") const {
     http::Request request;
+    request.method = method;
     request.url = url_ + path;
+    request.json_body = json_body;
     request.ca_file = ca_;
     request.headers.push_back("Authorization: Bearer tok");
     return http::perform(request);
@@ -171,6 +192,100 @@ TEST_F(KubernetesBackendTest, PvcMountsAreSubPathsUnderTheBaseDirAndOthersAreRef
   request = request_for("bbbb000000000002");
   request.extra_mounts = {{"/etc", "/mnt/etc", true}};
   EXPECT_THROW(backend->create(request), std::invalid_argument);
+}
+
+std::string string_at(const rapidjson::Value& value, std::initializer_list<const char*> path) {
+  const rapidjson::Value* at = &value;
+  for (const char* key : path) {
+    if (!at->IsObject() || !at->HasMember(key)) return "";
+    at = &(*at)[key];
+  }
+  return at->IsString() ? at->GetString() : "";
+}
+
+std::string owner_uid_of(const rapidjson::Value& object) {
+  if (!object.IsObject() || !object.HasMember("metadata")) return "";
+  const auto& metadata = object["metadata"];
+  if (!metadata.HasMember("ownerReferences") || !metadata["ownerReferences"].IsArray() ||
+      metadata["ownerReferences"].Empty()) {
+    return "";
+  }
+  return string_at(metadata["ownerReferences"][0], {"uid"});
+}
+
+// A destroy returns while the pod is still terminating (a cluster keeps it, its name taken,
+// until the kubelet has stopped it). Made again for the same conversation, the sandbox must not
+// be that dying pod: the create waits for the name to be free and makes a new pod, with a
+// Service owned by the new pod (one owned by the old would be collected with it).
+TEST_F(KubernetesBackendTest, MadeAgainWhileItsPodTerminatesTheSandboxIsANewPod) {
+  auto backend = load(R"(, "url_mode": "cluster_dns")");
+  const std::string id = "cccc000000000001";
+  const std::string pod_path = "/api/v1/namespaces/sandboxes/pods/sandbox-" + id;
+  const SandboxInfo first = backend->create(request_for(id));
+  const rapidjson::Document made = standin.read(pod_path);
+  ASSERT_TRUE(made.IsObject() && made["spec"].HasMember("terminationGracePeriodSeconds"));
+  EXPECT_EQ(made["spec"]["terminationGracePeriodSeconds"].GetInt(), 5);
+  backend->destroy(first);
+
+  const rapidjson::Document dying = standin.read(pod_path);
+  ASSERT_TRUE(dying.IsObject()) << "the stand-in let the pod go at once";
+  EXPECT_FALSE(string_at(dying, {"metadata", "deletionTimestamp"}).empty());
+  EXPECT_FALSE(backend->is_alive(first));
+  EXPECT_FALSE(backend->discover(id).has_value()) << "a terminating pod was discovered";
+  for (const SandboxInfo& info : backend->list_running()) {
+    EXPECT_NE(info.sandbox_id, id) << "a terminating pod was listed as running";
+  }
+
+  const SandboxInfo second = backend->create(request_for(id));
+  EXPECT_NE(second.container_id, first.container_id) << "the terminating pod was taken";
+  const rapidjson::Document pod = standin.read(pod_path);
+  EXPECT_EQ(string_at(pod, {"metadata", "uid"}), second.container_id);
+  EXPECT_EQ(string_at(pod, {"metadata", "deletionTimestamp"}), "");
+  EXPECT_EQ(
+      owner_uid_of(standin.read("/api/v1/namespaces/sandboxes/services/sandbox-" + id + "-svc")),
+      second.container_id);
+  EXPECT_TRUE(logger->contains(LogLevel::info, "sandbox-" + id + " is terminating"));
+  EXPECT_TRUE(backend->is_alive(second));
+  backend->destroy(second);
+}
+
+// A pod of the same conversation that has finished (its activeDeadlineSeconds passed, or its
+// container exited for good) is deleted and made again, not waited on until ready_timeout.
+TEST_F(KubernetesBackendTest, AFinishedPodOfTheSameConversationIsMadeAgain) {
+  auto backend = load(R"(, "url_mode": "pod_ip", "ready_timeout_seconds": 600)");
+  const std::string id = "cccc000000000002";
+  const SandboxInfo first = backend->create(request_for(id));
+  ASSERT_EQ(standin.call("POST", "/_standin/pods/sandboxes/sandbox-" + id, R"({"phase": "Failed"})")
+                .status,
+            200);
+  EXPECT_FALSE(backend->is_alive(first));
+  const SandboxInfo second = backend->create(request_for(id));
+  EXPECT_NE(second.container_id, first.container_id);
+  EXPECT_TRUE(backend->is_alive(second));
+  backend->destroy(second);
+}
+
+// A Service left behind owned by a pod that no longer exists (a gateway that died between its
+// two deletes; the cluster's collector has not come by yet) is replaced, not adopted: adopted,
+// it would be collected under the new sandbox.
+TEST_F(KubernetesBackendTest, AServiceOwnedByAnotherPodIsReplacedByOneOwnedByTheNewPod) {
+  auto backend = load(R"(, "url_mode": "cluster_dns")");
+  const std::string id = "cccc000000000003";
+  ASSERT_EQ(
+      standin
+          .call("POST", "/api/v1/namespaces/sandboxes/services",
+                R"({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "sandbox-)" + id +
+                    R"(-svc", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                          "name": "sandbox-)" +
+                    id + R"(", "uid": "0b5e55ed-0000-4000-8000-000000000000"}]},
+                          "spec": {"ports": [{"port": 8080}]}})")
+          .status,
+      201);
+  const SandboxInfo made = backend->create(request_for(id));
+  EXPECT_EQ(
+      owner_uid_of(standin.read("/api/v1/namespaces/sandboxes/services/sandbox-" + id + "-svc")),
+      made.container_id);
+  backend->destroy(made);
 }
 
 }  // namespace

@@ -104,6 +104,32 @@ def test_a_sandbox_is_a_secure_pod_with_an_owned_service_read_back_by_the_real_c
     assert v1.list_namespaced_service(NAMESPACE).items == [], "the owned service was left"
 
 
+def test_a_conversation_back_while_its_old_pod_terminates_gets_a_new_pod(
+        serving_terminating_standin):
+    """The idle reaper (or `destroy`) deleted the conversation's pod; the cluster keeps it,
+    terminating, until its kubelet has stopped it. The user comes back meanwhile: the sandbox
+    id is the same, so the name is taken. The acquire waits for the name and makes a new pod
+    with its own Service, instead of handing out the dying one."""
+    v1 = python_api(serving_terminating_standin)
+    config = config_for(serving_terminating_standin)
+    sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1")
+    old = v1.read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE).metadata.uid
+    sandboxctl(config, "destroy", ALICE_T1)
+    assert v1.read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE).metadata.deletion_timestamp
+
+    again = sandboxctl(config, "--log-level", "info", "acquire", "--user", "alice", "--thread", "t-1")
+    assert (value(again.stdout, "sandbox_id"), value(again.stdout, "path")) == (ALICE_T1, "created")
+    assert f"sandbox-{ALICE_T1} is terminating" in again.stderr
+    pod = v1.read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE)
+    assert pod.metadata.uid != old and pod.metadata.deletion_timestamp is None
+    service = v1.read_namespaced_service(f"sandbox-{ALICE_T1}-svc", NAMESPACE)
+    assert [o.uid for o in service.metadata.owner_references] == [pod.metadata.uid]
+    with urllib.request.urlopen(value(again.stdout, "sandbox_url") + "/v1/sandbox",
+                                timeout=5) as answer:
+        assert answer.status == 200
+    sandboxctl(config, "destroy", ALICE_T1)
+
+
 def test_a_pod_deerflows_provisioner_made_is_the_same_sandbox_and_another_users_is_refused(
         serving_standin):
     k8s = pytest.importorskip("kubernetes")

@@ -176,6 +176,69 @@ def test_deleting_a_pod_collects_the_service_it_owns(standin):
     assert [s.metadata.name for s in v1.list_namespaced_service(NAMESPACE).items] == ["unowned-svc"]
 
 
+def until_gone(read, what: str) -> None:
+    """Polls `read` until it is 404 NotFound (bounded: the stand-in lets a pod go within 2 s)."""
+    import time
+
+    for _ in range(100):
+        try:
+            read()
+        except k8s.exceptions.ApiException as e:
+            if e.status == 404:
+                return
+            raise
+        time.sleep(0.1)
+    raise AssertionError(f"{what} was still there after 10 s")
+
+
+def test_a_deleted_pod_stays_terminating_with_its_name_taken_then_goes_with_its_service(
+        terminating_standin):
+    v1 = api(terminating_standin)
+    owner = v1.create_namespaced_pod(NAMESPACE, pod("sandbox-t"))
+    v1.create_namespaced_service(NAMESPACE, k8s.V1Service(
+        metadata=k8s.V1ObjectMeta(name="sandbox-t-svc", owner_references=[k8s.V1OwnerReference(
+            api_version="v1", kind="Pod", name="sandbox-t", uid=owner.metadata.uid)]),
+        spec=k8s.V1ServiceSpec(ports=[k8s.V1ServicePort(port=8080)])))
+    deleted = v1.delete_namespaced_pod("sandbox-t", NAMESPACE, grace_period_seconds=20)
+    assert deleted.metadata.deletion_timestamp is not None
+    assert deleted.metadata.deletion_grace_period_seconds == 20
+
+    terminating = v1.read_namespaced_pod("sandbox-t", NAMESPACE)
+    assert terminating.metadata.uid == owner.metadata.uid
+    assert terminating.metadata.deletion_timestamp is not None
+    with pytest.raises(k8s.exceptions.ApiException) as taken:
+        v1.create_namespaced_pod(NAMESPACE, pod("sandbox-t"))
+    assert (taken.value.status, json.loads(taken.value.body)["reason"]) == (409, "AlreadyExists")
+    assert [s.metadata.name for s in v1.list_namespaced_service(NAMESPACE).items] == [
+        "sandbox-t-svc"]  # collected with its owner, which is not gone yet
+    again = v1.delete_namespaced_pod("sandbox-t", NAMESPACE)
+    assert again.metadata.deletion_grace_period_seconds == 20  # the first delete's, unchanged
+
+    until_gone(lambda: v1.read_namespaced_pod("sandbox-t", NAMESPACE), "the terminating pod")
+    assert v1.list_namespaced_service(NAMESPACE).items == []
+    assert v1.create_namespaced_pod(NAMESPACE, pod("sandbox-t")).metadata.uid != owner.metadata.uid
+
+    v1.delete_namespaced_pod("sandbox-t", NAMESPACE, grace_period_seconds=0)
+    with pytest.raises(k8s.exceptions.ApiException) as at_once:
+        v1.read_namespaced_pod("sandbox-t", NAMESPACE)
+    assert at_once.value.status == 404  # a grace period of 0 deletes at once
+
+
+@pytest.mark.skipif(not KUBECTLS, reason="needs kubectl (Debian's kubernetes-client; scripts/setup.sh)")
+@pytest.mark.parametrize("kubectl", KUBECTLS)
+def test_kubectl_sees_a_deleted_pod_terminating(kubectl, terminating_standin):
+    v1 = api(terminating_standin)
+    v1.create_namespaced_pod(NAMESPACE, pod("sandbox-k"))
+    # --wait=false: waiting for a deletion needs a watch, which the stand-in does not serve.
+    run_kubectl(kubectl, terminating_standin, "delete", "pod", "sandbox-k", "--wait=false")
+    shown = run_kubectl(kubectl, terminating_standin, "get", "pod", "sandbox-k", "-o",
+                        "jsonpath={.metadata.deletionTimestamp}/"
+                        "{.metadata.deletionGracePeriodSeconds}").stdout
+    stamp, grace = shown.split("/")
+    assert stamp.endswith("Z") and grace == "30"
+    until_gone(lambda: v1.read_namespaced_pod("sandbox-k", NAMESPACE), "the terminating pod")
+
+
 def test_pod_states_the_test_drives_read_as_the_api_reports_them(pending_standin):
     v1 = api(pending_standin)
     v1.create_namespaced_pod(NAMESPACE, pod("sandbox-s"))

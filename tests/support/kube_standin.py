@@ -13,7 +13,14 @@ What it keeps to, as the API server does:
   - lists: labelSelector (=, ==, !=, in, notin, key, !key), fieldSelector metadata.name,
     limit/continue paging with metadata.continue and remainingItemCount;
   - errors as Status objects with reason and code;
-  - ownerReference garbage collection: deleting a pod deletes the objects it owns;
+  - ownerReference garbage collection: the objects a pod owns go when the pod is gone;
+  - graceful pod deletion (with --kubelet-stop-seconds S > 0): deleting a pod that is on a node
+    and not finished marks it terminating (metadata.deletionTimestamp, now + its grace period,
+    and deletionGracePeriodSeconds; the grace period is DeleteOptions.gracePeriodSeconds, else
+    spec.terminationGracePeriodSeconds, else 30) and keeps it, its name taken (a create is 409
+    AlreadyExists), its Ready condition as it was, for min(S, grace) seconds, as the API server
+    keeps a pod until its kubelet has stopped the containers; a grace period of 0, an
+    unscheduled pod and a finished one go at once, as does every pod with S = 0 (the default);
   - bearer tokens (`--token T`, repeatable); an unknown or expired one is 401.
 
 What a test drives through /_standin/ (not part of the Kubernetes API):
@@ -33,7 +40,7 @@ reach something real through the node port, as they would on a one-node cluster.
 Not served: OpenAPI documents (kubectl runs with --validate=false) and watches (405).
 
 Usage: kube_standin.py [--port N] [--token T]... [--pods-start ready|pending] [--tls-dir DIR]
-                       [--serve-pods DIR]
+                       [--serve-pods DIR] [--kubelet-stop-seconds S]
 With --tls-dir it serves HTTPS with a certificate for 127.0.0.1 signed by DIR/ca.crt (made
 there with openssl when missing): clients send bearer tokens only over TLS.
 Prints one line `listening http(s)://127.0.0.1:PORT` once it serves.
@@ -54,7 +61,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -62,8 +69,9 @@ RESOURCES = {"pods": "Pod", "services": "Service"}
 GIT_VERSION = "v1.28.0-sandboxd-standin"
 
 
-def now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now(after_seconds: float = 0) -> str:
+    moment = datetime.now(timezone.utc) + timedelta(seconds=after_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status(code: int, reason: str, message: str, name: str | None = None,
@@ -158,6 +166,7 @@ class Store:
         self.next_node_port = 30000 + os.getpid() % 2000  # apart from a concurrent stand-in
         self.serve_pods: str | None = None  # a directory: NodePort services get a real httpd
         self.httpds: dict[tuple[str, str], subprocess.Popen] = {}
+        self.kubelet_stop_seconds = 0.0  # how long a gracefully deleted pod stays terminating
 
     def bump(self) -> str:
         self.version += 1
@@ -222,6 +231,7 @@ class Store:
         conditions = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]
         if state.get("unschedulable"):
             st["phase"] = "Pending"
+            pod["spec"].pop("nodeName", None)
             conditions = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                            "message": state["unschedulable"], "lastTransitionTime": now()}]
         for kind in ("Initialized", "ContainersReady", "Ready"):
@@ -321,24 +331,54 @@ class Store:
             self.objects[(resource, namespace, name)] = body
             return copy.deepcopy(body)
 
-    def delete(self, resource: str, namespace: str, name: str) -> dict:
+    def delete(self, resource: str, namespace: str, name: str, options: dict) -> dict:
         with self.lock:
-            obj = self.objects.pop((resource, namespace, name), None)
+            obj = self.objects.get((resource, namespace, name))
             if obj is None:
                 raise ApiError(404, "NotFound", f'{resource} "{name}" not found', name, resource)
-            # Garbage collection: what this object owns goes with it (background propagation).
-            if resource == "services":
-                self._stop_httpd(namespace, name)
-            uid = obj["metadata"]["uid"]
-            for key, other in list(self.objects.items()):
-                owners = other["metadata"].get("ownerReferences") or []
-                if any(o.get("uid") == uid for o in owners):
-                    del self.objects[key]
-                    if key[0] == "services":
-                        self._stop_httpd(key[1], key[2])
-            obj["metadata"]["deletionTimestamp"] = now()
-            obj["metadata"]["resourceVersion"] = self.bump()
-            return obj
+            if resource == "pods":
+                meta = obj["metadata"]
+                if meta.get("deletionTimestamp"):
+                    return copy.deepcopy(obj)  # already terminating: answered as it is
+                grace = options.get("gracePeriodSeconds")
+                if grace is None:
+                    grace = obj["spec"].get("terminationGracePeriodSeconds", 30)
+                grace = int(grace)
+                on_node = bool(obj["spec"].get("nodeName"))
+                finished = obj["status"].get("phase") in ("Succeeded", "Failed")
+                if grace > 0 and on_node and not finished and self.kubelet_stop_seconds > 0:
+                    meta["deletionTimestamp"] = now(grace)
+                    meta["deletionGracePeriodSeconds"] = grace
+                    meta["resourceVersion"] = self.bump()
+                    kubelet = threading.Timer(min(grace, self.kubelet_stop_seconds),
+                                              self._kubelet_stopped,
+                                              (namespace, name, meta["uid"]))
+                    kubelet.daemon = True
+                    kubelet.start()
+                    return copy.deepcopy(obj)
+            return self._remove(resource, namespace, name)
+
+    def _kubelet_stopped(self, namespace: str, name: str, uid: str) -> None:
+        with self.lock:
+            pod = self.objects.get(("pods", namespace, name))
+            if pod is not None and pod["metadata"]["uid"] == uid:
+                self._remove("pods", namespace, name)
+
+    def _remove(self, resource: str, namespace: str, name: str) -> dict:
+        """Drops the object, and what it owns (background propagation); the lock is held."""
+        obj = self.objects.pop((resource, namespace, name))
+        if resource == "services":
+            self._stop_httpd(namespace, name)
+        uid = obj["metadata"]["uid"]
+        for key, other in list(self.objects.items()):
+            owners = other["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == uid for o in owners):
+                del self.objects[key]
+                if key[0] == "services":
+                    self._stop_httpd(key[1], key[2])
+        obj["metadata"].setdefault("deletionTimestamp", now())
+        obj["metadata"]["resourceVersion"] = self.bump()
+        return obj
 
     def list(self, resource: str, namespace: str | None, query: dict) -> dict:
         labels = label_matcher(query.get("labelSelector", [""])[0])
@@ -443,7 +483,12 @@ class Handler(BaseHTTPRequestHandler):
             if not self._authorized(path):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             body = self._body()  # read whatever came (a DELETE's DeleteOptions) to stay in step
-            body = body if method in ("POST", "PUT") else None
+            if method == "DELETE":  # DeleteOptions, in the body or the query
+                body = dict(body or {})
+                if "gracePeriodSeconds" in query:
+                    body["gracePeriodSeconds"] = query["gracePeriodSeconds"][0]
+            elif method not in ("POST", "PUT"):
+                body = None
             self._send(*self._route(method, path, query, body))
         except ApiError as e:
             self._send(e.code, e.body)
@@ -489,7 +534,7 @@ class Handler(BaseHTTPRequestHandler):
             if method == "PUT":
                 return 200, store.replace(resource, namespace, name, body or {})
             if method == "DELETE":
-                return 200, store.delete(resource, namespace, name)
+                return 200, store.delete(resource, namespace, name, body or {})
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
 
     def _control(self, method: str, path: str, body: dict) -> tuple[int, dict]:
@@ -548,6 +593,7 @@ def main() -> int:
     parser.add_argument("--pods-start", choices=("ready", "pending"), default="ready")
     parser.add_argument("--tls-dir")
     parser.add_argument("--serve-pods")
+    parser.add_argument("--kubelet-stop-seconds", type=float, default=0.0)
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     scheme = "http"
@@ -560,6 +606,7 @@ def main() -> int:
     server.daemon_threads = True
     server.store = Store(args.pods_start)  # type: ignore[attr-defined]
     server.store.serve_pods = args.serve_pods
+    server.store.kubelet_stop_seconds = args.kubelet_stop_seconds
     server.tokens = {t: True for t in args.token}  # type: ignore[attr-defined]
     server.requests = []  # type: ignore[attr-defined]
     print(f"listening {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
