@@ -168,8 +168,10 @@ class KubernetesBackend final : public SandboxBackend {
     ready_timeout_ = options.get_number("ready_timeout_seconds", 120);
     request_timeout_ = options.get_number("request_timeout_seconds", 15);
     list_page_size_ = static_cast<int>(options.get_integer("list_page_size", 500));
-    if (list_page_size_ < 1 || list_page_size_ > 5000) {
-      options.reject("list_page_size", "must be in 1..5000");
+    // A page must fit the SDK's 32 MiB bound on an answer: a real pod, managedFields and all,
+    // runs to some 15 KB, so 1,000 of them stay under half of it.
+    if (list_page_size_ < 1 || list_page_size_ > 1000) {
+      options.reject("list_page_size", "must be in 1..1000");
     }
     if (!(request_timeout_ > 0 && request_timeout_ <= 300)) {
       options.reject("request_timeout_seconds", "must be in (0, 300] seconds");

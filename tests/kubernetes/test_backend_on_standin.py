@@ -78,6 +78,12 @@ def test_a_sandbox_is_a_secure_pod_with_an_owned_service_read_back_by_the_real_c
     container = pod.spec.containers[0]
     assert container.security_context.allow_privilege_escalation is False
     assert container.security_context.capabilities.drop == ["ALL"]
+    # What the Pod Security Standards' baseline profile lets a pod add (README says it is met).
+    baseline = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+    assert set(container.security_context.capabilities.add) <= baseline
+    assert not pod.spec.host_network and not pod.spec.host_pid and not pod.spec.host_ipc
+    assert not container.security_context.privileged
     assert (container.resources.requests, container.resources.limits) == (
         {"cpu": "100m", "memory": "256Mi"}, {"cpu": "1", "memory": "1Gi"})
     service = v1.read_namespaced_service(f"sandbox-{ALICE_T1}-svc", NAMESPACE)
