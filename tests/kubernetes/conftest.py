@@ -72,46 +72,36 @@ class Standin:
             self.process.kill()
 
 
-@pytest.fixture
-def standin(tmp_path):
-    started = Standin(tmp_path)
+def started_standin(tmp_path, *, serving: bool = False, pending: bool = False,
+                    terminating: bool = False):
+    """A stand-in for one test, stopped after it.
+    serving: NodePort services are backed by a real httpd on 127.0.0.1 (--serve-pods);
+    pending: pods stay Pending until the test drives them;
+    terminating: a deleted pod stays terminating, its name taken, for 2 s, as until a kubelet
+    has stopped it (--kubelet-stop-seconds)."""
+    extra = []
+    if serving:
+        extra += ["--serve-pods", str(tmp_path / "pods")]
+    if pending:
+        extra += ["--pods-start", "pending"]
+    if terminating:
+        extra += ["--kubelet-stop-seconds", "2"]
+    started = Standin(tmp_path, *extra)
     yield started
     started.stop()
 
 
-@pytest.fixture
-def serving_standin(tmp_path):
-    """NodePort services are backed by a real httpd on 127.0.0.1 (the stand-in's --serve-pods)."""
-    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"))
-    yield started
-    started.stop()
+def standin_fixture(name: str, **flags: bool):
+    @pytest.fixture(name=name)
+    def fixture(tmp_path):
+        yield from started_standin(tmp_path, **flags)
+    return fixture
 
 
-@pytest.fixture
-def serving_pending_standin(tmp_path):
-    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"), "--pods-start", "pending")
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def pending_standin(tmp_path):
-    """Pods stay Pending until the test drives them."""
-    started = Standin(tmp_path, "--pods-start", "pending")
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def terminating_standin(tmp_path):
-    """A deleted pod stays terminating, its name taken, for 2 s (as until a kubelet stops it)."""
-    started = Standin(tmp_path, "--kubelet-stop-seconds", "2")
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def serving_terminating_standin(tmp_path):
-    started = Standin(tmp_path, "--serve-pods", str(tmp_path / "pods"), "--kubelet-stop-seconds", "2")
-    yield started
-    started.stop()
+standin = standin_fixture("standin")
+serving_standin = standin_fixture("serving_standin", serving=True)
+serving_pending_standin = standin_fixture("serving_pending_standin", serving=True, pending=True)
+pending_standin = standin_fixture("pending_standin", pending=True)
+terminating_standin = standin_fixture("terminating_standin", terminating=True)
+serving_terminating_standin = standin_fixture("serving_terminating_standin", serving=True,
+                                              terminating=True)

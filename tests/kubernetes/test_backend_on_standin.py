@@ -299,12 +299,17 @@ def test_on_a_real_cluster_a_sandbox_is_created_reached_and_deleted(tmp_path):
         "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
                       "path": str(tmp_path / "state" / "leases.db")},
         "base_dir": str(tmp_path / "state")}}))
-    out = sandboxctl(str(config), "acquire", "--user", "sandboxd-test", "--thread", "t-1").stdout
-    try:
-        with urllib.request.urlopen(value(out, "sandbox_url") + "/v1/sandbox", timeout=10) as answer:
-            assert answer.status == 200
-    finally:
-        sandboxctl(str(config), "destroy", value(out, "sandbox_id"))
+    # Twice: the second acquire comes while the first pod is still terminating (a real kubelet
+    # takes a moment to stop it), so it waits for the name and gets a new pod.
+    for _ in range(2):
+        out = sandboxctl(str(config), "acquire", "--user", "sandboxd-test", "--thread", "t-1").stdout
+        try:
+            assert value(out, "path") == "created"
+            with urllib.request.urlopen(value(out, "sandbox_url") + "/v1/sandbox",
+                                        timeout=10) as answer:
+                assert answer.status == 200
+        finally:
+            sandboxctl(str(config), "destroy", value(out, "sandbox_id"))
 
 
 def test_orphan_reconciliation_lists_pods_in_pages_with_continue(serving_standin):
