@@ -305,7 +305,8 @@ class KubernetesBackend final : public SandboxBackend {
 
   // POSTs the pod. A pod already under its name is taken when it names the same conversation
   // and lives. One terminating (a destroy moments ago: the cluster keeps the name until the
-  // kubelet has stopped the pod) or finished (activeDeadlineSeconds, a container gone for good)
+  // kubelet has stopped the pod) or finished (activeDeadlineSeconds, an eviction: the cluster
+  // keeps a finished pod until someone deletes it)
   // is waited out, deleted first if it is not yet, and the pod made anew: taken, the sandbox
   // would die under its user. The wait is bounded by ready_timeout_seconds.
   Answer make_pod(const CreateRequest& request, const std::string& pod_name) {
