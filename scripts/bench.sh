@@ -14,6 +14,8 @@
 #      over 60 s warm and 60 s paused (5 s each with --quick); pre-started slots (issue 22): a
 #      new conversation claimed from a ready slot beside one created cold, the slots' hit rate,
 #      and bench/provisioner_slots.py, the same through sandboxd-provisioner.
+#   5. bench/kubernetes_listing.py (issue 24): one `sandboxctl reconcile` over 1,000 and 10,000
+#      pods in the Kubernetes stand-in (1,000 only with --quick): API requests and time per pod.
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -63,6 +65,13 @@ done
 echo "instructions per warm acquire+release (callgrind, memory store): $(
   awk -v a="$(collected "$tmp/cg.1")" -v b="$(collected "$tmp/cg.$probes")" -v n="$probes" \
     'BEGIN { printf "%.0f", (b - a) / (n - 1) }')"
+
+kube_fleets=1000,10000
+kube_rounds=3
+if ((${#quick[@]})); then kube_fleets=1000; kube_rounds=1; fi
+echo "== the kubernetes backend's listing at fleet size (stand-in API server)"
+python3 bench/kubernetes_listing.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
+  --pods "$kube_fleets" --rounds "$kube_rounds"
 
 if [ -n "$engine" ]; then
   started=0
