@@ -25,12 +25,14 @@
 // Secure by default: no privilege escalation, capabilities dropped to local_docker's list,
 // seccomp RuntimeDefault, no service-account token in the pod.
 //
-// Lock story: nothing is shared between calls but the settings, read-only after construction;
-// every request has its own libcurl handle.
+// Lock story: nothing is shared between calls but the settings, read-only after construction,
+// and watch_refused_, an atomic flag set once the API server refuses a watch; every request has
+// its own libcurl handle.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -65,7 +67,8 @@ constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
 constexpr const char* kHopelessReasons[] = {"ImagePullBackOff",           "ErrImagePull",
                                             "CrashLoopBackOff",           "InvalidImageName",
                                             "CreateContainerConfigError", "CreateContainerError"};
-constexpr int kMaxListPages = 1000;  // 500,000 pods: a bound, not a expectation
+constexpr int kMaxListPages = 1000;                    // 500,000 pods: a bound, not a expectation
+constexpr std::size_t kMaxWatchEventBytes = 4u << 20;  // one pod's event is a few KB
 
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
@@ -505,9 +508,16 @@ class KubernetesBackend final : public SandboxBackend {
     return phase == "Failed" || phase == "Succeeded" ? "the pod's phase is " + phase : "";
   }
 
+  // Until the pod is Ready: one read, then a watch on it from that read's resourceVersion, so
+  // readiness is seen the moment the kubelet reports it rather than at the next poll. A watch
+  // that ends (its timeout, a dropped connection, 410 Expired) is followed by another read and
+  // watch; where the API server refuses watches (a Role without the watch verb), reads back
+  // off from 100 ms to 1 s instead. Bounded by ready_timeout_seconds.
   rapidjson::Document wait_until_ready(const std::string& pod_name) {
     const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::duration<double>(ready_timeout_);
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+            std::chrono::duration<double>(ready_timeout_));
     auto delay = std::chrono::milliseconds(100);
     while (true) {
       Answer pod = call("GET", pods_path() + "/" + pod_name);
@@ -521,9 +531,79 @@ class KubernetesBackend final : public SandboxBackend {
                                  std::to_string(static_cast<int>(ready_timeout_)) + "s (phase " +
                                  string_at(pod.doc, {"status", "phase"}) + ")");
       }
+      if (!watch_refused_.load()) {
+        const std::string version = string_at(pod.doc, {"metadata", "resourceVersion"});
+        if (auto ready = watch_until_ready(pod_name, version, deadline)) return std::move(*ready);
+      }
       std::this_thread::sleep_for(delay);
       delay = std::min(delay * 2, std::chrono::milliseconds(1000));
     }
+  }
+
+  // Watches pod `pod_name` from `version` until it is Ready (its object), cannot start or is
+  // deleted (thrown), or the watch ends first (nullopt: read it again).
+  std::optional<rapidjson::Document> watch_until_ready(
+      const std::string& pod_name, const std::string& version,
+      std::chrono::steady_clock::time_point deadline) {
+    struct Stop {};  // ends the transfer from inside the body sink
+    const double left =
+        std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
+    if (left < 1) return std::nullopt;
+    http::Request request;
+    request.url = credentials_.server + pods_path() + "?fieldSelector=metadata.name%3D" + pod_name +
+                  "&resourceVersion=" + version +
+                  "&timeoutSeconds=" + std::to_string(static_cast<long>(left)) + "&watch=true";
+    request.timeout_seconds = left + request_timeout_;  // the server ends it first
+    request.connect_timeout_seconds = request_timeout_;
+    request.headers.push_back("Accept: application/json");
+    credentials_.apply_to(request);
+    std::optional<rapidjson::Document> ready;
+    std::string pending;
+    request.body_sink = [&](std::string_view chunk) {
+      pending.append(chunk);
+      if (pending.size() > kMaxWatchEventBytes) {
+        throw std::runtime_error("kubernetes: a watch event on pod " + pod_name + " exceeded " +
+                                 std::to_string(kMaxWatchEventBytes) + " bytes");
+      }
+      for (std::size_t end; (end = pending.find('\n')) != std::string::npos;) {
+        rapidjson::Document event;
+        event.Parse(pending.data(), end);
+        pending.erase(0, end + 1);
+        const std::string type = string_at(event, {"type"});
+        const rapidjson::Value* object = member(event, "object");
+        if (type == "ERROR") throw Stop{};  // 410 Expired and the like: read and watch again
+        if (!object || !object->IsObject()) continue;
+        if (type == "DELETED") {
+          throw std::runtime_error("kubernetes: pod " + pod_name +
+                                   " was deleted while it was starting");
+        }
+        if (is_ready(*object)) {
+          ready.emplace();
+          ready->CopyFrom(*object, ready->GetAllocator());
+          throw Stop{};
+        }
+        if (const std::string why = hopeless(*object); !why.empty()) {
+          throw std::runtime_error("kubernetes: pod " + pod_name + " cannot start: " + why);
+        }
+      }
+    };
+    http::Response response;
+    try {
+      response = http::perform(request);
+    } catch (const Stop&) {
+      return ready;
+    } catch (const http::TransportError& e) {
+      logger_->debug("kubernetes: watch on pod " + pod_name + " ended: " + e.what());
+      return std::nullopt;
+    }
+    if (response.status == 403 || response.status == 404 || response.status == 405) {
+      if (!watch_refused_.exchange(true)) {
+        logger_->info("kubernetes: the API server refused a watch on pods (HTTP " +
+                      std::to_string(response.status) +
+                      "; the Role needs the watch verb): polling pods for readiness instead");
+      }
+    }
+    return std::nullopt;
   }
 
   std::string url_for(const std::string& id, const rapidjson::Value& pod,
@@ -742,6 +822,7 @@ class KubernetesBackend final : public SandboxBackend {
   long long termination_grace_ = 5;
   int port_ = 8080;
   int list_page_size_ = 500;
+  std::atomic<bool> watch_refused_{false};  // the API server refused a watch: poll instead
   double ready_timeout_ = 120, request_timeout_ = 15;
 };
 

@@ -13,11 +13,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sandboxd/core/plugin_loader.hpp"
@@ -33,7 +38,7 @@ namespace {
 // tests/support/kube_standin.py as a child process, over TLS with one token.
 class KubeStandin {
  public:
-  explicit KubeStandin(const std::string& dir) {
+  explicit KubeStandin(const std::string& dir, const std::vector<std::string>& extra = {}) {
     int out[2];
     if (::pipe(out) != 0) throw std::runtime_error("pipe");
     std::vector<std::string> args = {"python3",
@@ -44,6 +49,7 @@ class KubeStandin {
                                      dir + "/tls",
                                      "--kubelet-stop-seconds",
                                      "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& arg : args) argv.push_back(arg.data());
     argv.push_back(nullptr);
@@ -106,10 +112,11 @@ class KubeStandin {
 
 class KubernetesBackendTest : public ::testing::Test {
  protected:
-  std::shared_ptr<SandboxBackend> load(const std::string& extra) {
+  std::shared_ptr<SandboxBackend> load(const std::string& extra) { return load_on(standin, extra); }
+  std::shared_ptr<SandboxBackend> load_on(const KubeStandin& server, const std::string& extra) {
     PluginContext context;
-    context.config_json = "{\"kubeconfig\": \"" + standin.kubeconfig() +
-                          "\", \"image\": \"all-in-one\"" + extra + "}";
+    context.config_json =
+        "{\"kubeconfig\": \"" + server.kubeconfig() + "\", \"image\": \"all-in-one\"" + extra + "}";
     context.config_key_path = "sandbox.backend";
     context.logger = logger;
     context.clock = std::make_shared<ManualClock>(100.0);
@@ -286,6 +293,98 @@ TEST_F(KubernetesBackendTest, AServiceOwnedByAnotherPodIsReplacedByOneOwnedByThe
       owner_uid_of(standin.read("/api/v1/namespaces/sandboxes/services/sandbox-" + id + "-svc")),
       made.container_id);
   backend->destroy(made);
+}
+
+// The requests the stand-in served for pod `pod_name`: its reads ("GET") and watches ("WATCH").
+std::map<std::string, int> requests_for(const KubeStandin& server, const std::string& pod_name) {
+  rapidjson::Document log = server.read("/_standin/requests");
+  std::map<std::string, int> counts;
+  if (!log.IsObject() || !log.HasMember("requests")) return counts;
+  for (const auto& request : log["requests"].GetArray()) {
+    const std::string path = string_at(request, {"path"}), query = string_at(request, {"query"});
+    if (path.size() >= pod_name.size() &&
+        path.compare(path.size() - pod_name.size(), pod_name.size(), pod_name) == 0) {
+      ++counts[string_at(request, {"method"})];
+    } else if (query.find("watch=true") != std::string::npos &&
+               query.find("metadata.name%3D" + pod_name) != std::string::npos) {
+      ++counts["WATCH"];
+    }
+  }
+  return counts;
+}
+
+// Polls `done` every 20 ms for up to 30 s (a bound on a wait, not a timing assertion).
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 1500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// A pod that takes a while to become Ready is followed with one watch from the resourceVersion
+// the create read, not read again and again: the create returns on the watch's event.
+TEST_F(KubernetesBackendTest, ReadinessComesFromAWatchNotFromPolling) {
+  TempDir pending_dir;
+  const KubeStandin pending(pending_dir.str(), {"--pods-start", "pending"});
+  auto backend = load_on(pending, R"(, "url_mode": "pod_ip")");
+  const std::string pod_name = "sandbox-dddd000000000001";
+  std::optional<SandboxInfo> made;
+  std::string failure;
+  std::thread create([&] {
+    try {
+      made = backend->create(request_for("dddd000000000001"));
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  const bool watching = eventually([&] { return requests_for(pending, pod_name)["WATCH"] == 1; });
+  if (watching) {
+    EXPECT_EQ(pending
+                  .call("POST", "/_standin/pods/sandboxes/" + pod_name,
+                        R"({"phase": "Running", "ready": true})")
+                  .status,
+              200);
+  }
+  create.join();
+  ASSERT_TRUE(watching) << "the create never watched the pod";
+  ASSERT_TRUE(made.has_value()) << failure;
+  auto counts = requests_for(pending, pod_name);
+  EXPECT_EQ(counts["WATCH"], 1);
+  EXPECT_EQ(counts["GET"], 1) << "the pod was polled besides the watch";
+  backend->destroy(*made);
+}
+
+// Where the Role lacks the watch verb (403), readiness is polled instead, said once in the log,
+// and later creates do not ask for a watch again.
+TEST_F(KubernetesBackendTest, AWatchTheRoleRefusesFallsBackToPolling) {
+  TempDir pending_dir;
+  const KubeStandin pending(pending_dir.str(), {"--pods-start", "pending", "--forbid-watch"});
+  auto backend = load_on(pending, R"(, "url_mode": "pod_ip")");
+  for (const std::string id : {"dddd000000000002", "dddd000000000003"}) {
+    SCOPED_TRACE(id);
+    const std::string pod_name = "sandbox-" + id;
+    std::optional<SandboxInfo> made;
+    std::string failure;
+    std::thread create([&] {
+      try {
+        made = backend->create(request_for(id));
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    const bool polled = eventually([&] { return requests_for(pending, pod_name)["GET"] >= 3; });
+    if (polled) {
+      pending.call("POST", "/_standin/pods/sandboxes/" + pod_name,
+                   R"({"phase": "Running", "ready": true})");
+    }
+    create.join();
+    ASSERT_TRUE(polled) << "the create did not poll the pod";
+    ASSERT_TRUE(made.has_value()) << failure;
+    EXPECT_EQ(requests_for(pending, pod_name)["WATCH"], id == "dddd000000000002" ? 1 : 0);
+    backend->destroy(*made);
+  }
+  EXPECT_EQ(logger->count(LogLevel::info, "refused a watch on pods (HTTP 403"), 1u);
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 (and any other kubectl on PATH) and the official Python client (python3-kubernetes) create,
 list by label, read and delete pods and services through it, read back what the other made,
 and see the API's conventions where they expect them: Status errors with reason and code,
-409 AlreadyExists and Conflict, set-based selectors, limit/continue, ownerReference garbage
-collection, pod phases and conditions, a 403 quota refusal and a token that expires."""
+409 AlreadyExists and Conflict, set-based selectors, limit/continue, watches (and 410 Expired),
+ownerReference garbage collection, graceful pod deletion, pod phases and conditions, a 403
+quota refusal and a token that expires."""
 
 from __future__ import annotations
 
@@ -229,7 +230,7 @@ def test_a_deleted_pod_stays_terminating_with_its_name_taken_then_goes_with_its_
 def test_kubectl_sees_a_deleted_pod_terminating(kubectl, terminating_standin):
     v1 = api(terminating_standin)
     v1.create_namespaced_pod(NAMESPACE, pod("sandbox-k"))
-    # --wait=false: waiting for a deletion needs a watch, which the stand-in does not serve.
+    # --wait=false: to see it while it terminates (kubectl would wait until it is gone).
     run_kubectl(kubectl, terminating_standin, "delete", "pod", "sandbox-k", "--wait=false")
     shown = run_kubectl(kubectl, terminating_standin, "get", "pod", "sandbox-k", "-o",
                         "jsonpath={.metadata.deletionTimestamp}/"
@@ -237,6 +238,57 @@ def test_kubectl_sees_a_deleted_pod_terminating(kubectl, terminating_standin):
     stamp, grace = shown.split("/")
     assert stamp.endswith("Z") and grace == "30"
     until_gone(lambda: v1.read_namespaced_pod("sandbox-k", NAMESPACE), "the terminating pod")
+
+
+def test_a_watch_streams_a_pods_life_and_answers_410_for_a_version_too_old(terminating_standin):
+    from kubernetes import watch
+
+    v1 = api(terminating_standin)
+    since = v1.list_namespaced_pod(NAMESPACE).metadata.resource_version
+    v1.create_namespaced_pod(NAMESPACE, pod("sandbox-w"))
+    v1.create_namespaced_pod(NAMESPACE, pod("other-w"))
+    v1.delete_namespaced_pod("sandbox-w", NAMESPACE)
+    seen = []
+    stream = watch.Watch()
+    for event in stream.stream(v1.list_namespaced_pod, NAMESPACE, resource_version=since,
+                               field_selector="metadata.name=sandbox-w", timeout_seconds=20):
+        seen.append((event["type"], event["object"].metadata.deletion_timestamp is not None))
+        if event["type"] == "DELETED":
+            stream.stop()
+    assert seen == [("ADDED", False), ("MODIFIED", True), ("DELETED", True)]
+
+    now = [(e["type"], e["object"].metadata.name) for e in watch.Watch().stream(
+        v1.list_namespaced_pod, NAMESPACE, timeout_seconds=1)]
+    assert now == [("ADDED", "other-w")]  # no version: what is there, then what happens
+
+    with pytest.raises(k8s.exceptions.ApiException) as expired:
+        for _ in watch.Watch().stream(v1.list_namespaced_pod, NAMESPACE, resource_version="1",
+                                      timeout_seconds=5):
+            pass
+    assert expired.value.status == 410
+
+
+@pytest.mark.skipif(not KUBECTLS, reason="needs kubectl (Debian's kubernetes-client; scripts/setup.sh)")
+@pytest.mark.parametrize("kubectl", KUBECTLS)
+def test_kubectl_waits_on_a_watch_for_ready_and_for_deletion(kubectl, terminating_standin):
+    v1 = api(terminating_standin)
+    v1.create_namespaced_pod(NAMESPACE, pod("sandbox-kw"))
+    terminating_standin.control("POST", f"/_standin/pods/{NAMESPACE}/sandbox-kw",
+                                {"phase": "Pending"})
+    waiting = subprocess.Popen(
+        [kubectl, "--kubeconfig", str(terminating_standin.kubeconfig), "wait",
+         "--for=condition=Ready", "pod/sandbox-kw", "--timeout=30s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    terminating_standin.control("POST", f"/_standin/pods/{NAMESPACE}/sandbox-kw",
+                                {"phase": "Running", "ready": True})
+    out, err = waiting.communicate(timeout=30)
+    assert waiting.returncode == 0 and "condition met" in out, err
+
+    # kubectl delete waits for the deletion (a watch) through the pod's termination.
+    run_kubectl(kubectl, terminating_standin, "delete", "pod", "sandbox-kw")
+    with pytest.raises(k8s.exceptions.ApiException) as gone:
+        v1.read_namespaced_pod("sandbox-kw", NAMESPACE)
+    assert gone.value.status == 404
 
 
 def test_pod_states_the_test_drives_read_as_the_api_reports_them(pending_standin):

@@ -12,6 +12,10 @@ What it keeps to, as the API server does:
     NotFound) with uid, resourceVersion, creationTimestamp filled in;
   - lists: labelSelector (=, ==, !=, in, notin, key, !key), fieldSelector metadata.name,
     limit/continue paging with metadata.continue and remainingItemCount;
+  - watches (?watch=true on a list): one JSON event per line, chunked (ADDED, MODIFIED, DELETED
+    from a resourceVersion; the objects there now as ADDED without one; an ERROR event holding
+    410 Expired for a version older than the 10,000 events kept), until timeoutSeconds.
+    With --forbid-watch a watch is 403 Forbidden, as for a Role without the watch verb;
   - errors as Status objects with reason and code;
   - ownerReference garbage collection: the objects a pod owns go when the pod is gone;
   - graceful pod deletion (with --kubelet-stop-seconds S > 0): deleting a pod that is on a node
@@ -37,10 +41,11 @@ With --serve-pods, a NodePort service is backed by a real process: `busybox http
 when it is deleted (or collected with its pod), so a backend's readiness probe and its users
 reach something real through the node port, as they would on a one-node cluster.
 
-Not served: OpenAPI documents (kubectl runs with --validate=false) and watches (405).
+Not served: OpenAPI documents (kubectl runs with --validate=false) and tables (kubectl then
+prints NAME and AGE only).
 
 Usage: kube_standin.py [--port N] [--token T]... [--pods-start ready|pending] [--tls-dir DIR]
-                       [--serve-pods DIR] [--kubelet-stop-seconds S]
+                       [--serve-pods DIR] [--kubelet-stop-seconds S] [--forbid-watch]
 With --tls-dir it serves HTTPS with a certificate for 127.0.0.1 signed by DIR/ca.crt (made
 there with openssl when missing): clients send bearer tokens only over TLS.
 Prints one line `listening http(s)://127.0.0.1:PORT` once it serves.
@@ -60,7 +65,9 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 import uuid
+from collections import deque
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -167,6 +174,8 @@ class Store:
         self.serve_pods: str | None = None  # a directory: NodePort services get a real httpd
         self.httpds: dict[tuple[str, str], subprocess.Popen] = {}
         self.kubelet_stop_seconds = 0.0  # how long a gracefully deleted pod stays terminating
+        self.events: deque = deque(maxlen=10000)  # (version, type, resource, namespace, object)
+        self.changed = threading.Condition(self.lock)  # an event was recorded
 
     def bump(self) -> str:
         self.version += 1
@@ -208,6 +217,7 @@ class Store:
                 self._allocate_service(body)
                 self._start_httpd(namespace, body)
             self.objects[(resource, namespace, name)] = body
+            self._record("ADDED", resource, namespace, body)
             return copy.deepcopy(body)
 
     def _initial_pod_status(self, pod: dict) -> None:
@@ -329,6 +339,7 @@ class Store:
             body["status"] = current.get("status", {})
             body["apiVersion"], body["kind"] = "v1", RESOURCES[resource]
             self.objects[(resource, namespace, name)] = body
+            self._record("MODIFIED", resource, namespace, body)
             return copy.deepcopy(body)
 
     def delete(self, resource: str, namespace: str, name: str, options: dict) -> dict:
@@ -350,6 +361,7 @@ class Store:
                     meta["deletionTimestamp"] = now(grace)
                     meta["deletionGracePeriodSeconds"] = grace
                     meta["resourceVersion"] = self.bump()
+                    self._record("MODIFIED", resource, namespace, obj)
                     kubelet = threading.Timer(min(grace, self.kubelet_stop_seconds),
                                               self._kubelet_stopped,
                                               (namespace, name, meta["uid"]))
@@ -369,6 +381,9 @@ class Store:
         obj = self.objects.pop((resource, namespace, name))
         if resource == "services":
             self._stop_httpd(namespace, name)
+        obj["metadata"].setdefault("deletionTimestamp", now())
+        obj["metadata"]["resourceVersion"] = self.bump()
+        self._record("DELETED", resource, namespace, obj)
         uid = obj["metadata"]["uid"]
         for key, other in list(self.objects.items()):
             owners = other["metadata"].get("ownerReferences") or []
@@ -376,9 +391,61 @@ class Store:
                 del self.objects[key]
                 if key[0] == "services":
                     self._stop_httpd(key[1], key[2])
-        obj["metadata"].setdefault("deletionTimestamp", now())
-        obj["metadata"]["resourceVersion"] = self.bump()
+                other["metadata"]["resourceVersion"] = self.bump()
+                self._record("DELETED", key[0], key[1], other)
         return obj
+
+    def _record(self, kind: str, resource: str, namespace: str, obj: dict) -> None:
+        """One watch event, at the object's new resourceVersion; the lock is held."""
+        self.events.append((int(obj["metadata"]["resourceVersion"]), kind, resource, namespace,
+                            copy.deepcopy(obj)))
+        self.changed.notify_all()
+
+    def watch(self, resource: str, namespace: str | None, query: dict, send) -> None:
+        """Streams events (`send(event)`) for `resource` in `namespace` (None: all) matching the
+        query's selectors, from its resourceVersion (none or "0": the objects there now, as
+        ADDED, then what happens), until timeoutSeconds (default 1800) pass. A version older
+        than the events kept is answered with an ERROR event holding 410 Expired, as the API
+        server does, and the stream ends."""
+        labels = label_matcher(query.get("labelSelector", [""])[0])
+        fields = field_matcher(query.get("fieldSelector", [""])[0])
+        timeout = float(query.get("timeoutSeconds", ["1800"])[0] or 1800)
+        deadline = time.monotonic() + timeout
+        start = query.get("resourceVersion", [""])[0]
+
+        def matches(r: str, ns: str, obj: dict) -> bool:
+            return (r == resource and (namespace is None or ns == namespace)
+                    and labels(obj["metadata"].get("labels", {})) and fields(obj))
+
+        with self.lock:
+            if start in ("", "0"):
+                since = self.version
+                first = [{"type": "ADDED", "object": copy.deepcopy(obj)}
+                         for (r, ns, _), obj in sorted(self.objects.items())
+                         if matches(r, ns, obj)]
+            else:
+                since = int(start)  # the handler checked it is a number
+                oldest = self.events[0][0] if self.events else self.version + 1
+                if since < oldest - 1:
+                    send({"type": "ERROR", "object": status(
+                        410, "Expired", f"too old resource version: {since} ({oldest - 1})")})
+                    return
+                first = []
+        for event in first:
+            send(event)
+        while True:
+            with self.lock:
+                left = deadline - time.monotonic()
+                if left > 0 and self.version <= since:
+                    self.changed.wait(left)
+                batch = [{"type": kind, "object": copy.deepcopy(obj)}
+                         for version, kind, r, ns, obj in self.events
+                         if version > since and matches(r, ns, obj)]
+                since = self.version
+            for event in batch:
+                send(event)
+            if time.monotonic() >= deadline:
+                return
 
     def list(self, resource: str, namespace: str | None, query: dict) -> dict:
         labels = label_matcher(query.get("labelSelector", [""])[0])
@@ -413,13 +480,14 @@ class Store:
                 raise ApiError(404, "NotFound", f'pods "{name}" not found', name, "pods")
             self._set_pod_state(pod, state)
             pod["metadata"]["resourceVersion"] = self.bump()
+            self._record("MODIFIED", "pods", namespace, pod)
             return copy.deepcopy(pod)
 
 
 # ── discovery ────────────────────────────────────────────────────────────────────────────────
 
 def api_resources() -> dict:
-    verbs = ["create", "delete", "get", "list", "update"]
+    verbs = ["create", "delete", "get", "list", "update", "watch"]
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "v1", "resources": [
         {"name": "namespaces", "singularName": "", "namespaced": False, "kind": "Namespace",
          "verbs": ["get", "list"], "shortNames": ["ns"]},
@@ -486,6 +554,11 @@ class Handler(BaseHTTPRequestHandler):
             if not self._authorized(path):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             body = self._body()  # read whatever came (a DELETE's DeleteOptions) to stay in step
+            # Parsed as Go's strconv.ParseBool does: the Python client sends "True".
+            if method == "GET" and query.get("watch", ["false"])[0] in ("1", "t", "T", "true",
+                                                                       "TRUE", "True"):
+                self._watch(path, query)
+                return
             if method == "DELETE":  # DeleteOptions, in the body or the query
                 body = dict(body or {})
                 if "gracePeriodSeconds" in query:
@@ -511,8 +584,6 @@ class Handler(BaseHTTPRequestHandler):
             return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
         if method == "GET" and path == "/api/v1":
             return 200, api_resources()
-        if query.get("watch", ["false"])[0] in ("true", "1"):
-            raise ApiError(405, "MethodNotAllowed", "watch is not served by this stand-in")
         m = re.fullmatch(r"/api/v1/(pods|services)", path)
         if m and method == "GET":
             return 200, store.list(m.group(1), None, query)
@@ -539,6 +610,41 @@ class Handler(BaseHTTPRequestHandler):
             if method == "DELETE":
                 return 200, store.delete(resource, namespace, name, body or {})
         raise ApiError(405, "MethodNotAllowed", f"{method} is not supported on {path}")
+
+    def _watch(self, path: str, query: dict) -> None:
+        """A watch: 200 at once (clients wait for it before they go on), then one JSON event per
+        line, chunked, as the API server streams them."""
+        m = re.fullmatch(r"/api/v1(?:/namespaces/([^/]+))?/(pods|services)", path)
+        if not m:
+            raise ApiError(405, "MethodNotAllowed", f"watch is not supported on {path}")
+        start = query.get("resourceVersion", [""])[0]
+        if start and not start.isdigit():
+            raise ApiError(400, "BadRequest", f"invalid resource version: {start}")
+        label_matcher(query.get("labelSelector", [""])[0])  # a bad selector is 400, not a stream
+        field_matcher(query.get("fieldSelector", [""])[0])
+        if self.server.forbid_watch:  # type: ignore[attr-defined]
+            raise ApiError(403, "Forbidden",
+                           f'{m.group(2)} is forbidden: User "system:serviceaccount:sandboxes:'
+                           f'sandboxd" cannot watch resource "{m.group(2)}" in API group "" in '
+                           f'the namespace "{m.group(1)}"', kind=m.group(2))
+        store: Store = self.server.store  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+
+        def send(event: dict) -> None:
+            data = json.dumps(event).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        try:
+            store.watch(m.group(2), m.group(1), query, send)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            self.close_connection = True  # the client went away
 
     def _control(self, method: str, path: str, body: dict) -> tuple[int, dict]:
         store: Store = self.server.store  # type: ignore[attr-defined]
@@ -597,6 +703,7 @@ def main() -> int:
     parser.add_argument("--tls-dir")
     parser.add_argument("--serve-pods")
     parser.add_argument("--kubelet-stop-seconds", type=float, default=0.0)
+    parser.add_argument("--forbid-watch", action="store_true")
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     scheme = "http"
@@ -612,6 +719,7 @@ def main() -> int:
     server.store.kubelet_stop_seconds = args.kubelet_stop_seconds
     server.tokens = {t: True for t in args.token}  # type: ignore[attr-defined]
     server.requests = []  # type: ignore[attr-defined]
+    server.forbid_watch = args.forbid_watch  # type: ignore[attr-defined]
     print(f"listening {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     try:
