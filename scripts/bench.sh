@@ -15,7 +15,9 @@
 #      new conversation claimed from a ready slot beside one created cold, the slots' hit rate,
 #      and bench/provisioner_slots.py, the same through sandboxd-provisioner.
 #   5. bench/kubernetes_listing.py (issue 24): one `sandboxctl reconcile` over 1,000 and 10,000
-#      pods in the Kubernetes stand-in (1,000 only with --quick): API requests and time per pod.
+#      pods in the Kubernetes stand-in (1,000 only with --quick): API requests and time per pod;
+#      bench/kubernetes_readiness.py: from a pod turning Ready to `sandboxctl acquire` returning,
+#      the backend watching the pod beside it polling (10 rounds; 2 with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -68,10 +70,14 @@ echo "instructions per warm acquire+release (callgrind, memory store): $(
 
 kube_fleets=1000,10000
 kube_rounds=3
-if ((${#quick[@]})); then kube_fleets=1000; kube_rounds=1; fi
+kube_ready_rounds=10
+if ((${#quick[@]})); then kube_fleets=1000; kube_rounds=1; kube_ready_rounds=2; fi
 echo "== the kubernetes backend's listing at fleet size (stand-in API server)"
 python3 bench/kubernetes_listing.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --pods "$kube_fleets" --rounds "$kube_rounds"
+echo "== from a pod turning Ready to the acquire returning: a watch beside polling (stand-in)"
+python3 bench/kubernetes_readiness.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
+  --rounds "$kube_ready_rounds"
 
 if [ -n "$engine" ]; then
   started=0
