@@ -16,12 +16,9 @@ the request count it is the figure that must stay flat."""
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import resource
-import secrets
-import ssl
 import statistics
 import subprocess
 import sys
@@ -29,52 +26,18 @@ import tempfile
 import time
 from pathlib import Path
 
-STANDIN = Path(__file__).resolve().parents[1] / "tests" / "support" / "kube_standin.py"
-TOKEN = "bench-" + secrets.token_hex(8)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from kube_standin_process import StandinProcess  # noqa: E402
 
 
-class Standin:
-    def __init__(self, directory: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--token", TOKEN, "--tls-dir", str(directory / "tls")],
-            stdout=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        if not line.startswith("listening "):
-            self.process.kill()
-            raise RuntimeError("the stand-in did not start: " + line)
-        self.url = line.split()[1]
-        self.ca = directory / "tls" / "ca.crt"
-        self.port = int(self.url.rsplit(":", 1)[1])
-        self.kubeconfig = directory / "kubeconfig"
-        self.kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: s\n"
-            f"clusters:\n- name: s\n  cluster: {{server: \"{self.url}\", "
-            f"certificate-authority: {self.ca}}}\n"
-            f"users:\n- name: u\n  user: {{token: {TOKEN}}}\n"
-            "contexts:\n- name: s\n  context: {cluster: s, user: u, namespace: sandboxes}\n")
-
-    def connection(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=ssl.create_default_context(cafile=str(self.ca)),
-            timeout=60)
-
-    def request(self, connection, method: str, path: str, body: dict | None = None) -> dict:
-        connection.request(method, path, body=json.dumps(body) if body is not None else None,
-                           headers={"Authorization": f"Bearer {TOKEN}",
-                                    "Content-Type": "application/json"})
-        answer = connection.getresponse()
-        data = answer.read()
-        if answer.status >= 300:
-            raise RuntimeError(f"{method} {path}: HTTP {answer.status}: {data[:200]!r}")
-        return json.loads(data)
-
+class Standin(StandinProcess):
     def populate(self, pods: int) -> None:
         """`pods` running, ready sandbox pods as the backend makes them (one keep-alive
         connection; the stand-in starts pods ready)."""
         connection = self.connection()
         for n in range(pods):
             sandbox_id = f"{n:016x}"
-            self.request(connection, "POST", "/api/v1/namespaces/sandboxes/pods", {
+            status, _ = self.request(connection, "POST", "/api/v1/namespaces/sandboxes/pods", {
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": f"sandbox-{sandbox_id}",
                              "labels": {"app": "deer-flow-sandbox", "sandbox-id": sandbox_id,
@@ -83,17 +46,12 @@ class Standin:
                                              "sandboxd.io/thread-id": f"thread-{n}"}},
                 "spec": {"containers": [{"name": "sandbox", "image": "all-in-one",
                                          "ports": [{"name": "http", "containerPort": 8080}]}]}})
+            if status != 201:
+                raise RuntimeError(f"creating pod {n} was answered {status}")
         connection.close()
 
     def requests_made(self) -> list[dict]:
-        connection = self.connection()
-        answer = self.request(connection, "GET", "/_standin/requests")["requests"]
-        connection.close()
-        return answer
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        return self.call("GET", "/_standin/requests")[1]["requests"]
 
 
 def one_fleet(sandboxctl: str, pods: int, page_size: int, rounds: int) -> dict:

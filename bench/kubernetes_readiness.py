@@ -16,58 +16,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-STANDIN = Path(__file__).resolve().parents[1] / "tests" / "support" / "kube_standin.py"
-TOKEN = "bench-readiness"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+from kube_standin_process import StandinProcess  # noqa: E402
 
 
-class Standin:
-    def __init__(self, directory: Path, *extra: str) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--token", TOKEN, "--tls-dir", str(directory / "tls"),
-             "--pods-start", "pending", "--serve-pods", str(directory / "pods"), *extra],
-            stdout=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        if not line.startswith("listening "):
-            self.process.kill()
-            raise RuntimeError("the stand-in did not start: " + line)
-        self.url = line.split()[1]
-        self.context = ssl.create_default_context(cafile=str(directory / "tls" / "ca.crt"))
-        self.kubeconfig = directory / "kubeconfig"
-        self.kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\ncurrent-context: s\n"
-            f"clusters:\n- name: s\n  cluster: {{server: \"{self.url}\", "
-            f"certificate-authority: {directory / 'tls' / 'ca.crt'}}}\n"
-            f"users:\n- name: u\n  user: {{token: {TOKEN}}}\n"
-            "contexts:\n- name: s\n  context: {cluster: s, user: u, namespace: sandboxes}\n")
-
-    def call(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-        request = urllib.request.Request(
-            self.url + path, method=method, data=json.dumps(body).encode() if body else None,
-            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=30) as answer:
-                return answer.status, json.loads(answer.read())
-        except urllib.error.HTTPError as e:
-            return e.code, {}
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+def start_standin(directory: Path, forbid_watch: bool) -> StandinProcess:
+    """Pods stay Pending until driven; NodePorts are backed by a real httpd."""
+    return StandinProcess(directory, "--pods-start", "pending", "--serve-pods",
+                          str(directory / "pods"), *(["--forbid-watch"] if forbid_watch else []))
 
 
 def measure(sandboxctl: str, forbid_watch: bool, rounds: int) -> list[float]:
     with tempfile.TemporaryDirectory(prefix="sandboxd-kube-ready-") as scratch:
         root = Path(scratch)
-        standin = Standin(root, *(["--forbid-watch"] if forbid_watch else []))
+        standin = start_standin(root, forbid_watch)
         (root / "state").mkdir(mode=0o700)
         config = root / "sandboxd.json"
         config.write_text(json.dumps({"sandbox": {

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-STANDIN = Path(__file__).resolve().parents[1] / "support" / "kube_standin.py"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "support"))
+from kube_standin_process import StandinProcess  # noqa: E402
+
 TOKEN = "standin-token-1"
 
 
@@ -29,47 +30,16 @@ def kubectls() -> list[str]:
     return found
 
 
-class Standin:
+class Standin(StandinProcess):
     def __init__(self, directory: Path, *extra: str) -> None:
-        self.directory = directory
-        self.process = subprocess.Popen(
-            [sys.executable, str(STANDIN), "--token", TOKEN, "--tls-dir", str(directory / "tls"),
-             *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = self.process.stdout.readline()
-        if not line.startswith("listening "):
-            self.process.kill()
-            raise RuntimeError("the stand-in did not start: " + line + self.process.stderr.read())
-        self.url = line.split()[1]
-        self.ca = directory / "tls" / "ca.crt"
-        self.kubeconfig = directory / "kubeconfig"
-        self.kubeconfig.write_text(
-            "apiVersion: v1\nkind: Config\n"
-            f"clusters:\n- name: standin\n  cluster:\n    server: {self.url}\n"
-            f"    certificate-authority: {self.ca}\n"
-            f"users:\n- name: tester\n  user:\n    token: {TOKEN}\n"
-            "contexts:\n- name: standin\n  context: {cluster: standin, user: tester, "
-            "namespace: sandboxes}\ncurrent-context: standin\n")
+        super().__init__(directory, *extra, token=TOKEN)
 
     def control(self, method: str, path: str, body: dict | None = None) -> dict:
         """The stand-in's own /_standin/ endpoints (what a test drives), over its TLS."""
-        import json
-        import ssl
-        import urllib.request
-
-        request = urllib.request.Request(
-            self.url + path, method=method, data=json.dumps(body).encode() if body else None,
-            headers={"Content-Type": "application/json"})
-        context = ssl.create_default_context(cafile=str(self.ca))
-        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-            return json.loads(answer.read())
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        status, answer = self.call(method, path, body)
+        if status >= 300:
+            raise RuntimeError(f"the stand-in answered {method} {path} with {status}: {answer}")
+        return answer
 
 
 def started_standin(tmp_path, *, serving: bool = False, pending: bool = False,
