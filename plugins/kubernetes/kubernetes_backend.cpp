@@ -226,9 +226,7 @@ class KubernetesBackend final : public SandboxBackend {
     const Answer pod = call("GET", pods_path() + "/sandbox-" + info.sandbox_id);
     if (pod.status == 404) return false;
     if (!pod.ok()) fail("read pod sandbox-" + info.sandbox_id, pod);
-    if (!string_at(pod.doc, {"metadata", "deletionTimestamp"}).empty()) return false;
-    const std::string phase = string_at(pod.doc, {"status", "phase"});
-    return phase != "Succeeded" && phase != "Failed";
+    return !terminating(pod.doc) && !finished(pod.doc);
   }
 
   std::optional<SandboxInfo> discover(const std::string& sandbox_id) override {
@@ -275,14 +273,21 @@ class KubernetesBackend final : public SandboxBackend {
   std::string pods_path() const { return "/api/v1/namespaces/" + namespace_ + "/pods"; }
   std::string services_path() const { return "/api/v1/namespaces/" + namespace_ + "/services"; }
 
-  Answer call(const std::string& method, const std::string& path, const std::string& body = "") {
+  // A request to the API server at `path`, with our credentials, bounded by
+  // request_timeout_seconds (a watch widens the bound).
+  http::Request api_request(const std::string& method, const std::string& path) const {
     http::Request request;
     request.method = method;
     request.url = credentials_.server + path;
-    request.json_body = body;
     request.timeout_seconds = request_timeout_;
     request.headers.push_back("Accept: application/json");
     credentials_.apply_to(request);
+    return request;
+  }
+
+  Answer call(const std::string& method, const std::string& path, const std::string& body = "") {
+    http::Request request = api_request(method, path);
+    request.json_body = body;
     Answer answer;
     try {
       http::Response response = http::perform(request);
@@ -333,14 +338,14 @@ class KubernetesBackend final : public SandboxBackend {
         if (!existing.ok()) fail("read the existing pod " + pod_name, existing);
         check_identity(existing.doc, request);
         const std::string phase = string_at(existing.doc, {"status", "phase"});
-        const bool finished = phase == "Failed" || phase == "Succeeded";
-        if (!terminating(existing.doc) && !finished) return existing;
+        const bool done = finished(existing.doc);
+        if (!terminating(existing.doc) && !done) return existing;
         if (!terminating(existing.doc)) delete_pod(pod_name);
         if (!told) {
           told = true;
           logger_->info("kubernetes: pod " + pod_name +
-                        (finished ? " has finished (phase " + phase + ") and is being deleted"
-                                  : std::string(" is terminating")) +
+                        (done ? " has finished (phase " + phase + ") and is being deleted"
+                              : std::string(" is terminating")) +
                         "; waiting up to " + std::to_string(static_cast<int>(ready_timeout_)) +
                         "s for the cluster to free its name, then making the sandbox again");
         }
@@ -366,6 +371,12 @@ class KubernetesBackend final : public SandboxBackend {
   // Marked for deletion: the pod may still run and even read Ready, but it is on its way out.
   static bool terminating(const rapidjson::Value& pod) {
     return !string_at(pod, {"metadata", "deletionTimestamp"}).empty();
+  }
+
+  // Its containers are done for good (activeDeadlineSeconds, an eviction); the cluster keeps it.
+  static bool finished(const rapidjson::Value& pod) {
+    const std::string phase = string_at(pod, {"status", "phase"});
+    return phase == "Failed" || phase == "Succeeded";
   }
 
   void delete_quietly(const std::string& pod_name, const std::string& id) {
@@ -504,8 +515,7 @@ class KubernetesBackend final : public SandboxBackend {
       }
     }
     if (terminating(pod)) return "the pod is being deleted";
-    const std::string phase = string_at(pod, {"status", "phase"});
-    return phase == "Failed" || phase == "Succeeded" ? "the pod's phase is " + phase : "";
+    return finished(pod) ? "the pod's phase is " + string_at(pod, {"status", "phase"}) : "";
   }
 
   // Until the pod is Ready: one read, then a watch on it from that read's resourceVersion, so
@@ -514,10 +524,9 @@ class KubernetesBackend final : public SandboxBackend {
   // watch; where the API server refuses watches (a Role without the watch verb), reads back
   // off from 100 ms to 1 s instead. Bounded by ready_timeout_seconds.
   rapidjson::Document wait_until_ready(const std::string& pod_name) {
-    const auto deadline =
-        std::chrono::steady_clock::now() +
-        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(ready_timeout_));
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(ready_timeout_));
     auto delay = std::chrono::milliseconds(100);
     while (true) {
       Answer pod = call("GET", pods_path() + "/" + pod_name);
@@ -549,14 +558,12 @@ class KubernetesBackend final : public SandboxBackend {
     const double left =
         std::chrono::duration<double>(deadline - std::chrono::steady_clock::now()).count();
     if (left < 1) return std::nullopt;
-    http::Request request;
-    request.url = credentials_.server + pods_path() + "?fieldSelector=metadata.name%3D" + pod_name +
-                  "&resourceVersion=" + version +
-                  "&timeoutSeconds=" + std::to_string(static_cast<long>(left)) + "&watch=true";
+    http::Request request = api_request(
+        "GET", pods_path() + "?fieldSelector=metadata.name%3D" + pod_name +
+                   "&resourceVersion=" + version +
+                   "&timeoutSeconds=" + std::to_string(static_cast<long>(left)) + "&watch=true");
     request.timeout_seconds = left + request_timeout_;  // the server ends it first
     request.connect_timeout_seconds = request_timeout_;
-    request.headers.push_back("Accept: application/json");
-    credentials_.apply_to(request);
     std::optional<rapidjson::Document> ready;
     std::string pending;
     request.body_sink = [&](std::string_view chunk) {
