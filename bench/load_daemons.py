@@ -7,9 +7,9 @@ readiness probe one in-process responder answers, so the run measures the daemon
 engine):
   - `--clients` good clients (200), each with its own conversation, repeat acquire + release
     (serve) or create + get + delete (provisioner) with credentials, `--rounds` times;
-  - at the same time `--hostile` clients (300) without credentials: two thirds trickle a
-    request head one byte a second and reconnect when closed (slowloris), one third send whole
-    requests without a token or key as fast as they are answered;
+  - at the same time `--hostile` clients (300) without credentials (class Hostile): slowloris
+    heads, whole unauthenticated requests, chunk-size lines with endless extensions, and
+    public-route requests declaring a body they never send;
   - the daemon's RSS and thread count are sampled from /proc every 100 ms.
 Bounded in count (rounds) and time (--seconds). Prints one table row per daemon and, with
 --json FILE, the same as JSON. Exit 1 when a good request failed.
@@ -72,19 +72,33 @@ class Sampler:
 
 
 class Hostile:
-    """Slowloris connections (reconnected when closed) and unauthenticated request loops."""
+    """The hostile clients, none with credentials (RELIABILITY.md E): half trickle a request
+    head one byte a second and reconnect when closed (slowloris); a sixth send whole requests
+    as fast as they are answered; a sixth send a chunk-size line with an endless extension
+    (issue 32 A.1: it grew the daemon by what they sent); a sixth hold a request to the public
+    route with a declared body they never send (issue 32 A.3: they held every connection slot),
+    reconnecting when closed."""
 
-    def __init__(self, port: int, count: int, path: bytes) -> None:
+    def __init__(self, port: int, count: int, path: bytes, public_path: bytes) -> None:
         self.port = port
         self.path = path
+        self.public_path = public_path
         self.stop = threading.Event()
-        self.slow_target = count * 2 // 3
+        sixth = max(count // 6, 1)
+        self.slow_target = count - 3 * sixth
+        self.holder_target = sixth
         self.slow: list[socket.socket] = []
+        self.holders: list[socket.socket] = []
         self.unauth_answers = 0
+        self.extension_bytes = 0
         self.peak_slow = 0
-        self.threads = [threading.Thread(target=self.trickle, daemon=True)]
+        self.peak_holders = 0
+        self.threads = [threading.Thread(target=self.trickle, daemon=True),
+                        threading.Thread(target=self.hold_public_route, daemon=True)]
         self.threads += [threading.Thread(target=self.unauthenticated, daemon=True)
-                         for _ in range(count - self.slow_target)]
+                         for _ in range(sixth)]
+        self.threads += [threading.Thread(target=self.endless_extension, daemon=True)
+                         for _ in range(sixth)]
         for t in self.threads:
             t.start()
 
@@ -116,6 +130,54 @@ class Hostile:
                         self.slow.remove(s)
             position += 1
         for s in self.slow:
+            s.close()
+
+    def hold_public_route(self) -> None:
+        head = (b"GET " + self.public_path + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n"
+                b"\r\n")
+        while not self.stop.wait(0.1):
+            for s in list(self.holders):  # closed by the daemon: drop and reconnect
+                try:
+                    if s.recv(4096) == b"":
+                        raise OSError("closed")
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+                s.close()
+                self.holders.remove(s)
+            while len(self.holders) < self.holder_target and not self.stop.is_set():
+                s = self.connect()
+                if s is None:
+                    break
+                try:
+                    s.send(head)
+                except OSError:
+                    s.close()
+                    continue
+                self.holders.append(s)
+            self.peak_holders = max(self.peak_holders, len(self.holders))
+        for s in self.holders:
+            s.close()
+
+    def endless_extension(self) -> None:
+        head = (b"GET " + self.public_path + b" HTTP/1.1\r\nHost: x\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n1;ext=")
+        block = b"a" * 65536
+        while not self.stop.is_set():
+            try:
+                s = socket.create_connection(("127.0.0.1", self.port), timeout=2)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            try:
+                s.sendall(head)
+                for _ in range(64):  # up to 4 MiB a connection
+                    if self.stop.is_set():
+                        break
+                    self.extension_bytes += s.send(block)
+            except OSError:
+                pass
             s.close()
 
     def unauthenticated(self) -> None:
@@ -220,7 +282,8 @@ def load_serve(args, work: Path) -> dict:
                         headers, 200)
         yield "release", took
 
-    return measure("sandboxctl serve", process, port, b"/v1/sandboxes", args, one_round, work)
+    return measure("sandboxctl serve", process, port, b"/v1/sandboxes", b"/v1/health", args,
+                   one_round, work)
 
 
 def load_provisioner(args, work: Path) -> dict:
@@ -247,15 +310,18 @@ def load_provisioner(args, work: Path) -> dict:
         yield "delete", timed(conn, "DELETE", f"/api/sandboxes/{sandbox_id}", None, headers,
                               200)[0]
 
-    return measure("sandboxd-provisioner", process, port, b"/api/sandboxes", args, one_round, work)
+    return measure("sandboxd-provisioner", process, port, b"/api/sandboxes", b"/health", args,
+                   one_round, work)
 
 
-def measure(name, process, port, hostile_path, args, one_round, work) -> dict:
+def measure(name, process, port, hostile_path, public_path, args, one_round, work) -> dict:
     sampler = Sampler(process.pid)
-    hostile = Hostile(port, args.hostile, hostile_path)
+    hostile = Hostile(port, args.hostile, hostile_path, public_path)
     time.sleep(2)  # the slow clients are in
     result = run_good(port, args.clients, args.rounds, args.seconds, one_round)
     peak_slow = hostile.peak_slow
+    peak_holders = hostile.peak_holders
+    extension_mib = hostile.extension_bytes / 2**20
     unauth = hostile.unauth_answers
     hostile.close()
     sampler.close()
@@ -263,6 +329,8 @@ def measure(name, process, port, hostile_path, args, one_round, work) -> dict:
     exit_code = process.wait(timeout=60)
     row = {"daemon": name, "good_clients": args.clients, "hostile_clients": args.hostile,
            "slow_connections_held_peak": peak_slow, "unauthenticated_answers": unauth,
+           "public_route_holders_peak": peak_holders,
+           "chunk_extension_mib_sent": round(extension_mib, 1),
            "errors": len(result["errors"]), "error_samples": result["errors"][:5],
            "seconds": round(result["seconds"], 2), "peak_rss_mib": round(sampler.rss_mib, 1),
            "peak_threads": sampler.threads, "exit_code": exit_code, "operations": {}}
@@ -294,13 +362,15 @@ def main() -> int:
         if args.only in (None, "provisioner"):
             rows.append(load_provisioner(args, work))
     print(f"{'daemon':22} {'op':8} {'count':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-          f"{'errors':>6} {'slow held':>9} {'401s':>6} {'RSS MiB':>8} {'threads':>7}")
+          f"{'errors':>6} {'slow held':>9} {'401s':>6} {'ext MiB':>8} {'RSS MiB':>8} "
+          f"{'threads':>7}")
     for row in rows:
         for op, figures in row["operations"].items():
             print(f"{row['daemon']:22} {op:8} {figures['count']:6} {figures['p50_ms']:8} "
                   f"{figures['p99_ms']:8} {figures['max_ms']:8} {row['errors']:6} "
                   f"{row['slow_connections_held_peak']:9} {row['unauthenticated_answers']:6} "
-                  f"{row['peak_rss_mib']:8} {row['peak_threads']:7}")
+                  f"{row['chunk_extension_mib_sent']:8} {row['peak_rss_mib']:8} "
+                  f"{row['peak_threads']:7}")
         for sample in row["error_samples"]:
             print(f"  error: {sample}")
     if args.json:

@@ -174,24 +174,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
         socket_(std::move(socket)),
         timer_(impl_->io),
         id_(id),
-        over_tcp_(over_tcp) {}
+        over_tcp_(over_tcp),
+        buffer_(impl_->options.limits.max_header_bytes + kBufferSlack) {}
 
   void start() {
     peer_ = over_tcp_ ? peer_of(socket_) : "unix";
     read_head(/*first=*/true);
   }
 
-  // A slot another connection may have: nothing admitted is in flight.
+  // A slot another connection may have: its request presented no credentials (still coming,
+  // refused, or a public route's), or it has none in flight.
   bool evictable() const {
-    return (phase_ == Phase::head && !admitted_ever_) || phase_ == Phase::idle ||
-           phase_ == Phase::lingering;
+    return !credentialed_ || phase_ == Phase::idle || phase_ == Phase::lingering;
   }
   bool has_request_in_flight() const {
     return phase_ == Phase::handling || phase_ == Phase::writing;
   }
-  // Evictions prefer connections nobody has vouched for: unadmitted, then idle ones.
+  // Evictions prefer connections nobody has vouched for, then lingering, then idle ones.
   int eviction_rank() const {
-    return phase_ == Phase::head ? 0 : phase_ == Phase::lingering ? 1 : 2;
+    if (phase_ == Phase::idle) return 2;
+    if (phase_ == Phase::lingering) return 1;
+    return 0;
   }
   Clock::time_point phase_since() const { return phase_since_; }
 
@@ -253,8 +256,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
   }
 
+  // The first request's head, or a kept-alive connection's next one: that one may take
+  // `idle_timeout` to start, and then has `head_timeout` like any other (a pipelined one is
+  // already in the buffer).
   void read_head(bool first) {
-    set_phase(first ? Phase::head : Phase::idle);
+    credentialed_ = false;
+    if (first || buffer_.size() > 0) {
+      begin_head();
+      return;
+    }
+    set_phase(Phase::idle);
+    arm(impl_->options.limits.idle_timeout);
+    socket_.async_wait(Generic::socket::wait_read,
+                       [self = shared_from_this()](const boost::system::error_code& ec) {
+                         if (ec || self->phase_ != Phase::idle) return;
+                         self->begin_head();
+                       });
+  }
+
+  void begin_head() {
+    set_phase(Phase::head);
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(impl_->options.limits.max_header_bytes));
     // No body limit while the head is read: Beast would refuse a large Content-Length before
@@ -262,7 +283,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     // limit set before any body byte is read. (Not boost::none: Beast 1.74 compares the
     // length with the optional, and every length is greater than none.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
-    arm(first ? impl_->options.limits.head_timeout : impl_->options.limits.idle_timeout);
+    arm(impl_->options.limits.head_timeout);
     http::async_read_header(socket_, buffer_, *parser_,
                             [self = shared_from_this()](const boost::system::error_code& ec,
                                                         std::size_t) { self->on_head(ec); });
@@ -271,7 +292,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_head(const boost::system::error_code& ec) {
     if (phase_ == Phase::closed) return;
     if (ec) {
-      if (ec == http::error::header_limit) {
+      if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
         answer_early(impl_->error(431, "usage",
                                   "request headers larger than " +
                                       std::to_string(impl_->options.limits.max_header_bytes) +
@@ -300,18 +321,25 @@ class Connection : public std::enable_shared_from_this<Connection> {
     keep_alive_ = message.keep_alive();
     version_ = message.version();
 
-    std::optional<Response> refusal;
+    Admission admission;
     try {
-      if (impl_->options.admit) refusal = impl_->options.admit(head_);
+      if (impl_->options.admit) admission = impl_->options.admit(head_);
     } catch (const std::exception& e) {
       impl_->log(LogLevel::error, "admission check failed: " + std::string(e.what()));
-      refusal = impl_->error(500, "internal", "internal error");
+      admission = Admission::refused(impl_->error(500, "internal", "internal error"));
     }
-    if (refusal) {
-      answer_early(std::move(*refusal));
+    if (admission.kind == Admission::Kind::refused) {
+      answer_early(std::move(admission.refusal));
       return;
     }
-    admitted_ever_ = true;
+    if (admission.kind == Admission::Kind::public_route && !parser_->is_done()) {
+      // Nobody vouched for this client: it may not make the daemon read anything more.
+      answer_early(impl_->error(
+          400, "usage",
+          head_.method + " " + loggable_path(head_.target) + " takes no request body"));
+      return;
+    }
+    credentialed_ = admission.kind == Admission::Kind::credentialed;
     const auto declared = parser_->content_length();
     if (declared && *declared > impl_->options.limits.max_body_bytes) {
       answer_early(too_large());
@@ -352,6 +380,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (phase_ == Phase::closed) return;
     if (ec == http::error::body_limit) {
       answer_early(too_large());
+      return;
+    }
+    if (ec == http::error::buffer_overflow) {
+      answer_early(impl_->error(
+          413, "usage",
+          "chunk extensions or trailers larger than " +
+              std::to_string(impl_->options.limits.max_header_bytes + kBufferSlack) + " bytes"));
       return;
     }
     if (ec) {
@@ -523,12 +558,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Phase phase_ = Phase::head;
   Clock::time_point phase_since_ = Clock::now();
   Clock::time_point started_{};
-  bool admitted_ever_ = false;
+  bool credentialed_ = false;  // this request's head carried valid credentials
   bool keep_alive_ = false;
   bool lingering_ = false;
   bool watching_ = false;  // a wait for a hang-up is pending (watch_for_hang_up)
   unsigned version_ = 11;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_;  // bounded: max_header_bytes + kBufferSlack
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<http::response<http::string_body>> response_;
   RequestHead head_;

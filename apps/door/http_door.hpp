@@ -9,12 +9,18 @@
 // What a client cannot do:
 //  - hold a connection by being slow: the request line and headers must arrive whole within
 //    `head_timeout`, the body within `body_timeout`, every answer be taken within
-//    `write_timeout`, and a kept-alive connection send its next request within `idle_timeout`;
+//    `write_timeout`, and a kept-alive connection start its next request within
+//    `idle_timeout` (and then send its head whole within `head_timeout`);
 //  - get a body read without credentials: `admit` sees the head as soon as it is in and may
 //    answer (401) before one body byte is read; a declared body over the limit is 413 at once;
-//  - exhaust the connection slots: at `max_connections` a new connection evicts the oldest
-//    one that has not been admitted yet, else the oldest idle kept-alive one; only when every
-//    slot serves an admitted request is it answered 503;
+//    a route that needs no credentials takes no body at all (400 before it is read);
+//  - grow the daemon by what it sends: a connection's read buffer is bounded (head limit plus
+//    `kBufferSlack`), so a chunk-size line with an endless extension or trailers that never
+//    end are 413 once the buffer is full; the body itself is bounded by `max_body_bytes`;
+//  - exhaust the connection slots: at `max_connections` a new connection evicts one that
+//    presented no credentials (one still sending its head first, whatever it is doing), else
+//    the oldest idle kept-alive one; only when every slot holds a request with valid
+//    credentials is it answered 503;
 //  - exhaust threads or memory: a handler that cannot get a worker (pool full, no thread to be
 //    had) or memory is answered 503, and the server keeps serving;
 //  - leave a handler waiting for nobody: while it runs the I/O thread watches the connection,
@@ -76,6 +82,26 @@ struct Response {
   std::string route;
 };
 
+// What `admit` decided on a request's head.
+struct Admission {
+  enum class Kind {
+    credentialed,  // valid credentials: its body is read, its connection holds a slot
+    public_route,  // needs none: takes no body, its connection stays evictable
+    refused,       // answered with `refusal` at once, before any body byte is read
+  };
+  Kind kind = Kind::credentialed;
+  Response refusal;
+
+  static Admission credentialed() { return {}; }
+  static Admission public_route() { return {Kind::public_route, {}}; }
+  static Admission refused(Response answer) { return {Kind::refused, std::move(answer)}; }
+};
+
+// What a connection's read buffer may hold beyond the head limit: a chunk-size line with its
+// extensions, trailers, the start of a pipelined request. Chunk data goes straight into the
+// body, which `max_body_bytes` bounds.
+inline constexpr std::size_t kBufferSlack = 8 * 1024;
+
 struct Limits {
   std::size_t max_connections = 1024;  // open at once; each costs a descriptor, not a thread
   std::size_t max_header_bytes = 16 * 1024;
@@ -101,9 +127,9 @@ struct ServerOptions {
   std::string name;  // log prefix: "serve", "sandboxd-provisioner"
   ListenAddress address;
   Limits limits;
-  // On the I/O thread, with the head only: nullopt admits the request (its body is read and
-  // `handle` runs); a Response answers it at once and closes the connection. Must not block.
-  std::function<std::optional<Response>(const RequestHead&)> admit;
+  // On the I/O thread, with the head only (see Admission); unset admits every request as
+  // credentialed. Must not block.
+  std::function<Admission(const RequestHead&)> admit;
   // On a worker thread; may block. What it throws is answered 500 (std::bad_alloc: 503).
   std::function<Response(const Request&)> handle;
   // The server's own answers (400 malformed, 413, 503, 500) in the door's error shape.

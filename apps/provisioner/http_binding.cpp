@@ -1,10 +1,13 @@
 #include "http_binding.hpp"
 
+#include "provisioner_metrics.hpp"
+#include "refusal_log.hpp"
+
 namespace sandboxd::provisioner {
 namespace {
 
 door::Response answer(const Reply& reply, std::string route) {
-  return {reply.status, reply.content_type, reply.body, {}, std::move(route)};
+  return {reply.status, reply.content_type, reply.body, reply.headers, std::move(route)};
 }
 
 // "{id}" of /api/sandboxes/{id}[/instance], or "" when `path` is not one of them.
@@ -61,16 +64,30 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
   options_.limits.max_connections = settings.max_connections;
   options_.limits.shutdown_grace =
       std::chrono::milliseconds(static_cast<long long>(settings.shutdown_grace_seconds * 1000));
-  options_.admit = [&service,
-                    logger](const door::RequestHead& head) -> std::optional<door::Response> {
-    if (head.path.rfind("/api/", 0) != 0) return std::nullopt;
-    if (service.authorized(head.header("x-api-key"))) return std::nullopt;
-    logger->warning("provisioner auth rejected: " + head.method + " " +
-                    door::loggable_path(head.target));
-    return door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)};
+  refusals_ = std::make_shared<door::RefusalLog>(logger, "provisioner auth rejected");
+  metrics_ = std::make_shared<ProvisionerMetrics>();
+  options_.admit = [&service, refusals = refusals_](const door::RequestHead& head) {
+    if (head.path.rfind("/api/", 0) != 0 && head.path != "/metrics") {
+      return door::Admission::public_route();
+    }
+    if (service.authorized(head.header("x-api-key"))) return door::Admission::credentialed();
+    refusals->record(head.method, door::loggable_path(head.target));
+    return door::Admission::refused(
+        door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)});
   };
-  options_.handle = [&service](const door::Request& request) {
+  options_.handle = [&service, metrics = metrics_,
+                     refusals = refusals_](const door::Request& request) {
+    if (request.head.path == "/metrics" && request.head.method == "GET") {
+      return door::Response{200,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                            metrics->render(refusals->total()),
+                            {},
+                            "/metrics"};
+    }
     return route_request(service, request);
+  };
+  options_.on_answered = [metrics = metrics_](const door::Answered& answered) {
+    metrics->record_request(answered.route, answered.status);
   };
   options_.error_body = [](int status, const std::string&, const std::string& message) {
     door::Response response = answer(detail(status, message), "");

@@ -4,9 +4,10 @@
 // when no worker or memory is to be had. A body beyond `max_request_bytes` is answered 413
 // before any handler runs.
 //
-// Every /api/* request must carry X-API-Key equal to the configured key; a refusal is 401
-// "Unauthorized" and one warning line with the method and path (never the key). /health is
-// open. The server's own errors use the service's {"detail": ...} shape.
+// Every /api/* request and GET /metrics must carry X-API-Key equal to the configured key; a
+// refusal is 401 "Unauthorized", counted in /metrics, and logged with the method and path
+// (never the key) at most one line a minute. /health and any other path are open and take no
+// request body. The server's own errors use the service's {"detail": ...} shape.
 #pragma once
 
 #include <cstddef>
@@ -15,6 +16,7 @@
 
 #include "http_door.hpp"
 #include "provisioner_service.hpp"
+#include "refusal_log.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::provisioner {
@@ -25,6 +27,8 @@ struct HttpSettings {
   std::size_t max_connections = 1024;
   double shutdown_grace_seconds = 10.0;
 };
+
+class ProvisionerMetrics;
 
 class ProvisionerHttpServer {
  public:
@@ -49,6 +53,8 @@ class ProvisionerHttpServer {
  private:
   std::unique_ptr<door::Server> server_;
   door::ServerOptions options_;
+  std::shared_ptr<door::RefusalLog> refusals_;
+  std::shared_ptr<ProvisionerMetrics> metrics_;
 };
 
 // What a route answers: the service's reply for a request the key let through.

@@ -9,7 +9,9 @@
 #include <map>
 
 #include "create_request.hpp"
+#include "error_status.hpp"
 #include "sandboxd/capabilities.hpp"
+#include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
@@ -57,7 +59,15 @@ std::string join(const std::string& base, std::initializer_list<std::string> par
 }  // namespace
 
 Reply detail(int status, const std::string& message) {
-  return {status, json_object([&](Writer& w) { put(w, "detail", message); })};
+  return {
+      status, json_object([&](Writer& w) { put(w, "detail", message); }), "application/json", {}};
+}
+
+Reply failure(const std::string& prefix, const std::exception& error) {
+  const core::ServiceError typed = core::as_service_error(error, core::ErrorKind::unavailable);
+  Reply reply = detail(door::http_status(typed.kind()), prefix + typed.what());
+  if (typed.kind() == core::ErrorKind::capacity) reply.headers.emplace_back("Retry-After", "1");
+  return reply;
 }
 
 ProvisionerService::ProvisionerService(ServiceSettings settings,
@@ -277,7 +287,7 @@ Reply ProvisionerService::create(std::string_view body) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
     logger_->error("Sandbox creation failed for " + id + ": " + error.what());
-    return detail(500, std::string("Sandbox creation failed: ") + error.what());
+    return failure("Sandbox creation failed: ", error);
   }
 }
 
@@ -294,7 +304,7 @@ Reply ProvisionerService::get(const std::string& sandbox_id) {
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
-    return detail(500, "Failed to read sandbox '" + sandbox_id + "': " + error.what());
+    return failure("Failed to read sandbox '" + sandbox_id + "': ", error);
   }
 }
 
@@ -384,7 +394,7 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
     logger_->error("Deleting sandbox " + sandbox_id + " failed: " + error.what());
-    return detail(500, std::string("Partial cleanup: sandbox: ") + error.what());
+    return failure("Partial cleanup: sandbox: ", error);
   }
   logger_->info("Deleted sandbox " + sandbox_id);
   return ok();
@@ -400,7 +410,7 @@ Reply ProvisionerService::list() {
   } catch (const BackendTimeout& timeout) {
     return detail(504, timeout.what());
   } catch (const std::exception& error) {
-    return detail(500, std::string("Failed to list sandboxes: ") + error.what());
+    return failure("Failed to list sandboxes: ", error);
   }
   rapidjson::StringBuffer buffer;
   Writer w(buffer);

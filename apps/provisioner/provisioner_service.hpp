@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "bounded_calls.hpp"
 #include "extra_mount_validation.hpp"
@@ -29,10 +31,16 @@ struct Reply {
   int status = 200;
   std::string body;
   std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // Retry-After for 429
 };
 
 // A FastAPI-shaped error: {"detail": message}, the message JSON-escaped.
 Reply detail(int status, const std::string& message);
+
+// What a backend call threw, as the doors answer it: the status from the core's one table of
+// error kinds (apps/door/error_status.hpp; a backend failure is 502, a capacity refusal such
+// as a cluster quota 429 with Retry-After), the body DeerFlow's {"detail": prefix + message}.
+Reply failure(const std::string& prefix, const std::exception& error);
 
 class ProvisionerService {
  public:

@@ -55,6 +55,12 @@ void walk_inside(const std::string& path, const std::string& root,
     if (part == "..") throw PathEscapesRoot(escape_message);
     parts.push_back(part.string());
   }
+  if (parts.empty()) {
+    // The root itself holds every user's state: a sandbox mount is always below it.
+    throw PathEscapesRoot(escape_message +
+                          " (it is the state root itself; a sandbox mount must be a directory "
+                          "below it)");
+  }
   try {
     const host_fs::UniqueFd top = host_fs::open_trusted_dir(normal_root);
     host_fs::DirOptions options;

@@ -187,6 +187,10 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
       slots.emplace(configured, pool->slot_preflight());
     }
   }
+  std::vector<SettingsReport::Line> settings;
+  if (const auto* report = backend_capability<SettingsReport>(*plugins.backend)) {
+    settings = report->effective_settings();
+  }
   if (config.pause_after_seconds > 0 && !can_pause) {
     context.logger->warning("sandbox.pause_after_seconds is set but backend " + config.backend.use +
                             " cannot pause sandboxes; released sandboxes stay warm until "
@@ -222,6 +226,17 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
     w.StartArray();
     for (const auto& capability : capabilities) write_json_string(w, capability);
     w.EndArray();
+    if (!settings.empty()) {
+      w.Key("backend_settings");
+      w.StartArray();
+      for (const auto& line : settings) {
+        w.StartObject();
+        write_json_member(w, "setting", line.setting);
+        write_json_member(w, "source", line.source);
+        w.EndObject();
+      }
+      w.EndArray();
+    }
     if (slots) {
       w.Key("pre_started_slots");
       w.StartObject();
@@ -254,6 +269,9 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   for (const auto& capability : capabilities) offered += (offered.empty() ? "" : ", ") + capability;
   std::cout << "backend: " << config.backend.use
             << " loaded (optional capabilities: " << (offered.empty() ? "none" : offered) << ")\n";
+  for (const auto& line : settings) {
+    std::cout << "  " << line.setting << " (" << line.source << ")\n";
+  }
   if (slots) {
     std::cout << "pre-started slots: warm_slots " << slots->first << ", "
               << (slots->second.empty()

@@ -169,8 +169,8 @@ class ControlApi {
         token_on_socket_(token_required_on_socket) {}
 
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
-  std::optional<Response> admit(const RequestHead& head) const {
-    if (head.method == "GET" && head.path == "/v1/health") return std::nullopt;
+  door::Admission admit(const RequestHead& head) const {
+    if (head.method == "GET" && head.path == "/v1/health") return door::Admission::public_route();
     if ((head.over_tcp || token_on_socket_) &&
         !token_matches(head.header("authorization"), token_)) {
       Response refused = document(401, [] {
@@ -186,9 +186,9 @@ class ControlApi {
         return std::string(buffer.GetString());
       }());
       refused.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return refused;
+      return door::Admission::refused(std::move(refused));
     }
-    return std::nullopt;
+    return door::Admission::credentialed();
   }
 
   // On a worker thread.

@@ -45,6 +45,16 @@ constexpr const char* kFlatBackendKeys[] = {
 constexpr const char* kDeerFlowOnlySandboxKeys[] = {"allow_host_bash", "base_url",
                                                     "auto_start",      "sandboxd_socket",
                                                     "sandboxd_url",    "sandboxd_token_env"};
+// DeerFlow's own sandbox settings that its tools apply with every provider (output truncation,
+// the bash timeout) and BoxLite's reclaim check: DeerFlow reads them, a sandbox does not. Known
+// in either format, so its shipped config.example.yaml loads without a warning (issue 32 C).
+constexpr const char* kDeerFlowToolKeys[] = {"bash_output_max_chars", "read_file_output_max_chars",
+                                             "ls_output_max_chars", "bash_command_timeout",
+                                             "health_check_skip_seconds"};
+// The provider sandboxd stands in for, and sandboxd's own provider for DeerFlow: a `use:`
+// naming one of them is a note; any other DeerFlow provider is a warning saying what sandboxd
+// runs instead.
+constexpr const char* kProvidersSandboxdServes[] = {"AioSandboxProvider", "SandboxdProvider"};
 // Keys of our own shape.
 constexpr const char* kKnownSandboxKeys[] = {"use",
                                              "backend",
@@ -152,8 +162,8 @@ class Parser {
     reject_duplicate_keys(*sandbox, "sandbox");
 
     read_skills(doc);
-    read_provider_use(*sandbox);
     read_backend(*sandbox);
+    read_provider_use(*sandbox);
     read_ownership(*sandbox, doc);
     read_scalars(*sandbox);
     read_plugin_dirs(*sandbox);
@@ -233,16 +243,13 @@ class Parser {
     return name_of(it->value);
   }
 
-  // `$NAME` → value of the environment variable NAME (missing → "" and a warning).
+  // `$NAME` → value of the environment variable NAME. Unset, it is an error, as DeerFlow
+  // raises: an empty API key would start a gateway DeerFlow itself refuses to start.
   void resolve_variable(Value& value, const std::string& path, Allocator& alloc) {
     const std::string text = name_of(value);
     const std::string name = text.substr(1);
     const char* found = name.empty() ? nullptr : std::getenv(name.c_str());
-    if (found == nullptr) {
-      config_.warnings.push_back(path + ": environment variable " + name +
-                                 " is not set; using an empty string");
-      found = "";
-    }
+    if (found == nullptr) error(path + ": " + unset_variable_message(name));
     value.SetString(found, static_cast<rapidjson::SizeType>(std::strlen(found)), alloc);
   }
 
@@ -313,8 +320,21 @@ class Parser {
     const Value* use = member(sandbox, "use");
     if (use == nullptr) return;
     if (!use->IsString()) fail("sandbox.use", "a string", *use);
-    config_.mapping_notes.push_back("sandbox.use " + json_quote(name_of(*use)) +
-                                    " → ignored: the sandboxd core is the provider");
+    const std::string provider = name_of(*use);
+    const std::string class_name = provider.substr(provider.find(':') + 1);
+    bool served = false;
+    for (const char* name : kProvidersSandboxdServes) served = served || class_name == name;
+    if (served) {
+      config_.mapping_notes.push_back("sandbox.use " + json_quote(provider) +
+                                      " → ignored: the sandboxd core is the provider");
+      return;
+    }
+    config_.warnings.push_back(
+        "sandbox.use " + json_quote(provider) + " names DeerFlow's " + class_name +
+        ", which sandboxd does not run; sandboxd runs every sandbox through sandbox.backend "
+        "instead: " +
+        config_.backend.use +
+        (config_.backend.use == kLocalDockerUse ? " (containers on the local engine)" : ""));
   }
 
   void read_backend(const Value& sandbox) {
@@ -587,6 +607,11 @@ class Parser {
     for (auto it = sandbox.MemberBegin(); it != sandbox.MemberEnd(); ++it) {
       const std::string key = name_of(it->name);
       if (is_known_sandbox_key(key) || is_flat_backend_key(key)) continue;
+      if (std::find(std::begin(kDeerFlowToolKeys), std::end(kDeerFlowToolKeys), key) !=
+          std::end(kDeerFlowToolKeys)) {
+        deerflow_only += (deerflow_only.empty() ? "" : ", ") + key;
+        continue;
+      }
       if (yaml_ != nullptr &&
           std::find(std::begin(kDeerFlowOnlySandboxKeys), std::end(kDeerFlowOnlySandboxKeys),
                     key) != std::end(kDeerFlowOnlySandboxKeys)) {

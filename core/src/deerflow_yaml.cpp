@@ -170,12 +170,7 @@ class Converter {
   Value variable(const YAML::Node& node, const std::string& path, const std::string& name,
                  Allocator& alloc) {
     const char* found = name.empty() ? nullptr : std::getenv(name.c_str());
-    if (found == nullptr) {
-      result_.warnings.push_back(source_ + ":" + std::to_string(node.Mark().line + 1) + ": " +
-                                 path + ": environment variable " + name +
-                                 " is not set; using an empty string");
-      return Value("", alloc);
-    }
+    if (found == nullptr) fail_at(node, path, unset_variable_message(name));
     return Value(found, alloc);
   }
 
@@ -193,6 +188,11 @@ bool ends_with(const std::string& path, std::string_view suffix) {
 }
 
 }  // namespace
+
+std::string unset_variable_message(const std::string& name) {
+  return "environment variable " + (name.empty() ? std::string("(no name after $)") : name) +
+         " is not set; DeerFlow refuses such a file too: set it, or write the value itself";
+}
 
 bool has_yaml_extension(const std::string& path) {
   return ends_with(path, ".yaml") || ends_with(path, ".yml");

@@ -6,9 +6,8 @@
 // Scalars are typed as DeerFlow's PyYAML `safe_load` types them (YAML 1.1: yes/no/on/off are
 // booleans, ~ and an empty value are null); a quoted scalar is always a string. A string that
 // starts with `$` is replaced by that environment variable, at any depth, as DeerFlow's
-// `AppConfig.resolve_env_variables` does; an unset one reads as an empty string, as in a JSON
-// config, with a warning that names the line, the key path and the variable, never a value
-// (DeerFlow itself refuses the file or, in later versions, reads null).
+// `AppConfig.resolve_env_variables` does; an unset one is an error naming the file, the line,
+// the key path and the variable, never a value, as DeerFlow refuses such a file (issue 32 C).
 #pragma once
 
 #include <map>
@@ -23,6 +22,9 @@ struct DeerFlowYaml {
   std::vector<std::string> warnings;
   std::vector<std::string> other_sections;  // top-level keys left to DeerFlow
 };
+
+// What an unset `$NAME` is called in the config errors of both formats.
+std::string unset_variable_message(const std::string& name);
 
 // true for a name ending in .yaml or .yml.
 bool has_yaml_extension(const std::string& path);

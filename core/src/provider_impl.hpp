@@ -191,8 +191,9 @@ struct Provider::Impl {
   void notify_capacity_freed() { capacity_freed_.notify_all(); }
   // The deployment-wide ledger (ledger_), when the store offers one: renewed with the leases,
   // released when a sandbox is gone (else it expires within one TTL).
-  void renew_capacity_reservations() EXCLUDES(mutex_);
-  void release_capacity(const std::string& sandbox_id, const std::string& user);
+  void renew_capacity_reservations() EXCLUDES(mutex_, ledger_order_);
+  void release_capacity(const std::string& sandbox_id, const std::string& user)
+      EXCLUDES(mutex_, ledger_order_);
 
   // ── ids and mounts ──
   std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
@@ -317,6 +318,12 @@ struct Provider::Impl {
   std::shared_ptr<LifecyclePolicy> policy_;
   ProviderSeams seams_;
 
+  // Orders writes to the capacity ledger (issue 32 B): a renewal holds it from its snapshot of
+  // the held sandboxes until the store has written them, and a release holds it around its
+  // unreserve, so a release is never overwritten by a renewal that saw the sandbox before it
+  // went. Taken before mutex_, never while holding it; store calls run under it (a release
+  // waits at most one renewal's store call), never under mutex_.
+  mutable Mutex ledger_order_ ACQUIRED_BEFORE(mutex_);
   mutable Mutex mutex_;  // the registry mutex (see the lock story)
   SandboxRegistry registry_ GUARDED_BY(mutex_);
   // Creations queued for a slot under a ceiling (issue 23); beside the registry so that the

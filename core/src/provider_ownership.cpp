@@ -202,6 +202,7 @@ void Provider::Impl::renew_owned_leases() {
 
 void Provider::Impl::renew_capacity_reservations() {
   if (!ledger_) return;
+  MutexLock order(ledger_order_);  // until the store has written this snapshot
   std::vector<std::pair<std::string, std::string>> held;  // id, user
   {
     MutexLock lock(mutex_);
@@ -222,6 +223,7 @@ void Provider::Impl::renew_capacity_reservations() {
 
 void Provider::Impl::release_capacity(const std::string& sandbox_id, const std::string& user) {
   if (!ledger_) return;
+  MutexLock order(ledger_order_);  // after any renewal whose snapshot still held it
   try {
     ledger_->unreserve(sandbox_id, user);
   } catch (const std::exception& e) {

@@ -29,6 +29,8 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
       it = present.count(it->first) ? std::next(it) : unowned.erase(it);
     }
   }
+  // Whatever it found, this pass ran: the next one is a periodic pass, not the startup's.
+  const bool first_pass = !reconciled_once_.exchange(true);
   if (running.empty()) return report;
 
   const double ttl = ownership_->ttl_seconds();
@@ -92,8 +94,7 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
     log(LogLevel::info, "Adopted container " + id + " into warm pool (age: " +
                             (std::isinf(age) ? std::string("inf") : fixed(age, 0)) + "s)");
   }
-  log(LogLevel::info, std::string(reconciled_once_.exchange(true) ? "Reconciliation pass"
-                                                                  : "Startup reconciliation") +
+  log(LogLevel::info, std::string(first_pass ? "Startup reconciliation" : "Reconciliation pass") +
                           " complete: " + std::to_string(adopted) + " adopted into warm pool, " +
                           std::to_string(skipped) + " skipped (live peer ownership), " +
                           std::to_string(deferred) +

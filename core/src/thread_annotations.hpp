@@ -20,6 +20,8 @@
 #define PT_GUARDED_BY(x) SANDBOXD_THREAD_ANNOTATION(pt_guarded_by(x))
 #define REQUIRES(...) SANDBOXD_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
 #define EXCLUDES(...) SANDBOXD_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define ACQUIRED_BEFORE(...) SANDBOXD_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#define ACQUIRED_AFTER(...) SANDBOXD_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
 #define ACQUIRE(...) SANDBOXD_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define RELEASE(...) SANDBOXD_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define TRY_ACQUIRE(...) SANDBOXD_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))

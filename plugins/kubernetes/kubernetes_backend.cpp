@@ -61,6 +61,10 @@ constexpr const char* kAppLabel = "app";
 constexpr const char* kAppValue = "deer-flow-sandbox";
 constexpr const char* kSandboxIdLabel = "sandbox-id";
 constexpr const char* kManagedByLabel = "sandboxd.io/managed-by";
+// The mount contract a pod was made under (issue 32 A.4), as local_docker labels its
+// containers: a provisioner over this backend answers it, and refuses to reuse a pod made
+// under another. A pod without it (DeerFlow's provisioner made it) is contract 0.
+constexpr const char* kContractLabel = "sandboxd.io/mount-contract-version";
 constexpr const char* kUserAnnotation = "sandboxd.io/user-id";
 constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
 // Waiting reasons that will not resolve by waiting: the create fails at once, naming it.
@@ -204,6 +208,7 @@ class KubernetesBackend final : public SandboxBackend {
       info.created_at = parse_timestamp(string_at(ready, {"metadata", "creationTimestamp"}));
       info.user_id = request.user_id;
       info.thread_id = request.thread_id;
+      info.mount_contract_version = contract_of(ready);  // ours, or the pod taken over
       logger_->info("kubernetes: pod " + pod_name + " ready at " + info.sandbox_url);
       return info;
     } catch (...) {
@@ -647,7 +652,17 @@ class KubernetesBackend final : public SandboxBackend {
     const std::string thread = string_at(pod, {"metadata", "annotations", kThreadAnnotation});
     if (!user.empty()) info.user_id = user;
     if (!thread.empty()) info.thread_id = thread;
+    info.mount_contract_version = contract_of(pod);
     return info;
+  }
+
+  static int contract_of(const rapidjson::Value& pod) {
+    const std::string label = string_at(pod, {"metadata", "labels", kContractLabel});
+    if (label.empty() || label.size() > 3 ||
+        label.find_first_not_of("0123456789") != std::string::npos) {
+      return 0;
+    }
+    return std::stoi(label);
   }
 
   // One labelled list, paged with limit/continue; never one GET per sandbox.
@@ -688,6 +703,7 @@ class KubernetesBackend final : public SandboxBackend {
     w.Key(kAppLabel), w.String(kAppValue);
     w.Key(kSandboxIdLabel), w.String(id.c_str());  // a validated id: a valid label value
     w.Key(kManagedByLabel), w.String("sandboxd");
+    w.Key(kContractLabel), w.String(std::to_string(kSandboxMountContractVersion).c_str());
     w.EndObject();
   }
 
@@ -699,6 +715,12 @@ class KubernetesBackend final : public SandboxBackend {
     if (relative.empty() || relative.native().rfind("..", 0) == 0) {
       throw std::invalid_argument("kubernetes: mount source " + host_path + " is not under " +
                                   host_base_dir_ + ", so it has no place on the PVC");
+    }
+    if (relative == ".") {
+      // subPath "." would mount the whole claim: every user's data.
+      throw std::invalid_argument("kubernetes: mount source " + host_path + " is " +
+                                  host_base_dir_ +
+                                  " itself; a sandbox mount must be a directory below it");
     }
     return relative.string();
   }

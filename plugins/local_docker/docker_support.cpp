@@ -346,4 +346,20 @@ std::optional<ApiVersion> parse_api_version(const std::string& text) {
   return std::make_pair(major, minor);
 }
 
+std::string trimmed(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  std::size_t start = 0;
+  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
+  return text.substr(start);
+}
+
+std::string render_mounts(const std::vector<Mount>& mounts) {
+  std::string out;
+  for (const Mount& m : mounts) {
+    if (!out.empty()) out += ", ";
+    out += m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "");
+  }
+  return out.empty() ? "none" : out;
+}
+
 }  // namespace sandboxd::local_docker

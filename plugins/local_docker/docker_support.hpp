@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <sandboxd/types.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,12 @@ bool is_missing_image(long status, const std::string& message);
 // package and the `init: false` alternative; Docker's missing bind source points at the
 // mounts option. "" when the message is not one of those.
 std::string engine_failure_hint(const std::string& message);
+
+// `text` without leading and trailing white space.
+std::string trimmed(std::string text);
+
+// Mounts rendered for logs: "/src:/dst, /ro:/in:ro", or "none".
+std::string render_mounts(const std::vector<Mount>& mounts);
 
 // Environment rendered for logs: "A=<redacted> B=<redacted>"; values never appear.
 std::string redacted_environment(const std::map<std::string, std::string>& environment);

@@ -62,9 +62,11 @@
 #include <utility>
 #include <vector>
 
+#include "backend_settings.hpp"
 #include "docker_support.hpp"
 #include "engine_answers.hpp"
 #include "engine_client.hpp"
+#include "host_mounts.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sandbox_capabilities.hpp"
@@ -73,9 +75,6 @@
 namespace sandboxd::local_docker {
 namespace {
 
-constexpr const char* kDefaultImage =
-    "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest";
-constexpr const char* kDefaultPrefix = "deer-flow-sandbox";
 constexpr const char* kLogPrefix = "local_docker: ";
 
 constexpr const char* kLabelManagedBy = "sandboxd.managed-by";
@@ -99,24 +98,6 @@ constexpr int kAdoptWaitSeconds = 30;  // how long a name conflict waits for the
 constexpr auto kNameHolderAppearWait = std::chrono::seconds(2);
 // Creates again after a holder that went away; these never use up the port attempts.
 constexpr int kMaxNameConflictRounds = 5;
-
-std::string env_or(const char* name, const std::string& fallback) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? std::string(value) : fallback;
-}
-
-std::optional<std::string> env_optional(const char* name) {
-  const char* value = std::getenv(name);
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
-std::string trimmed(std::string text) {
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
-  std::size_t start = 0;
-  while (start < text.size() && std::isspace(static_cast<unsigned char>(text[start]))) ++start;
-  return text.substr(start);
-}
 
 std::string short_id(const std::string& id) {
   return id.size() > 12 ? id.substr(0, 12) : id;
@@ -171,33 +152,6 @@ class PortReservation {
   int port_ = 0;
 };
 
-struct Settings {
-  EngineEndpoint endpoint;
-  std::string socket_source;  // which setting chose the socket, for messages
-  std::string image;
-  std::string prefix;
-  int base_port = 0;
-  std::vector<Mount> mounts;
-  std::map<std::string, std::string> environment;
-  long long memory_bytes = 0;
-  double cpus = 0;
-  long long pids_limit = 0;
-  long long stop_timeout_seconds = 10;
-  std::vector<std::string> security_opt;  // no-new-privileges included unless turned off
-  std::vector<std::string> cap_drop;
-  std::vector<std::string> cap_add;
-  bool init = true;
-  std::string bind_host;     // as SPEC §9.4 renders it ("[::1]" for IPv6 loopback)
-  std::string sandbox_host;  // host part of sandbox URLs
-  double request_timeout_seconds = 30;
-  double pull_timeout_seconds = 600;
-  std::size_t warm_slots = 0;
-  std::filesystem::path slots_dir;  // where claimed slots' records live, even with 0 slots
-  std::vector<Mount> slot_mounts;
-  double slot_ready_timeout_seconds = 60;
-  double slot_sweep_seconds = 60;
-};
-
 // What one container is created with: a sandbox's, or a pre-started slot's.
 struct ContainerSpec {
   std::string sandbox_id;  // for messages and adoption
@@ -207,24 +161,18 @@ struct ContainerSpec {
   std::map<std::string, std::string> labels;
 };
 
-std::string render_mounts(const std::vector<Mount>& mounts) {
-  std::string out;
-  for (const Mount& m : mounts) {
-    if (!out.empty()) out += ", ";
-    out += m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "");
-  }
-  return out.empty() ? "none" : out;
-}
-
 }  // namespace
 
 class LocalContainerBackend final : public SandboxBackend,
                                     public SandboxPausing,
                                     public PreStartedSlots,
+                                    public SettingsReport,
                                     private SlotEngine {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
-      : logger_(context.logger), settings_(read_settings(context)), client_(settings_.endpoint) {
+      : logger_(context.logger),
+        settings_(read_settings(context, *context.logger)),
+        client_(settings_.endpoint) {
     if (settings_.warm_slots > 0) {
       SlotPoolOptions options;
       options.target = settings_.warm_slots;
@@ -254,6 +202,11 @@ class LocalContainerBackend final : public SandboxBackend,
   void start_slots() override {
     if (slots_) slots_->start();
   }
+  std::vector<SettingsReport::Line> effective_settings() const override {
+    std::vector<SettingsReport::Line> out;
+    for (const auto& [setting, source] : settings_.effective) out.push_back({setting, source});
+    return out;
+  }
 
  private:
   // SlotEngine, for the slot pool.
@@ -279,7 +232,6 @@ class LocalContainerBackend final : public SandboxBackend,
                    bool (*done_already)(const std::string& message));
   // destroy(); a stop refused because the container is paused thaws it and retries once.
   void destroy_once(const SandboxInfo& info, bool thawed_for_stop);
-  Settings read_settings(const PluginContext& context);
 
   void log(LogLevel level, const std::string& message) {
     logger_->log(level, kLogPrefix + message);
@@ -327,177 +279,6 @@ LocalContainerBackend::~LocalContainerBackend() {
   }
 }
 
-Settings LocalContainerBackend::read_settings(const PluginContext& context) {
-  PluginConfig options = context.options();
-  Settings s;
-
-  // socket: the option, else DOCKER_HOST, else the default path.
-  std::string socket_spec;
-  if (auto socket = options.optional_string("socket"); socket && !trimmed(*socket).empty()) {
-    socket_spec = *socket;
-    s.socket_source = options.path_of("socket");
-  } else if (auto host = env_optional("DOCKER_HOST"); host && !trimmed(*host).empty()) {
-    socket_spec = *host;
-    s.socket_source = "environment variable DOCKER_HOST";
-  } else {
-    socket_spec = "unix:///var/run/docker.sock";
-    s.socket_source = "the default";
-  }
-  try {
-    s.endpoint = EngineEndpoint::parse(socket_spec);
-  } catch (const std::invalid_argument& e) {
-    if (s.socket_source == "environment variable DOCKER_HOST") {
-      throw PluginConfigError("DOCKER_HOST", e.what());
-    }
-    options.reject("socket", e.what());
-  }
-
-  s.image = trimmed(options.get_string("image", ""));
-  if (s.image.empty()) s.image = kDefaultImage;
-
-  s.prefix = trimmed(options.get_string("container_prefix", ""));
-  if (s.prefix.empty()) s.prefix = kDefaultPrefix;
-  if (!is_valid_container_name(s.prefix)) {
-    options.reject("container_prefix",
-                   "\"" + s.prefix +
-                       "\" is not usable in a container name (letters, digits, '_', '.', '-'; "
-                       "starting with a letter or digit)");
-  }
-
-  const long long port = options.get_integer("port", 0);
-  if (port < 0 || port > 65535) options.reject("port", "must be between 0 and 65535");
-  s.base_port = static_cast<int>(port);
-
-  s.mounts = options.get_mounts("mounts");
-  for (std::size_t i = 0; i < s.mounts.size(); ++i) {
-    if (s.mounts[i].container_path.front() != '/') {
-      options.reject("mounts[" + std::to_string(i) + "].container_path",
-                     "must be an absolute path inside the container");
-    }
-  }
-
-  s.environment = options.get_string_map("environment");
-  for (const auto& [key, value] : s.environment) {
-    (void)value;
-    if (key.empty() || key.find('=') != std::string::npos) {
-      options.reject("environment." + key, "variable names must be non-empty and contain no '='");
-    }
-  }
-
-  if (const rapidjson::Value* memory = options.raw("memory")) {
-    try {
-      if (memory->IsString()) {
-        s.memory_bytes = parse_memory_bytes(memory->GetString());
-      } else if (memory->IsInt64() && memory->GetInt64() >= 0) {
-        s.memory_bytes = memory->GetInt64();
-      } else {
-        options.fail("memory", "a size such as \"2g\" or a byte count", *memory);
-      }
-    } catch (const std::invalid_argument& e) {
-      options.reject("memory", e.what());
-    }
-  } else {
-    s.memory_bytes = parse_memory_bytes("2g");
-  }
-
-  s.cpus = options.get_number("cpus", 2.0);
-  if (s.cpus < 0) options.reject("cpus", "must be >= 0 (0: no limit)");
-  // The engine refuses more CPUs than the host has; the default must work on small hosts.
-  const unsigned host_cpus = std::thread::hardware_concurrency();
-  if (!options.has("cpus") && host_cpus > 0 && s.cpus > host_cpus) s.cpus = host_cpus;
-
-  s.pids_limit = options.get_integer("pids_limit", 1024);
-  if (s.pids_limit < -1) options.reject("pids_limit", "must be >= -1 (0 or -1: no limit)");
-
-  s.stop_timeout_seconds = options.get_integer("stop_timeout_seconds", 10);
-  if (s.stop_timeout_seconds < 0 || s.stop_timeout_seconds > 3600) {
-    options.reject("stop_timeout_seconds", "must be between 0 and 3600");
-  }
-
-  // Secure by default (issue 13 D): no privilege gain through setuid binaries, every
-  // capability dropped but the few an image's init and services use, the engine's default
-  // seccomp profile. DeerFlow runs with seccomp=unconfined; set it here if the image needs it.
-  s.security_opt = options.get_string_list("security_opt");
-  if (options.get_bool("no_new_privileges", true) &&
-      std::find(s.security_opt.begin(), s.security_opt.end(), "no-new-privileges") ==
-          s.security_opt.end()) {
-    s.security_opt.push_back("no-new-privileges");
-  }
-  s.cap_drop = options.has("cap_drop") ? options.get_string_list("cap_drop")
-                                       : std::vector<std::string>{"ALL"};
-  s.cap_add = options.has("cap_add")
-                  ? options.get_string_list("cap_add")
-                  : std::vector<std::string>(std::begin(kDefaultSandboxCapabilities),
-                                             std::end(kDefaultSandboxCapabilities));
-  s.init = options.get_bool("init", true);
-
-  s.sandbox_host = trimmed(options.get_string("sandbox_host", ""));
-  if (s.sandbox_host.empty()) s.sandbox_host = trimmed(env_or("DEER_FLOW_SANDBOX_HOST", ""));
-  if (s.sandbox_host.empty()) s.sandbox_host = "localhost";
-
-  std::optional<std::string> bind_host = options.optional_string("bind_host");
-  if (!bind_host || trimmed(*bind_host).empty())
-    bind_host = env_optional("DEER_FLOW_SANDBOX_BIND_HOST");
-  std::string bind_reason;
-  s.bind_host = resolve_bind_host(bind_host, s.sandbox_host, &bind_reason);
-
-  s.request_timeout_seconds = options.get_number("request_timeout_seconds", 30.0);
-  if (!(s.request_timeout_seconds > 0)) options.reject("request_timeout_seconds", "must be > 0");
-  s.pull_timeout_seconds = options.get_number("pull_timeout_seconds", 600.0);
-  if (!(s.pull_timeout_seconds > 0)) options.reject("pull_timeout_seconds", "must be > 0");
-
-  const long long warm_slots = options.get_integer("warm_slots", 0);
-  if (warm_slots < 0 || warm_slots > 64) options.reject("warm_slots", "must be between 0 and 64");
-  s.warm_slots = static_cast<std::size_t>(warm_slots);
-  if (auto dir = options.optional_string("slots_dir"); dir && !trimmed(*dir).empty()) {
-    s.slots_dir = trimmed(*dir);
-    if (!s.slots_dir.is_absolute()) options.reject("slots_dir", "must be an absolute path");
-  } else if (!context.base_dir.empty()) {
-    s.slots_dir = std::filesystem::absolute(context.base_dir) / "local_docker-slots";
-  } else if (s.warm_slots > 0) {
-    options.reject("slots_dir", "is needed with warm_slots when the host has no base directory");
-  }
-  // The per-conversation mount points slots are made for, before any conversation taught them.
-  if (const rapidjson::Value* list = options.raw("slot_mounts")) {
-    if (!list->IsArray())
-      options.fail("slot_mounts", "an array of {container_path, read_only}", *list);
-    for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
-      const std::string key = "slot_mounts[" + std::to_string(i) + "]";
-      const rapidjson::Value& item = (*list)[i];
-      const auto path = item.IsObject() ? item.FindMember("container_path") : item.MemberEnd();
-      if (!item.IsObject() || path == item.MemberEnd() || !path->value.IsString() ||
-          path->value.GetStringLength() == 0 || path->value.GetString()[0] != '/') {
-        options.fail(key, "an object whose container_path is an absolute path", item);
-      }
-      Mount mount;
-      mount.container_path = path->value.GetString();
-      if (const auto ro = item.FindMember("read_only"); ro != item.MemberEnd()) {
-        if (!ro->value.IsBool()) options.fail(key + ".read_only", "a boolean", ro->value);
-        mount.read_only = ro->value.GetBool();
-      }
-      s.slot_mounts.push_back(std::move(mount));
-    }
-  }
-  s.slot_ready_timeout_seconds = options.get_number("slot_ready_timeout_seconds", 60.0);
-  if (!(s.slot_ready_timeout_seconds > 0)) {
-    options.reject("slot_ready_timeout_seconds", "must be > 0");
-  }
-  s.slot_sweep_seconds = options.get_number("slot_sweep_seconds", 60.0);
-  if (!(s.slot_sweep_seconds >= 1)) options.reject("slot_sweep_seconds", "must be >= 1");
-
-  for (const std::string& key : options.unread_keys()) {
-    logger_->warning(std::string(kLogPrefix) + "ignoring unknown option " + key);
-  }
-  logger_->debug(std::string(kLogPrefix) + bind_reason);
-  logger_->info(
-      std::string(kLogPrefix) + "engine " + s.endpoint.display + " (from " + s.socket_source +
-      "), image " + s.image + ", container prefix " + s.prefix + ", host port " +
-      (s.base_port > 0 ? "from " + std::to_string(s.base_port) : "chosen by the engine") + " on " +
-      s.bind_host + ", sandbox host " + s.sandbox_host + ", mounts: " + render_mounts(s.mounts) +
-      ", environment: " + (s.environment.empty() ? "none" : redacted_environment(s.environment)));
-  return s;
-}
-
 std::string LocalContainerBackend::create_body(const ContainerSpec& spec, int host_port) const {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
@@ -505,6 +286,10 @@ std::string LocalContainerBackend::create_body(const ContainerSpec& spec, int ho
   w.StartObject();
   w.Key("Image");
   str(settings_.image);
+  if (!settings_.user.empty()) {
+    w.Key("User");
+    str(settings_.user);
+  }
   w.Key("Env");
   w.StartArray();
   for (const auto& [key, value] : settings_.environment) str(key + "=" + value);
@@ -543,6 +328,10 @@ std::string LocalContainerBackend::create_body(const ContainerSpec& spec, int ho
   w.EndObject();
   w.Key("AutoRemove");
   w.Bool(true);
+  if (!settings_.network.empty()) {
+    w.Key("NetworkMode");
+    str(settings_.network);
+  }
   if (!settings_.security_opt.empty()) {
     w.Key("SecurityOpt");
     w.StartArray();
@@ -1034,6 +823,10 @@ std::string LocalContainerBackend::slot_preflight() {
     }
   } catch (const std::exception& e) {
     return std::string("the engine could not be asked: ") + e.what();
+  }
+  if (const std::string why = links_on_the_way(settings_.slots_dir); !why.empty()) {
+    return "slots_dir " + settings_.slots_dir.string() + " cannot be used: " + why +
+           "; give its real path";
   }
   struct stat st {};
   if (::lstat(settings_.slots_dir.c_str(), &st) == 0) {

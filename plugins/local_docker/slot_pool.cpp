@@ -62,52 +62,28 @@ double ms_since(std::chrono::steady_clock::time_point start) {
       .count();
 }
 
-// Removes entry `name` of the directory `dirfd` and what is under it, acting on descriptors
-// and never following a link (a slot's directories were writable by its container), visiting
-// at most `budget` entries. false when the budget ran out (the rest is left for the caller to
-// log).
-bool remove_entry_at(int dirfd, const std::string& name, std::size_t& budget) {
-  if (budget == 0) return false;
-  --budget;
-  if (::unlinkat(dirfd, name.c_str(), 0) == 0 || errno == ENOENT) return true;
-  if (errno != EISDIR) return true;  // left as it is; the caller's rmdir reports the rest
-  const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return true;
-  DIR* dir = ::fdopendir(fd);
-  if (dir == nullptr) {
-    ::close(fd);
-    return true;
+// Removes `parent/name` and what is under it (see remove_tree_at: no link followed, no mount
+// crossed, a bounded walk); `parent` is ours, under the slots root.
+Removal remove_under(const fs::path& parent, const std::string& name) {
+  UniqueFd dir;
+  try {
+    dir = open_dir_without_links(parent);
+  } catch (const std::exception&) {
+    return {};  // gone already
   }
-  std::vector<std::string> children;
-  while (const dirent* entry = ::readdir(dir)) {
-    const std::string child = entry->d_name;
-    if (child != "." && child != "..") children.push_back(child);
-    if (children.size() > budget) break;
-  }
-  bool complete = true;
-  for (const std::string& child : children) {
-    if (!remove_entry_at(::dirfd(dir), child, budget)) {
-      complete = false;
-      break;
-    }
-  }
-  ::closedir(dir);
-  if (complete) ::unlinkat(dirfd, name.c_str(), AT_REMOVEDIR);
-  return complete;
+  std::size_t budget = kMaxWalkEntries;
+  return remove_tree_at(dir.get(), name, budget);
 }
 
-// remove_entry_at for an absolute `path` whose parent is ours (under the slots root).
-bool remove_tree(const fs::path& path, std::size_t& budget) {
-  const UniqueFd parent(
-      ::open(path.parent_path().c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-  if (!parent) return true;
-  return remove_entry_at(parent.get(), path.filename().string(), budget);
+SlotPoolOptions with_normal_root(SlotPoolOptions options) {
+  options.root = normal_absolute(options.root);
+  return options;
 }
 
 }  // namespace
 
 SlotPool::SlotPool(SlotPoolOptions options, SlotEngine& engine, std::shared_ptr<Logger> logger)
-    : options_(std::move(options)),
+    : options_(with_normal_root(std::move(options))),
       engine_(engine),
       logger_(std::move(logger)),
       token_(random_token()) {
@@ -141,10 +117,12 @@ SlotPool::~SlotPool() {
   for (const Slot& slot : left) discard(slot);
   if (!was_running) return;  // nothing was set up
   // The root stays a mount while claimed slots' mounts are under it (their sandboxes outlive
-  // this process); otherwise nothing of ours stays mounted.
+  // this process); otherwise nothing this pool mounted stays mounted.
   try {
-    const auto points = mount_points_under(options_.root);
-    if (points.size() == 1 && points.front() == options_.root) detach_mount(options_.root);
+    if (is_self_bind(options_.root) &&
+        !has_mounts_two_levels_down(options_.root / "slots", kMaxWalkEntries)) {
+      detach_mount(options_.root, /*every_layer=*/false);
+    }
   } catch (const std::exception& e) {
     logger_->warning(std::string(kLog) + e.what());
   }
@@ -184,18 +162,8 @@ void SlotPool::learn_shape(const CreateRequest& request) {
     for (const Mount& m : sorted_shape(request.extra_mounts)) {
       text += (m.read_only ? "ro " : "rw ") + m.container_path + "\n";
     }
-    const UniqueFd root = open_trusted_dir(options_.root);
-    const std::string temp = "shape." + token_;
-    {
-      UniqueFd file =
-          open_file(root.get(), temp, O_WRONLY | O_CREAT | O_TRUNC, 0600, options_.root / temp);
-      if (::write(file.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-        throw std::runtime_error(std::strerror(errno));
-      }
-    }
-    if (::renameat(root.get(), temp.c_str(), root.get(), "shape") != 0) {
-      throw std::runtime_error(std::strerror(errno));
-    }
+    const UniqueFd root = open_dir_without_links(options_.root);
+    replace_file_at(root.get(), "shape", text, 0600, options_.root / "shape");
   } catch (const std::exception& e) {
     logger_->warning(std::string(kLog) + "could not keep the mount points in " +
                      (options_.root / "shape").string() + ": " + e.what());
@@ -237,6 +205,12 @@ void SlotPool::read_kept_shape() {
 }
 
 bool SlotPool::set_up_root() {
+  // Every later path starts at the root, so no link may lie on the way to it.
+  if (const std::string why = links_on_the_way(options_.root); !why.empty()) {
+    set_off("slots_dir " + options_.root.string() + " cannot be used: " + why +
+            "; give its real path");
+    return false;
+  }
   try {
     ensure_trusted_dir(options_.root, "slots directory");
     for (const char* sub : {"slots", "claims", "owners"}) {
@@ -303,8 +277,7 @@ bool SlotPool::probe() {
   } catch (const std::exception& e) {
     logger_->warning(std::string(kLog) + "cleaning up the probe slot: " + e.what());
   }
-  std::size_t budget = kMaxWalkEntries;
-  remove_tree(dir, budget);
+  remove_under(options_.root / "slots", token_ + "-probe");
   if (!failure.empty()) {
     set_off(failure);
     return false;
@@ -341,8 +314,7 @@ std::optional<SlotPool::Slot> SlotPool::start_one(const std::vector<Mount>& shap
     slot.container = engine_.start_slot(slot.name, slot.mounts, {{kLabelSlotOwner, token_}});
   } catch (const std::exception& e) {
     logger_->warning(std::string(kLog) + "starting slot " + slot.name + " failed: " + e.what());
-    std::size_t budget = kMaxWalkEntries;
-    remove_tree(dir, budget);
+    remove_under(options_.root / "slots", suffix);
     return std::nullopt;
   }
   logger_->debug(std::string(kLog) + "slot " + slot.name + " ready in " +
@@ -365,13 +337,17 @@ void SlotPool::remove_slot_dir(const fs::path& root, const std::string& slot, Lo
   if (slot.empty() || slot.find('/') != std::string::npos || slot[0] == '.') return;
   const fs::path dir = root / "slots" / slot;
   try {
-    for (const fs::path& point : mount_points_under(dir)) detach_mount(point);
+    detach_child_mounts(dir, kMaxWalkEntries);
   } catch (const std::exception& e) {
-    logger.warning(std::string(kLog) + e.what());
+    logger.warning(std::string(kLog) + e.what() + "; " + dir.string() + " left in place");
     return;  // never remove files through a mount that is still there
   }
-  std::size_t budget = kMaxWalkEntries;
-  if (!remove_tree(dir, budget)) {
+  // The removal itself never enters a mount either: what is still mounted stays whole.
+  const Removal removal = remove_under(root / "slots", slot);
+  if (!removal.mount_refused.empty()) {
+    logger.warning(std::string(kLog) + (dir / removal.mount_refused).string() +
+                   " is still a mount point; " + dir.string() + " left in place");
+  } else if (removal.budget_ran_out) {
     logger.warning(std::string(kLog) + dir.string() + " holds more than " +
                    std::to_string(kMaxWalkEntries) + " entries; left in place");
   }
@@ -530,27 +506,30 @@ void SlotPool::write_record(const ClaimRecord& record) {
     write_json_string(w, *record.thread_id);
   }
   w.EndObject();
+  // Durable before the claim is handed out: a crash after it must find the record, or the
+  // next sweep would take the claimed sandbox for an unclaimed slot.
   const fs::path dir = options_.root / "claims";
-  const std::string temp = record.sandbox_id + ".json." + token_;
-  {
-    const UniqueFd claims = open_trusted_dir(dir);
-    UniqueFd file = open_file(claims.get(), temp, O_WRONLY | O_CREAT | O_TRUNC, 0600, dir / temp);
-    const std::string_view text(buffer.GetString(), buffer.GetSize());
-    if (::write(file.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-        ::fsync(file.get()) != 0) {
-      throw std::runtime_error("cannot write claim record " + (dir / temp).string() + ": " +
-                               std::strerror(errno));
-    }
-  }
-  const fs::path final_path = dir / (record.sandbox_id + ".json");
-  if (::rename((dir / temp).c_str(), final_path.c_str()) != 0) {
-    throw std::runtime_error("cannot write claim record " + final_path.string() + ": " +
-                             std::strerror(errno));
-  }
+  const UniqueFd claims = open_dir_without_links(dir);
+  replace_file_at(claims.get(), record.sandbox_id + ".json",
+                  std::string_view(buffer.GetString(), buffer.GetSize()), 0600,
+                  dir / (record.sandbox_id + ".json"));
 }
 
 std::optional<ClaimRecord> SlotPool::claimed(const fs::path& root, const std::string& sandbox_id,
                                              const std::string& container_id) {
+  // No container named: no record can be said to be its (issue 32 B: an empty id matched every
+  // record, and a destroy without one detached a live claim's mounts).
+  if (container_id.empty()) return std::nullopt;
+  std::optional<ClaimRecord> record = read_record(root, sandbox_id);
+  if (record && record->container_id.rfind(container_id, 0) != 0 &&
+      container_id.rfind(record->container_id, 0) != 0) {
+    return std::nullopt;  // the record is of an earlier container of this name
+  }
+  return record;
+}
+
+std::optional<ClaimRecord> SlotPool::read_record(const fs::path& root,
+                                                 const std::string& sandbox_id) {
   if (sandbox_id.empty() || sandbox_id.find('/') != std::string::npos || sandbox_id[0] == '.') {
     return std::nullopt;
   }
@@ -583,10 +562,6 @@ std::optional<ClaimRecord> SlotPool::claimed(const fs::path& root, const std::st
   record.thread_id = get("thread_id");
   if (record.sandbox_id != sandbox_id || record.container_id.empty() || record.slot.empty()) {
     return std::nullopt;
-  }
-  if (!container_id.empty() && record.container_id.rfind(container_id, 0) != 0 &&
-      container_id.rfind(record.container_id, 0) != 0) {
-    return std::nullopt;  // the record is of an earlier container of this name
   }
   return record;
 }
@@ -640,7 +615,7 @@ void SlotPool::sweep() {
     const std::string file = it->path().filename().string();
     if (file.size() <= 5 || file.compare(file.size() - 5, 5, ".json") != 0) continue;
     const std::string sandbox_id = file.substr(0, file.size() - 5);
-    const std::optional<ClaimRecord> record = claimed(options_.root, sandbox_id, "");
+    const std::optional<ClaimRecord> record = read_record(options_.root, sandbox_id);
     if (!record) continue;
     // A claimed slot keeps its slot label, so the listing above holds every live one; a
     // record missing from it is asked about once (its slot may have started since).

@@ -108,12 +108,16 @@ class SlotPool {
   void learn_shape(const CreateRequest& request);
   PreStartedSlots::Status status() const;
 
-  // The claim record under `root` of container `container_id` ("": any) named for
-  // `sandbox_id`, if it is a claimed slot. Reads a file; works with the pool off (claimed
-  // slots outlive a configuration that had slots).
+  // The claim record under `root` of container `container_id` named for `sandbox_id`, if it
+  // is a claimed slot; an empty `container_id` names no container and matches no record.
+  // Reads a file; works with the pool off (claimed slots outlive a configuration that had
+  // slots).
   static std::optional<ClaimRecord> claimed(const std::filesystem::path& root,
                                             const std::string& sandbox_id,
                                             const std::string& container_id);
+  // The claim record named for `sandbox_id`, whichever container it names (the sweep).
+  static std::optional<ClaimRecord> read_record(const std::filesystem::path& root,
+                                                const std::string& sandbox_id);
   // After a claimed slot's container stopped: detach its host mounts, drop its directories
   // and record. Quiet when `sandbox_id` names no claimed slot.
   static void forget_claim(const std::filesystem::path& root, const std::string& sandbox_id,

@@ -140,6 +140,12 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
         returned = *served;
         refused = true;
       }
+      if (!refused && response.status == 429) {
+        // A ceiling on the provisioner's side (a cluster quota): the gateway's capacity
+        // refusal, not a backend failure.
+        throw BackendCapacityError("capacity: the provisioner refused sandbox " + id + ": " +
+                                   response.describe());
+      }
       if (!refused && !response.ok()) throw std::runtime_error(response.describe());
       if (!refused) {
         try {
@@ -149,6 +155,9 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
         }
         returned = info.mount_contract_version;
       }
+    } catch (const BackendCapacityError& refusal) {
+      logger_->warning(refusal.what());
+      throw;
     } catch (const std::exception& error) {
       logger_->error("Provisioner create failed for " + id + ": " + error.what());
       throw std::runtime_error(std::string("Provisioner create failed: ") + error.what());

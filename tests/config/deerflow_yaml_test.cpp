@@ -246,16 +246,97 @@ sandbox:
               HasSubstr("config.yaml:3: sandbox.ownership.type: Unknown sandbox ownership type"));
 }
 
-TEST_F(DeerFlowYamlTest, AnUnsetVariableIsOneWarningWithItsLineAndNoValue) {
-  const SandboxConfig config = load_config_file(write(R"(
+// Issue 32 C: an unset variable read as an empty string, so a file DeerFlow refuses started
+// sandboxd with an empty provisioner API key. It is an error naming the file, the line, the
+// key and the variable, as DeerFlow raises.
+TEST_F(DeerFlowYamlTest, AnUnsetVariableIsAnErrorNamingFileLineKeyAndVariable) {
+  EXPECT_THAT(error_for(R"(
 sandbox:
   environment:
     SECRET: $SANDBOXD_TEST_YAML_UNSET
-)"));
-  ASSERT_EQ(config.warnings.size(), 1u);
-  EXPECT_THAT(config.warnings[0],
+)"),
               HasSubstr("config.yaml:4: sandbox.environment.SECRET: environment variable "
                         "SANDBOXD_TEST_YAML_UNSET is not set"));
+  EXPECT_THAT(error_for(R"(
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+  provisioner_url: http://provisioner:8002
+  provisioner_api_key: $SANDBOXD_TEST_YAML_UNSET
+)"),
+              HasSubstr("config.yaml:5: sandbox.provisioner_api_key: environment variable "
+                        "SANDBOXD_TEST_YAML_UNSET is not set"));
+}
+
+// Issue 32 C: DeerFlow's shipped config.example.yaml, its container option with every key it
+// sets uncommented: DeerFlow's own tool settings are known, so not one warning.
+TEST_F(DeerFlowYamlTest, DeerFlowsShippedExampleLoadsWithoutAWarning) {
+  setenv("SANDBOXD_TEST_MY_API_KEY", "k", 1);
+  setenv("SANDBOXD_TEST_DATABASE_URL", "postgres://db", 1);
+  const SandboxConfig config = load_config_file(write(R"(
+config_version: 9
+models: []
+sandbox:
+  use: deerflow.community.aio_sandbox:AioSandboxProvider
+  allow_host_bash: false
+  bash_output_max_chars: 20000
+  read_file_output_max_chars: 50000
+  ls_output_max_chars: 20000
+  bash_command_timeout: 600
+  image: enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:1.11.0
+  port: 8080
+  replicas: 3
+  container_prefix: deer-flow-sandbox
+  thread_data_mounts: true
+  mounts:
+    - host_path: /path/on/host
+      container_path: /home/user/shared
+      read_only: false
+  environment:
+    NODE_ENV: production
+    DEBUG: "false"
+    API_KEY: $SANDBOXD_TEST_MY_API_KEY
+    DATABASE_URL: $SANDBOXD_TEST_DATABASE_URL
+  ownership:
+    type: memory
+skills:
+  container_path: /mnt/skills
+)"));
+  EXPECT_TRUE(config.warnings.empty()) << ::testing::PrintToString(config.warnings);
+  EXPECT_EQ(config.backend.use, kLocalDockerUse);
+  EXPECT_THAT(config.mapping_notes, Contains(HasSubstr("bash_output_max_chars")));
+  // BoxLite's reclaim check is DeerFlow's too.
+  const SandboxConfig boxlite_key =
+      load_config_file(write("sandbox:\n  health_check_skip_seconds: 0.0\n", "b.yaml"));
+  EXPECT_TRUE(boxlite_key.warnings.empty()) << ::testing::PrintToString(boxlite_key.warnings);
+}
+
+// Issue 32 C: a `use:` naming another DeerFlow provider says what sandboxd runs instead; the
+// shipped example as it is (LocalSandboxProvider) gives exactly that one warning.
+TEST_F(DeerFlowYamlTest, AnotherDeerFlowProviderIsAWarningNamingWhatRunsInstead) {
+  const SandboxConfig local = load_config_file(write(R"(
+sandbox:
+  use: deerflow.sandbox.local:LocalSandboxProvider
+  allow_host_bash: false
+  bash_output_max_chars: 20000
+  read_file_output_max_chars: 50000
+  ls_output_max_chars: 20000
+  bash_command_timeout: 600
+)"));
+  ASSERT_EQ(local.warnings.size(), 1u) << ::testing::PrintToString(local.warnings);
+  EXPECT_THAT(local.warnings[0],
+              HasSubstr("sandbox.use \"deerflow.sandbox.local:LocalSandboxProvider\" names "
+                        "DeerFlow's LocalSandboxProvider, which sandboxd does not run"));
+  EXPECT_THAT(local.warnings[0], HasSubstr("local_docker:LocalContainerBackend"));
+  for (const char* use : {"deerflow.community.boxlite:BoxliteProvider",
+                          "deerflow.community.tenki:TenkiSandboxProvider"}) {
+    const SandboxConfig other =
+        load_config_file(write(std::string("sandbox:\n  use: ") + use + "\n", "o.yaml"));
+    ASSERT_EQ(other.warnings.size(), 1u) << use;
+    EXPECT_THAT(other.warnings[0], HasSubstr("which sandboxd does not run")) << use;
+  }
+  const SandboxConfig aio = load_config_file(
+      write("sandbox:\n  use: deerflow.community.aio_sandbox:AioSandboxProvider\n", "a.yaml"));
+  EXPECT_TRUE(aio.warnings.empty());
 }
 
 TEST_F(DeerFlowYamlTest, JsonStaysJsonAndYamlIsFoundByItsContentToo) {

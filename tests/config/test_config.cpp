@@ -520,17 +520,26 @@ TEST_F(ConfigTest, DollarNamesAreReadFromTheEnvironment) {
       "provisioner_url": "http://provisioner:8002",
       "provisioner_api_key": "$SANDBOXD_TEST_PROVISIONER_KEY",
       "environment": {"API_KEY": "$SANDBOXD_TEST_SECRET", "PORT": 8080, "FLAG": true,
-                      "PLAIN": "text", "MISSING": "$SANDBOXD_TEST_UNSET_VAR"}}})");
+                      "PLAIN": "text"}}})");
   auto options = json(config.backend.options_json);
   EXPECT_EQ(str(options["provisioner_api_key"]), "pk-0123456789");
   EXPECT_EQ(str(options["environment"]["API_KEY"]), "s3cr3t-env-value");
   EXPECT_EQ(str(options["environment"]["PORT"]), "8080");
   EXPECT_EQ(str(options["environment"]["FLAG"]), "true");
   EXPECT_EQ(str(options["environment"]["PLAIN"]), "text");
-  EXPECT_EQ(str(options["environment"]["MISSING"]), "");
-  ASSERT_EQ(config.warnings.size(), 1u);
-  EXPECT_THAT(config.warnings[0], HasSubstr("SANDBOXD_TEST_UNSET_VAR"));
-  EXPECT_THAT(config.warnings[0], HasSubstr("sandbox.environment.MISSING"));
+  EXPECT_TRUE(config.warnings.empty());
+}
+
+// Issue 32 C: an unset variable is an error naming the key and the variable, as DeerFlow
+// raises (it read as an empty string and a warning).
+TEST_F(ConfigTest, AnUnsetVariableIsAnError) {
+  try {
+    load(R"({"sandbox": {"environment": {"MISSING": "$SANDBOXD_TEST_UNSET_VAR"}}})");
+    FAIL() << "an unset variable was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("sandbox.environment.MISSING: environment variable "
+                                    "SANDBOXD_TEST_UNSET_VAR is not set"));
+  }
 }
 
 TEST_F(ConfigTest, DollarNamesInsideBackendAndOwnershipSections) {
@@ -552,16 +561,19 @@ TEST_F(ConfigTest, DollarNamesInsideBackendAndOwnershipSections) {
   EXPECT_TRUE(config.warnings.empty()) << config.warnings.front();
 }
 
-TEST_F(ConfigTest, MissingVariableWarningNeverShowsAValue) {
+TEST_F(ConfigTest, AMissingVariableErrorNeverShowsAValue) {
   setenv("SANDBOXD_TEST_SECRET", "s3cr3t-env-value", 1);
-  const SandboxConfig config = load(R"({"sandbox": {
+  try {
+    load(R"({"sandbox": {
       "backend": {"use": "remote_provisioner:RemoteSandboxBackend",
-                  "provisioner_api_key": "$SANDBOXD_TEST_UNSET_VAR",
-                  "environment": {"A": "$SANDBOXD_TEST_SECRET"}}}})");
-  ASSERT_EQ(config.warnings.size(), 1u);
-  EXPECT_THAT(config.warnings[0], HasSubstr("SANDBOXD_TEST_UNSET_VAR"));
-  EXPECT_THAT(config.warnings[0], HasSubstr("sandbox.backend.provisioner_api_key"));
-  EXPECT_THAT(config.warnings[0], Not(HasSubstr("s3cr3t-env-value")));
+                  "environment": {"A": "$SANDBOXD_TEST_SECRET"},
+                  "provisioner_api_key": "$SANDBOXD_TEST_UNSET_VAR"}}})");
+    FAIL() << "an unset variable was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("SANDBOXD_TEST_UNSET_VAR"));
+    EXPECT_THAT(e.what(), HasSubstr("sandbox.backend.provisioner_api_key"));
+    EXPECT_THAT(e.what(), Not(HasSubstr("s3cr3t-env-value")));
+  }
 }
 
 TEST_F(ConfigTest, RenderRedactedHidesSecrets) {

@@ -298,15 +298,18 @@ def test_serve_answers_503_and_keeps_serving_when_no_thread_can_be_started(binar
 # ── the provisioner ────────────────────────────────────────────────────────────────────────
 
 class Provisioner:
-    def __init__(self, tmp_path: Path, env: dict | None = None, preexec=None, *extra: str) -> None:
-        config = tmp_path / "provisioner.json"
-        config.write_text(json.dumps({"provisioner": {
+    def __init__(self, tmp_path: Path, env: dict | None = None, preexec=None, *extra: str,
+                 config: dict | None = None) -> None:
+        section = {
             "api_key": KEY,
             "host_base_dir": str(tmp_path / "pstate"),
             "plugin_dirs": [EXAMPLE_PLUGIN_DIR],
             "backend": {"use": "process_backend:ProcessSandboxBackend",
                         "work_dir": str(tmp_path / "psandboxes")},
-        }}))
+        }
+        section.update(config or {})
+        config = tmp_path / "provisioner.json"
+        config.write_text(json.dumps({"provisioner": section}))
         self.log = open(tmp_path / "provisioner.log", "ab")
         self.process = subprocess.Popen(
             [PROVISIONER, "--config", str(config), "--listen", "127.0.0.1:0", *extra],
@@ -367,3 +370,183 @@ def test_the_provisioner_survives_a_pids_limit_and_answers_503(binaries, tmp_pat
         time.sleep(0.2)
         group.rmdir()
     assert rc == 0, "the provisioner did not stop cleanly (a backend call that never started?)"
+
+
+# ── Issue 32 A.1: what one request may buffer is bounded, chunk extensions and trailers too ─
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+def send_endless(listen: str, head: bytes, filler: bytes, total: int) -> tuple[int, bytes]:
+    """Sends `head`, then `filler` repeated up to `total` bytes, as fast as the daemon reads;
+    returns how many filler bytes went out before the daemon stopped reading or closed, and
+    what it answered."""
+    s = raw_socket(listen, timeout=10)
+    s.sendall(head)
+    block = filler * (65536 // len(filler))
+    sent = 0
+    try:
+        while sent < total:
+            sent += s.send(block)
+    except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        pass
+    answer = b""
+    try:
+        s.settimeout(5)
+        while len(answer) < 4096:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    except OSError:
+        pass
+    s.close()
+    return sent, answer
+
+
+ENDLESS = 64 * 1024 * 1024
+
+
+def endless_requests(method: bytes, path: bytes, credential: bytes) -> dict[str, bytes]:
+    head = (method + b" " + path + b" HTTP/1.1\r\nHost: x\r\n" + credential +
+            b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+    return {
+        # One chunk-size line that never ends: an extension of 64 MiB.
+        "chunk extension": head + b"1;ext=",
+        # A body that ends, then trailers that never do.
+        "trailer": head + b"2\r\n{}\r\n0\r\nX-Trailer: ",
+    }
+
+
+def assert_bounded(pid: int, listen: str, method: bytes, path: bytes, credential: bytes) -> None:
+    for kind, head in endless_requests(method, path, credential).items():
+        before = rss_kib(pid)
+        sent, answer = send_endless(listen, head, b"a", ENDLESS)
+        grew = (rss_kib(pid) - before) / 1024
+        status_line = answer.split(b"\r\n", 1)[0]
+        print(f"[ endless {kind} ] {sent / 2**20:.1f} MiB taken, RSS +{grew:.1f} MiB, "
+              f"answered {status_line!r}")
+        assert grew < 8, f"{kind}: the daemon grew {grew:.1f} MiB for {sent / 2**20:.1f} MiB sent"
+        assert sent < 8 * 1024 * 1024, f"{kind}: the daemon read {sent / 2**20:.1f} MiB of it"
+        assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 413", b"HTTP/1.1 431")), answer[:200]
+
+
+def test_chunk_extensions_and_endless_trailers_are_bounded_on_serve(binaries, tmp_path, serves):
+    served = start_serve(tmp_path, serves)
+    pid = served.process.pid
+    bearer = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    assert_bounded(pid, served.listen, b"POST", b"/v1/sandboxes/acquire", bearer)
+    # Without credentials, on the route that needs none.
+    assert_bounded(pid, served.listen, b"GET", b"/v1/health", b"")
+    status, body, _ = request(served.listen, "GET", "/v1/sandboxes", headers=auth())
+    assert status == 200, body
+    assert served.stop() == 0
+
+
+def test_chunk_extensions_and_endless_trailers_are_bounded_on_the_provisioner(binaries, tmp_path):
+    if not PROVISIONER:
+        pytest.skip("needs SANDBOXD_PROVISIONER")
+    p = start_provisioner(tmp_path)
+    try:
+        key = f"X-API-Key: {KEY}\r\n".encode()
+        assert_bounded(p.process.pid, p.listen, b"POST", b"/api/sandboxes", key)
+        assert_bounded(p.process.pid, p.listen, b"GET", b"/health", b"")
+        status, body, _ = request(p.listen, "GET", "/api/sandboxes", headers={"X-API-Key": KEY})
+        assert status == 200, body
+    finally:
+        assert p.stop() == 0
+
+
+# ── Issue 32 A.3: routes without credentials never hold the connection slots ────────────────
+
+def hold_public_routes(listen: str, count: int, head: bytes) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        try:
+            s = raw_socket(listen, timeout=5)
+            s.sendall(head)
+            held.append(s)
+        except OSError:
+            break
+    return held
+
+
+def test_public_routes_take_no_body_and_never_fill_serves_slots(binaries, tmp_path, serves):
+    served = start_serve(tmp_path, serves, "--max-connections", "16")
+    # A public route with a declared body is refused before one body byte is read.
+    s = raw_socket(served.listen, timeout=5)
+    s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+    answer = s.recv(4096)
+    s.close()
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 413")), answer[:200]
+    held = hold_public_routes(served.listen, 16 + 8,
+                              b"GET /v1/health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+    try:
+        for attempt in range(3):
+            status, body, _ = request(served.listen, "GET", "/v1/sandboxes", headers=auth(), timeout=10)
+            assert status == 200, (attempt, body)
+    finally:
+        for s in held:
+            s.close()
+    assert served.stop() == 0
+
+
+def test_public_routes_never_fill_the_provisioners_slots(binaries, tmp_path):
+    if not PROVISIONER:
+        pytest.skip("needs SANDBOXD_PROVISIONER")
+    p = Provisioner(tmp_path, config={"max_connections": 16})
+    try:
+        held = hold_public_routes(p.listen, 16 + 8,
+                                  b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        try:
+            for attempt in range(3):
+                status, body, _ = request(p.listen, "GET", "/api/sandboxes",
+                                          headers={"X-API-Key": KEY}, timeout=10)
+                assert status == 200, (attempt, body)
+        finally:
+            for s in held:
+                s.close()
+    finally:
+        assert p.stop() == 0
+
+
+# ── Issue 32 B: a kept-alive connection's next head has the head deadline, not the idle one ──
+
+def test_a_kept_alive_connections_next_head_must_arrive_within_the_head_deadline(
+        binaries, tmp_path, serves):
+    served = start_serve(tmp_path, serves)
+    s = raw_socket(served.listen, timeout=5)
+    s.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = s.recv(4096)
+    assert first.startswith(b"HTTP/1.1 200"), first[:200]
+    # The next request starts at once and then trickles: its head has 10 s, not 30.
+    started = time.monotonic()
+    s.setblocking(False)
+    head = b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+    closed_after = None
+    position = 0
+    while time.monotonic() - started < 25:
+        try:
+            s.send(head[position % len(head):position % len(head) + 1])
+            position += 1
+        except OSError:
+            closed_after = time.monotonic() - started
+            break
+        time.sleep(0.5)
+        try:
+            if s.recv(1) == b"":
+                closed_after = time.monotonic() - started
+                break
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed_after = time.monotonic() - started
+            break
+    s.close()
+    assert closed_after is not None, "a trickling kept-alive head held its connection for 25 s"
+    assert closed_after < 13, closed_after
+    assert served.stop() == 0

@@ -159,6 +159,8 @@ TEST_F(KubernetesBackendTest, EachUrlModeGivesItsUrlAndTheOtherCallsAgreeWithIt)
     const SandboxInfo made = backend->create(request_for(mode.id));
     EXPECT_TRUE(std::regex_match(made.sandbox_url, mode.url)) << made.sandbox_url;
     EXPECT_EQ(made.container_name, "sandbox-" + mode.id);
+    // Issue 32 A.4: the contract it was made under, read back from the pod every way.
+    EXPECT_EQ(made.mount_contract_version, sandboxd::kSandboxMountContractVersion);
     EXPECT_EQ(
         standin.get("/api/v1/namespaces/sandboxes/services/sandbox-" + mode.id + "-svc").status,
         mode.service ? 200 : 404);
@@ -166,9 +168,13 @@ TEST_F(KubernetesBackendTest, EachUrlModeGivesItsUrlAndTheOtherCallsAgreeWithIt)
     ASSERT_TRUE(found.has_value());
     EXPECT_EQ(found->sandbox_url, made.sandbox_url);
     EXPECT_EQ(found->user_id, std::optional<std::string>("alice"));
+    EXPECT_EQ(found->mount_contract_version, sandboxd::kSandboxMountContractVersion);
     bool listed = false;
     for (const SandboxInfo& info : backend->list_running()) {
-      if (info.sandbox_id == mode.id) listed = info.sandbox_url == made.sandbox_url;
+      if (info.sandbox_id == mode.id) {
+        listed = info.sandbox_url == made.sandbox_url &&
+                 info.mount_contract_version == sandboxd::kSandboxMountContractVersion;
+      }
     }
     EXPECT_TRUE(listed) << "list_running did not give the same URL";
     EXPECT_TRUE(backend->is_alive(made));
@@ -199,6 +205,15 @@ TEST_F(KubernetesBackendTest, PvcMountsAreSubPathsUnderTheBaseDirAndOthersAreRef
   request = request_for("bbbb000000000002");
   request.extra_mounts = {{"/etc", "/mnt/etc", true}};
   EXPECT_THROW(backend->create(request), std::invalid_argument);
+
+  // Issue 32 B: the base directory itself would be subPath "." (the whole PVC, every user's
+  // data): refused like a path outside it, and nothing is made.
+  for (const std::string& root : {dir.str(), dir.str() + "/", dir.str() + "/./users/.."}) {
+    request = request_for("bbbb000000000003");
+    request.extra_mounts = {{root, "/mnt/user-data", false}};
+    EXPECT_THROW(backend->create(request), std::invalid_argument) << root;
+  }
+  EXPECT_EQ(standin.get("/api/v1/namespaces/sandboxes/pods/sandbox-bbbb000000000003").status, 404);
 }
 
 std::string string_at(const rapidjson::Value& value, std::initializer_list<const char*> path) {

@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -274,8 +275,91 @@ def test_sandboxd_provisioner_over_the_plugin_serves_a_deerflow_gateway(serving_
         v1 = python_api(serving_standin)
         pods = v1.list_namespaced_pod(NAMESPACE, label_selector="app=deer-flow-sandbox").items
         assert [p.metadata.name for p in pods] == [f"sandbox-{value(out, 'sandbox_id')}"]
-        sandboxctl(str(gateway), "destroy", value(out, "sandbox_id"))
+        first_uid = pods[0].metadata.uid
+
+        # Issue 32 A.4: every answer names the contract the pod was made under, so the
+        # conversation's sandbox is the same one however often it is asked for.
+        def api(method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+            request = urllib.request.Request(
+                url + path, method=method, data=json.dumps(body).encode() if body else None,
+                headers={"X-API-Key": "change-me", "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    return answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as refused:
+                return refused.code, json.loads(refused.read())
+
+        sandbox_id = value(out, "sandbox_id")
+        assert api("GET", "/api/capabilities")[1]["mount_contract_version"] == 2
+        status, got = api("GET", f"/api/sandboxes/{sandbox_id}")
+        assert status == 200 and got["mount_contract_version"] == 2, got
+        # DeerFlow's provisioner client asks for the sandbox again, as it does on every turn.
+        again = {"sandbox_id": sandbox_id, "thread_id": "t-1", "user_id": "alice",
+                 "required_mount_contract_version": 2}
+        status, got = api("POST", "/api/sandboxes", again)
+        assert status == 200, got
+        assert got["mount_contract_version"] == 2 and got["sandbox_url"] == value(out, "sandbox_url")
+        # A second gateway (its own state) acquires the same conversation: the same pod.
+        second_state = base / "gateway2"
+        second_state.mkdir(mode=0o700)
+        gateway2 = tmp_path / "gateway2.json"
+        gateway2.write_text(json.dumps({"sandbox": {
+            "backend": {"use": "remote_provisioner:RemoteSandboxBackend", "provisioner_url": url,
+                        "provisioner_api_key": "change-me"},
+            "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                          "path": str(base / "leases.db")},
+            "base_dir": str(second_state)}}))
+        second = sandboxctl(str(gateway2), "acquire", "--user", "alice", "--thread", "t-1").stdout
+        assert value(second, "sandbox_id") == sandbox_id
+        pods = v1.list_namespaced_pod(NAMESPACE, label_selector="app=deer-flow-sandbox").items
+        assert [p.metadata.uid for p in pods] == [first_uid], "the conversation's pod was replaced"
+        sandboxctl(str(gateway2), "destroy", sandbox_id)  # the lease is the second gateway's now
         assert v1.list_namespaced_pod(NAMESPACE).items == []
+    finally:
+        service.terminate()
+        service.wait(timeout=60)
+
+
+@pytest.mark.skipif(not PROVISIONER, reason="needs SANDBOXD_PROVISIONER (ctest sets it)")
+def test_a_full_namespace_through_the_provisioner_is_a_capacity_refusal(serving_standin, tmp_path):
+    """Issue 32 A.5: a quota refusal reaches a provisioner client as 429 with Retry-After (not a
+    500), and a sandboxd gateway through remote_provisioner as its capacity refusal (exit 7)."""
+    base = tmp_path / "deer-flow"
+    base.mkdir(mode=0o700)
+    settings = tmp_path / "provisioner.json"
+    settings.write_text(json.dumps({"provisioner": {
+        "listen": "127.0.0.1:0", "api_key": "change-me", "host_base_dir": str(base),
+        "backend": {"use": "kubernetes:KubernetesBackend",
+                    "kubeconfig": str(serving_standin.kubeconfig), "node_host": "127.0.0.1",
+                    "image": "all-in-one", "ready_timeout_seconds": 30}}}))
+    serving_standin.control("POST", "/_standin/quota", {"pods": 0})
+    service = subprocess.Popen([PROVISIONER, "--config", str(settings)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = service.stdout.readline()
+        assert "listening on" in line, line + service.stderr.read()
+        url = line.split("listening on", 1)[1].strip()
+        request = urllib.request.Request(
+            url + "/api/sandboxes", method="POST",
+            data=json.dumps({"sandbox_id": ALICE_T1, "thread_id": "t-1", "user_id": "alice",
+                             "required_mount_contract_version": 2}).encode(),
+            headers={"X-API-Key": "change-me", "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 429
+        assert refused.value.headers["Retry-After"] == "1"
+        assert "exceeded quota" in json.loads(refused.value.read())["detail"]
+        gateway = tmp_path / "gateway.json"
+        gateway.write_text(json.dumps({"sandbox": {
+            "backend": {"use": "remote_provisioner:RemoteSandboxBackend", "provisioner_url": url,
+                        "provisioner_api_key": "change-me"},
+            "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                          "path": str(base / "leases.db")},
+            "base_dir": str(base)}}))
+        done = sandboxctl(str(gateway), "acquire", "--user", "alice", "--thread", "t-1",
+                          check=False)
+        assert done.returncode == 7, done.stderr
+        assert "exceeded quota" in done.stderr
     finally:
         service.terminate()
         service.wait(timeout=60)

@@ -6,6 +6,7 @@
 // Every test uses its own container prefix (unique per process and test), and its TearDown
 // fails the test if any container with that prefix is left behind (after removing it).
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <rapidjson/document.h>
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include "engine_client.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/sdk.hpp"
 #include "test_support.hpp"
@@ -522,46 +524,124 @@ TEST_F(LocalDockerTest, APausedSandboxIsFrozenAliveAndComesBackWhole) {
   EXPECT_FALSE(loaded.backend->is_alive(info));
 }
 
-// Issue 13 D: secure defaults, checked on the engine's own record of the container and from
-// inside it: no-new-privileges, every capability dropped but eight, the pids limit, and the
-// engine's default seccomp profile (no seccomp=unconfined unless configured).
-TEST_F(LocalDockerTest, ContainersRunWithSecureDefaults) {
-  Loaded loaded = load();
-  const SandboxInfo info = loaded.backend->create(request("secure"));
-  ASSERT_TRUE(info.container_id.has_value());
-  const ld::HttpResponse inspected =
-      engine_->client().call("GET", "/containers/" + *info.container_id + "/json", 10.0);
-  ASSERT_EQ(inspected.status, 200) << inspected.body;
+// Issues 13 D and 32 D: defaults at least as strict as DeerFlow's local Docker path, checked
+// on the engine's own record of the container and from inside it: no-new-privileges, every
+// capability dropped but CHOWN, DAC_OVERRIDE, FOWNER, SETGID and SETUID, 512 processes, 2 GiB,
+// 2 CPUs (fewer on a smaller host) and the engine's default seccomp profile.
+struct Inspected {
   rapidjson::Document doc;
-  doc.Parse(inspected.body.c_str());
-  ASSERT_TRUE(doc.IsObject() && doc["HostConfig"].IsObject());
-  const auto& host = doc["HostConfig"];
-  const auto strings = [&](const char* key) {
+  std::string status;  // /proc/self/status inside
+  const rapidjson::Value& host() const { return doc["HostConfig"]; }
+  std::vector<std::string> strings(const char* key) const {
     std::vector<std::string> out;
-    if (host.HasMember(key) && host[key].IsArray()) {
-      for (const auto& v : host[key].GetArray()) out.push_back(v.GetString());
+    if (host().HasMember(key) && host()[key].IsArray()) {
+      for (const auto& v : host()[key].GetArray()) out.push_back(v.GetString());
     }
     return out;
-  };
-  const auto security = strings("SecurityOpt");
+  }
+  long long integer(const char* key) const {
+    return host().HasMember(key) && host()[key].IsInt64() ? host()[key].GetInt64() : -1;
+  }
+};
+
+Inspected inspect_container(EngineHelper& engine, const std::string& id) {
+  Inspected out;
+  const ld::HttpResponse inspected =
+      engine.client().call("GET", "/containers/" + id + "/json", 10.0);
+  EXPECT_EQ(inspected.status, 200) << inspected.body;
+  out.doc.Parse(inspected.body.c_str());
+  EXPECT_TRUE(out.doc.IsObject() && out.doc["HostConfig"].IsObject());
+  auto status = engine.exec(id, {"cat", "/proc/self/status"});
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  out.status = status.output;
+  return out;
+}
+
+TEST_F(LocalDockerTest, ContainersRunWithDeerFlowsHardeningByDefault) {
+  Loaded loaded = load(R"({"memory": null, "cpus": null})");
+  const SandboxInfo info = loaded.backend->create(request("secure"));
+  ASSERT_TRUE(info.container_id.has_value());
+  const Inspected got = inspect_container(*engine_, *info.container_id);
+  const auto security = got.strings("SecurityOpt");
   EXPECT_NE(std::find(security.begin(), security.end(), "no-new-privileges"), security.end());
   EXPECT_EQ(std::find(security.begin(), security.end(), "seccomp=unconfined"), security.end());
   // Docker records CapDrop ["ALL"]; podman records what ALL removed from its default set.
   // Either way the set inside (below) is the one that counts.
-  EXPECT_FALSE(strings("CapDrop").empty());
-  ASSERT_TRUE(host.HasMember("PidsLimit") && host["PidsLimit"].IsInt64());
-  EXPECT_EQ(host["PidsLimit"].GetInt64(), 1024);
-
-  // Inside: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, NET_BIND_SERVICE
-  // (bits 0 1 3 4 5 6 7 10 = 0x4fb) and nothing else, and no privilege gain.
-  auto status = engine_->exec(*info.container_id, {"cat", "/proc/self/status"});
-  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_FALSE(got.strings("CapDrop").empty());
+  EXPECT_EQ(got.integer("PidsLimit"), 512);
+  EXPECT_EQ(got.integer("Memory"), 2LL << 30);
+  const long long cpus = std::min(2u, std::thread::hardware_concurrency());
+  EXPECT_EQ(got.integer("NanoCpus"), cpus * 1000000000LL);
+  // Inside: CHOWN, DAC_OVERRIDE, FOWNER, SETGID, SETUID (bits 0 1 3 6 7 = 0xcb) and nothing
+  // else, and no privilege gain.
   std::printf("inside the container: %s\n",
-              status.output.substr(status.output.find("CapInh"), 120).c_str());
-  EXPECT_NE(status.output.find("CapBnd:\t00000000000004fb"), std::string::npos) << status.output;
-  EXPECT_NE(status.output.find("CapEff:\t00000000000004fb"), std::string::npos) << status.output;
-  EXPECT_NE(status.output.find("NoNewPrivs:\t1"), std::string::npos) << status.output;
+              got.status.substr(got.status.find("CapInh"), 120).c_str());
+  EXPECT_NE(got.status.find("CapBnd:\t00000000000000cb"), std::string::npos) << got.status;
+  EXPECT_NE(got.status.find("CapEff:\t00000000000000cb"), std::string::npos) << got.status;
+  EXPECT_NE(got.status.find("NoNewPrivs:\t1"), std::string::npos) << got.status;
+  // check-config shows the effective set, with where each value came from.
+  const auto* report = sandboxd::backend_capability<sandboxd::SettingsReport>(*loaded.backend);
+  ASSERT_NE(report, nullptr);
+  std::string shown;
+  for (const auto& line : report->effective_settings())
+    shown += line.setting + " (" + line.source + "); ";
+  EXPECT_NE(shown.find("cap_add CHOWN,DAC_OVERRIDE,FOWNER,SETGID,SETUID (default)"),
+            std::string::npos)
+      << shown;
+  EXPECT_NE(shown.find("pids_limit 512 (default)"), std::string::npos) << shown;
   loaded.backend->destroy(info);
+}
+
+// Each knob falls back to DeerFlow's environment variable when the option is absent; the
+// option wins when both are given.
+TEST_F(LocalDockerTest, DeerFlowsEnvironmentVariablesAreTheKnobsFallback) {
+  setenv("DEER_FLOW_SANDBOX_PIDS_LIMIT", "300", 1);
+  setenv("DEER_FLOW_SANDBOX_MEMORY", "300m", 1);
+  setenv("DEER_FLOW_SANDBOX_IMAGE_STARTUP_CAPS", "0", 1);
+  setenv("DEER_FLOW_SANDBOX_CONTAINER_USER", "1000:1000", 1);
+  Loaded loaded = load(R"({"memory": null, "cpus": 1})");
+  unsetenv("DEER_FLOW_SANDBOX_PIDS_LIMIT");
+  unsetenv("DEER_FLOW_SANDBOX_MEMORY");
+  unsetenv("DEER_FLOW_SANDBOX_IMAGE_STARTUP_CAPS");
+  unsetenv("DEER_FLOW_SANDBOX_CONTAINER_USER");
+  const SandboxInfo info = loaded.backend->create(request("envknobs"));
+  ASSERT_TRUE(info.container_id.has_value());
+  const Inspected got = inspect_container(*engine_, *info.container_id);
+  EXPECT_EQ(got.integer("PidsLimit"), 300);
+  EXPECT_EQ(got.integer("Memory"), 300LL << 20);
+  EXPECT_EQ(got.integer("NanoCpus"), 1000000000LL) << "the option wins over the default";
+  EXPECT_NE(got.status.find("CapBnd:\t0000000000000000"), std::string::npos) << got.status;
+  EXPECT_NE(got.status.find("Uid:\t1000"), std::string::npos) << got.status;
+  loaded.backend->destroy(info);
+}
+
+// DeerFlow refuses a network that voids the port bind or leaves the sandbox unreachable, with
+// its own sentence; so do we, from the option or the variable.
+TEST_F(LocalDockerTest, HostContainerAndNoneNetworksAreRefusedAsDeerFlowRefusesThem) {
+  const auto refusal = [&](const std::string& extra) {
+    try {
+      load(extra);
+    } catch (const sandboxd::core::PluginLoadError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_THAT(refusal(R"({"network": "host"})"),
+              ::testing::HasSubstr("sandbox.backend.network='host' resolves to the 'host' network, "
+                                   "which would void the sandbox port bind"));
+  EXPECT_THAT(refusal(R"({"network": "name=none"})"),
+              ::testing::HasSubstr("resolves to the 'none' network, which leaves the container "
+                                   "loopback-only"));
+  setenv("DEER_FLOW_SANDBOX_NETWORK", "container:other", 1);
+  const std::string from_env = refusal("{}");
+  unsetenv("DEER_FLOW_SANDBOX_NETWORK");
+  EXPECT_THAT(from_env, ::testing::HasSubstr("DEER_FLOW_SANDBOX_NETWORK='container:other' resolves "
+                                             "to the 'container' network"));
+  setenv("DEER_FLOW_SANDBOX_PIDS_LIMIT", "lots", 1);
+  const std::string bad_pids = refusal("{}");
+  unsetenv("DEER_FLOW_SANDBOX_PIDS_LIMIT");
+  EXPECT_THAT(bad_pids, ::testing::HasSubstr("DEER_FLOW_SANDBOX_PIDS_LIMIT"));
+  EXPECT_THAT(bad_pids, ::testing::HasSubstr("\"lots\""));
 }
 
 // Docker refuses a bind mount whose source is missing; the plugin creates none of the host
@@ -1012,6 +1092,163 @@ TEST_F(WarmSlotsTest, TheSweepReleasesTheMountsOfAClaimWhoseContainerIsGone) {
   ASSERT_TRUE(found.has_value());
   EXPECT_EQ(found->user_id, "kept");
   next.backend->destroy(*found);
+}
+
+// Issue 32 A.2: `slots_dir` spelled with a doubled separator, a trailing one or a "./" names
+// the same directory; the mounts under it are found from descriptors, never by comparing that
+// spelling with /proc/self/mountinfo, and a removal never enters a mount. So the
+// conversation's files survive its sandbox's destroy, a shutdown followed by the next
+// gateway's destroy, and a SIGKILLed gateway followed by the next pool's sweep (before the
+// fix, destroy with `//` deleted them through the live bind).
+class SlotsDirSpellingTest : public WarmSlotsTest,
+                             public ::testing::WithParamInterface<const char*> {
+ protected:
+  // slots_dir as the parameter spells it, over a fresh directory; slots_dir_ is its normal form.
+  std::string spelled_config() {
+    const std::string base = temp_dir("spelling");
+    fs::permissions(base, fs::perms::owner_all);
+    slots_dir_ = base + "/slots";
+    const std::string spelled = base + GetParam();
+    return merge_json(base_config(), "{\"warm_slots\":1,\"slots_dir\":" + json_string(spelled) +
+                                         ",\"slot_mounts\":" + kTwoMountPoints + "}");
+  }
+
+  // A conversation's own directories, one file in its user data.
+  CreateRequest conversation(const std::string& id) {
+    CreateRequest r = request(id, id, "thread-1");
+    const std::string data = temp_dir(id + "-data");
+    { std::ofstream(fs::path(data) / "precious.txt") << "keep me\n"; }
+    r.extra_mounts = {{data, "/mnt/user-data", false},
+                      {temp_dir(id + "-skills"), "/mnt/skills", true}};
+    return r;
+  }
+
+  static bool kept(const CreateRequest& r) {
+    return fs::exists(fs::path(r.extra_mounts[0].host_path) / "precious.txt");
+  }
+
+  std::vector<std::string> slot_binds() {
+    std::vector<std::string> binds;
+    for (const std::string& point : mounts_under(slots_dir_)) {
+      if (point.find("/slots/slots/") != std::string::npos) binds.push_back(point);
+    }
+    return binds;
+  }
+};
+
+TEST_P(SlotsDirSpellingTest, TheConversationsFilesSurviveDestroyShutdownAndACrash) {
+  const std::string config = spelled_config();
+
+  // 1. Claimed, then destroyed.
+  const CreateRequest first = conversation("spella");
+  {
+    Loaded loaded = load_backend(config);
+    auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+    slots->start_slots();
+    ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u) << slots->slot_status().off_reason;
+    const PreStartedSlots::Claim claim = slots->claim_slot(first);
+    ASSERT_TRUE(claim.sandbox.has_value()) << claim.detail;
+    EXPECT_EQ(slot_binds().size(), 2u);
+    loaded.backend->destroy(*claim.sandbox);
+    EXPECT_TRUE(kept(first)) << "destroy deleted the conversation's files through its bind";
+    EXPECT_EQ(slot_binds().size(), 0u) << "destroy left the claim's binds mounted";
+  }
+  EXPECT_TRUE(kept(first));
+
+  // 2. Claimed, the gateway shuts down (the claim outlives it), the next gateway destroys it.
+  const CreateRequest second = conversation("spellb");
+  SandboxInfo claimed;
+  {
+    Loaded loaded = load_backend(config);
+    auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+    slots->start_slots();
+    ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u);
+    const PreStartedSlots::Claim claim = slots->claim_slot(second);
+    ASSERT_TRUE(claim.sandbox.has_value()) << claim.detail;
+    claimed = *claim.sandbox;
+  }
+  EXPECT_TRUE(kept(second)) << "shutdown deleted the conversation's files";
+  EXPECT_EQ(slot_binds().size(), 2u) << "the claim's binds must outlive its gateway";
+  {
+    Loaded next = load_backend(config);
+    next.backend->destroy(claimed);
+  }
+  EXPECT_TRUE(kept(second)) << "the next gateway's destroy deleted the conversation's files";
+  EXPECT_EQ(slot_binds().size(), 0u);
+
+  // 3. Claimed by a gateway that is SIGKILLed; its container dies while nobody watches; the
+  // next pool's sweep releases the claim.
+  const CreateRequest third = conversation("spellc");
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    Loaded loaded = load_backend(config);
+    auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+    slots->start_slots();
+    std::string id;
+    if (wait_for_slots(*slots, 1).ready == 1) {
+      const PreStartedSlots::Claim claim = slots->claim_slot(third);
+      if (claim.sandbox) id = claim.sandbox->container_id.value_or("");
+    }
+    (void)!::write(pipe_fds[1], id.data(), id.size());
+    ::close(pipe_fds[1]);
+    ::kill(::getpid(), SIGKILL);
+    ::_exit(1);
+  }
+  ::close(pipe_fds[1]);
+  std::string container;
+  char buffer[256];
+  ssize_t got;
+  while ((got = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0) container.append(buffer, got);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_FALSE(container.empty()) << "the child did not claim a slot";
+  engine_->force_remove(container);
+  {
+    Loaded next = load_backend(config);
+    auto* slots = sandboxd::backend_capability<PreStartedSlots>(*next.backend);
+    slots->start_slots();
+    ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u);  // the sweep runs before the first refill
+    EXPECT_TRUE(kept(third)) << "the sweep deleted the conversation's files";
+    EXPECT_EQ(slot_binds().size(), 0u) << "the sweep left the dead claim's binds mounted";
+  }
+  EXPECT_TRUE(kept(third));
+  // Nothing stacked and nothing left: the last pool to stop detached the root it found bound.
+  EXPECT_EQ(mounts_under(fs::path(slots_dir_).parent_path()), std::vector<std::string>{});
+}
+
+std::string spelling_name(const ::testing::TestParamInfo<const char*>& info) {
+  const std::string names[] = {"DoubledSeparator", "TrailingSeparator", "DotComponent",
+                               "DoubledTrailing"};
+  return names[info.index];
+}
+
+INSTANTIATE_TEST_SUITE_P(Spellings, SlotsDirSpellingTest,
+                         ::testing::Values("//slots", "/slots/", "/./slots", "/slots//"),
+                         spelling_name);
+
+// A slots_dir reached through a symbolic link is refused with that reason (the pool stays off
+// and every claim misses); nothing is mounted.
+TEST_F(WarmSlotsTest, ASlotsDirThroughASymbolicLinkIsRefused) {
+  const std::string base = temp_dir("linked");
+  fs::permissions(base, fs::perms::owner_all);
+  fs::create_directories(fs::path(base) / "real");
+  fs::permissions(fs::path(base) / "real", fs::perms::owner_all);
+  fs::create_directory_symlink(fs::path(base) / "real", fs::path(base) / "link");
+  Loaded loaded = load("{\"warm_slots\":1,\"slots_dir\":" + json_string(base + "/link/slots") +
+                       ",\"slot_mounts\":" + kTwoMountPoints + "}");
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+  EXPECT_NE(slots->slot_preflight().find("symbolic link"), std::string::npos)
+      << slots->slot_preflight();
+  slots->start_slots();
+  const PreStartedSlots::Status status = wait_for_slots(*slots, 1, 10);
+  EXPECT_NE(status.off_reason.find("symbolic link"), std::string::npos) << status.off_reason;
+  EXPECT_EQ(status.ready, 0u);
+  EXPECT_EQ(mounts_under(base), std::vector<std::string>{});
 }
 
 }  // namespace

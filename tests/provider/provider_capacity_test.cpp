@@ -293,5 +293,78 @@ TEST_F(ProviderCapacityTest, TwoGatewaysSharingASqliteStoreHoldOneCeiling) {
   backend_b->clear_scripts();
 }
 
+// A store whose capacity ledger is the SQLite store's, with one gate: a renewal of the
+// reservations can be held after the provider handed over its snapshot, before the store
+// writes it (what a slow store does while a destroy runs).
+class GatedLedgerStore final : public OwnershipStore, public CapacityLedger {
+ public:
+  explicit GatedLedgerStore(std::shared_ptr<OwnershipStore> inner)
+      : inner_(std::move(inner)), ledger_(store_capability<CapacityLedger>(*inner_)) {}
+
+  const std::string& owner_id() const override { return inner_->owner_id(); }
+  bool supports_cross_process() const override { return inner_->supports_cross_process(); }
+  double ttl_seconds() const override { return inner_->ttl_seconds(); }
+  bool take(const std::string& id) override { return inner_->take(id); }
+  bool claim(const std::string& id, bool for_destroy) override {
+    return inner_->claim(id, for_destroy);
+  }
+  RenewOutcome renew(const std::string& id) override { return inner_->renew(id); }
+  void release(const std::string& id) override { inner_->release(id); }
+  std::optional<std::string> owner(const std::string& id) override { return inner_->owner(id); }
+  std::optional<LeaseRecord> inspect(const std::string& id) override { return inner_->inspect(id); }
+  void close() override { inner_->close(); }
+
+  Refusal reserve(const std::string& id, const std::string& user, std::size_t total,
+                  std::size_t per_user) override {
+    return ledger_->reserve(id, user, total, per_user);
+  }
+  void renew_reservations(
+      const std::vector<std::pair<std::string, std::string>>& sandboxes) override {
+    if (hold_renewal.exchange(false)) {
+      renewal_started.set_value();
+      release_renewal.get_future().wait();
+    }
+    ledger_->renew_reservations(sandboxes);
+  }
+  void unreserve(const std::string& id, const std::string& user) override {
+    ledger_->unreserve(id, user);
+  }
+  std::size_t reserved(const std::string& user) override { return ledger_->reserved(user); }
+
+  std::atomic<bool> hold_renewal{false};
+  std::promise<void> renewal_started, release_renewal;
+
+ private:
+  std::shared_ptr<OwnershipStore> inner_;
+  CapacityLedger* ledger_;
+};
+
+// Issue 32 B: the renewal took its snapshot of the held sandboxes, a destroy released one of
+// them meanwhile, and the renewal's write brought the reservation back: a phantom slot held
+// for one TTL against every gateway of the deployment.
+TEST_F(ProviderCapacityTest, ARenewalNeverBringsBackAReservationADestroyReleased) {
+  options.replicas = 1;
+  options.overflow_policy = OverflowPolicy::reject;
+  auto gated = std::make_shared<GatedLedgerStore>(
+      load_sqlite_store(tmp.path().string() + "/leases.db", "gateway-a", clock, logger));
+  provider = make_provider_over(backend, gated);
+  const std::string id = provider->acquire("t-1", "alice");
+  ASSERT_EQ(gated->reserved(""), 1u);
+
+  gated->hold_renewal = true;
+  auto renewal = std::async(std::launch::async, [this] { provider->renew_owned_leases(); });
+  gated->renewal_started.get_future().wait();  // its snapshot holds `id`
+  auto destroyed = std::async(std::launch::async, [&] { provider->destroy(id); });
+  // The destroy may wait for the renewal in flight (it must not be lost to it); let it run as
+  // far as it can, then let the renewal write.
+  destroyed.wait_for(200ms);
+  gated->release_renewal.set_value();
+  renewal.get();
+  destroyed.get();
+  EXPECT_EQ(gated->reserved(""), 0u) << "the renewal brought back a released reservation";
+  // The deployment's one slot is free: another conversation gets it.
+  EXPECT_NO_THROW(provider->acquire("t-2", "bob"));
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

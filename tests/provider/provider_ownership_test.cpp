@@ -240,6 +240,21 @@ TEST_F(ProviderOwnershipTest, APeriodicReconciliationPassIsNotLoggedAsTheStartup
   backend->list_running_fn = nullptr;
 }
 
+// Issue 32 C: a startup pass that found no container returned before it recorded that a pass
+// had run, so the next (periodic) pass was logged as the startup's.
+TEST_F(ProviderOwnershipTest, AfterAStartupPassThatFoundNothingTheNextPassIsPeriodic) {
+  build();
+  backend->list_running_fn = [] { return std::vector<SandboxInfo>{}; };
+  provider->reconcile_orphans();
+  backend->list_running_fn = [] { return std::vector<SandboxInfo>{make_info("p-1", "http://p")}; };
+  ASSERT_TRUE(peer->claim("p-1", false));
+  provider->reconcile_orphans();
+  EXPECT_EQ(logger->count(LogLevel::info, "Startup reconciliation complete"), 0u)
+      << "a periodic pass said it was the startup's";
+  EXPECT_EQ(logger->count(LogLevel::info, "Reconciliation pass complete: 0 adopted"), 1u);
+  backend->list_running_fn = nullptr;
+}
+
 TEST_F(ProviderOwnershipTest, OrphansAreAdoptedOnlyAfterTheRecoveryGrace) {
   build();
   const SandboxInfo orphan = make_info("orphan-1", "http://orphan-1");

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "http_binding.hpp"
+#include "sandboxd/errors.hpp"
 #include "test_support.hpp"
 
 namespace sandboxd::provisioner {
@@ -37,6 +38,10 @@ class RecordingBackend final : public SandboxBackend {
     creates.push_back(request);
     if (hold_create) released_.wait(lock, [this] { return !hold_create; });
     if (create_error) throw std::runtime_error(*create_error);
+    if (create_over_quota) {
+      throw sandboxd::BackendCapacityError("capacity (quota): the cluster refused pod sandbox-" +
+                                           request.sandbox_id + ": exceeded quota: pods=0");
+    }
     SandboxInfo info;
     info.sandbox_id = request.sandbox_id;
     info.sandbox_url = "http://127.0.0.1:4" + std::to_string(10000 + sandboxes.size());
@@ -97,6 +102,7 @@ class RecordingBackend final : public SandboxBackend {
   std::vector<SandboxInfo> destroyed;
   std::map<std::string, SandboxInfo> sandboxes;
   std::optional<std::string> create_error, destroy_error, list_error;
+  bool create_over_quota = false;
   bool hold_create = false;
   bool lookups_unknown = false;
 };
@@ -219,14 +225,22 @@ TEST_F(ProvisionerServiceTest, HealthIsOpenAndEveryApiRouteNeedsTheKey) {
     EXPECT_EQ(delete_refused->status, 401);
   }
   EXPECT_EQ(creates(), 0u);
-  EXPECT_TRUE(logger_->contains(LogLevel::warning,
-                                "provisioner auth rejected: GET /api/sandboxes/sb-1/instance"));
-  EXPECT_TRUE(logger_->contains(LogLevel::warning, "provisioner auth rejected: DELETE /api/"));
+  // Issue 32 B: one line per refusal was a log flood on demand. The first is logged, the
+  // rest are summed into the next line a minute later, and every one is counted.
+  EXPECT_EQ(logger_->count(LogLevel::warning, "provisioner auth rejected"), 1u);
+  EXPECT_TRUE(
+      logger_->contains(LogLevel::warning, "provisioner auth rejected: GET /api/capabilities"));
   EXPECT_FALSE(logger_->contains("wrong-key-77"));
   EXPECT_FALSE(logger_->contains(kKey));
 
   auto allowed = get("/api/capabilities");
   ASSERT_TRUE(allowed);
+  auto metrics = get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("sandboxd_provisioner_unauthorized_total 21\n"), std::string::npos)
+      << metrics->body;
+  EXPECT_EQ(client_->Get("/metrics")->status, 401) << "the metrics need the key too";
   EXPECT_EQ(allowed->status, 200);
 }
 
@@ -414,6 +428,13 @@ TEST_F(ProvisionerServiceTest, EveryExtraMountRefusalIs400WithItsMessage) {
            dir_.str() + "/outside/x)"},
       {"[" + mount(b + "/not-there", "/mnt/skills/custom", true) + "]",
        "Extra mount host path does not exist: " + b + "/not-there"},
+      // Issue 32 B: the state root itself is no sandbox mount (every user's data under it).
+      {"[" + mount(b, "/mnt/acp-workspace", false) + "]",
+       "Extra mount host path is outside DeerFlow state: " + b +
+           " (it is the state root itself; a sandbox mount must be a directory below it)"},
+      {"[" + mount(b + "/.", "/mnt/skills/custom", true) + "]",
+       "Extra mount host path is outside DeerFlow state: " + b +
+           " (it is the state root itself; a sandbox mount must be a directory below it)"},
   };
   for (const auto& [mounts, message] : rows) {
     auto result = create_alice(mounts);
@@ -561,25 +582,40 @@ TEST_F(ProvisionerServiceTest, BackendFailuresAreTheirNamedMessages) {
   backend_->locked([](RecordingBackend& b) { b.create_error = "engine down"; });
   auto created = create_alice();
   ASSERT_TRUE(created);
-  EXPECT_EQ(created->status, 500);
+  // The core's one table of error kinds (issue 32 A.5): a backend failure is 502.
+  EXPECT_EQ(created->status, 502);
   EXPECT_EQ(detail_of(created), "Sandbox creation failed: engine down");
   backend_->locked([](RecordingBackend& b) { b.create_error.reset(); });
   ASSERT_EQ(create_alice()->status, 200);
 
   backend_->locked([](RecordingBackend& b) { b.destroy_error = "stop timed out"; });
   auto deleted = client_->Delete("/api/sandboxes/sb-1", key());
-  EXPECT_EQ(deleted->status, 500);
+  EXPECT_EQ(deleted->status, 502);
   EXPECT_EQ(detail_of(deleted), "Partial cleanup: sandbox: stop timed out");
 
   backend_->locked([](RecordingBackend& b) { b.list_error = "listing refused"; });
   auto listed = get("/api/sandboxes");
-  EXPECT_EQ(listed->status, 500);
+  EXPECT_EQ(listed->status, 502);
   EXPECT_EQ(detail_of(listed), "Failed to list sandboxes: listing refused");
 
   backend_->locked([](RecordingBackend& b) { b.lookups_unknown = true; });
   auto instance = get("/api/sandboxes/sb-1/instance");
   EXPECT_EQ(instance->status, 503);
   EXPECT_EQ(detail_of(instance), "Could not tell whether sandbox 'sb-1' exists");
+}
+
+// Issue 32 A.5: a full namespace (a cluster quota) is a capacity refusal, as serve answers it:
+// 429 with Retry-After, DeerFlow's {"detail": ...} shape kept.
+TEST_F(ProvisionerServiceTest, AQuotaRefusalIs429WithRetryAfter) {
+  start();
+  backend_->locked([](RecordingBackend& b) { b.create_over_quota = true; });
+  auto created = create_alice();
+  ASSERT_TRUE(created);
+  EXPECT_EQ(created->status, 429) << created->body;
+  EXPECT_EQ(created->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(detail_of(created),
+            "Sandbox creation failed: capacity (quota): the cluster refused pod sandbox-sb-1: "
+            "exceeded quota: pods=0");
 }
 
 // Issue 20 A.7: a backend that keeps the SDK's default discover_for_reconciliation (which can

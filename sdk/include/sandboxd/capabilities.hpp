@@ -116,6 +116,19 @@ class PreStartedSlots {
   virtual Status slot_status() const = 0;
 };
 
+// What a backend runs every sandbox with, as an operator's check shows it (`sandboxctl
+// check-config`): one line per setting that matters for isolation and limits, with where it
+// came from ("default", a key path, "environment variable …"). Never a secret.
+class SettingsReport {
+ public:
+  virtual ~SettingsReport() = default;
+  struct Line {
+    std::string setting;  // "memory 2g", "cap_add CHOWN,DAC_OVERRIDE"
+    std::string source;
+  };
+  virtual std::vector<Line> effective_settings() const = 0;
+};
+
 // Every reason a claim can miss, in the order metrics list them.
 inline constexpr PreStartedSlots::Miss kSlotMissReasons[] = {
     PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,

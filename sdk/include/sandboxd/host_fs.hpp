@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <filesystem>
@@ -227,6 +228,44 @@ inline UniqueFd open_file(int dirfd, const std::string& name, int flags, mode_t 
   const int status = ::fcntl(file.get(), F_GETFL);
   if (status >= 0 && !(flags & O_NONBLOCK)) ::fcntl(file.get(), F_SETFL, status & ~O_NONBLOCK);
   return file;
+}
+
+// Replaces the regular file `name` under `dirfd` with `content` so that a crash leaves the old
+// file or the new one, never a part of either: written under a fresh temporary name beside
+// it (O_EXCL, no link followed), fsync'ed, renamed over `name`, and then the directory
+// fsync'ed, without which a power loss can bring the old entry back after the rename. `mode`
+// applies to the new file; `shown` names `name` in errors (std::filesystem::filesystem_error).
+inline void replace_file_at(int dirfd, const std::string& name, std::string_view content,
+                            mode_t mode, const std::filesystem::path& shown) {
+  static std::atomic<unsigned> sequence{0};
+  const std::string temporary = "." + name + ".tmp-" + std::to_string(::getpid()) + "-" +
+                                std::to_string(sequence.fetch_add(1));
+  const std::filesystem::path temporary_shown = shown.parent_path() / temporary;
+  const int fd = ::openat(dirfd, temporary.c_str(),
+                          O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) throw_errno("cannot write", temporary_shown, errno);
+  UniqueFd file(fd);
+  const auto fail = [&](const char* what, const std::filesystem::path& path, int error) {
+    ::unlinkat(dirfd, temporary.c_str(), 0);
+    throw_errno(what, path, error);
+  };
+  std::size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t written = ::write(file.get(), content.data() + done, content.size() - done);
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) fail("cannot write", temporary_shown, written < 0 ? errno : EIO);
+    done += static_cast<std::size_t>(written);
+  }
+  if (::fsync(file.get()) != 0) fail("cannot write", temporary_shown, errno);
+  file.reset();
+  if (::renameat(dirfd, temporary.c_str(), dirfd, name.c_str()) != 0) {
+    fail("cannot replace", shown, errno);
+  }
+  // fsync needs a descriptor opened for reading; `dirfd` may be O_PATH.
+  const UniqueFd directory(::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!directory || ::fsync(directory.get()) != 0) {
+    throw_errno("cannot make the new file durable (fsync of its directory)", shown, errno);
+  }
 }
 
 // Why a directory (lstat'ed as `st`) may not hold our state, or "" when it may: it is a

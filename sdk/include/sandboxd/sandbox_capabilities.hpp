@@ -4,12 +4,12 @@
 
 namespace sandboxd {
 
-// What is left after dropping ALL: an image's init and process supervisor switching users
-// (SETUID, SETGID), handing files to them (CHOWN, FOWNER, FSETID, DAC_OVERRIDE), signalling
-// them (KILL), and services on ports below 1024 (NET_BIND_SERVICE). Docker's default set also
-// has MKNOD, NET_RAW, SETFCAP, SETPCAP, SYS_CHROOT and AUDIT_WRITE, which sandboxed code has no
-// business with; a backend's `cap_add` restores any of them.
-inline constexpr const char* kDefaultSandboxCapabilities[] = {
-    "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "NET_BIND_SERVICE"};
+// What is left after dropping ALL is DeerFlow's compatibility set for its all-in-one image
+// (issue 32 D): the image starts as root, creates its user, hands files over (CHOWN, FOWNER,
+// DAC_OVERRIDE: its root nginx writes logs its user owns) and switches to it (SETUID, SETGID).
+// Everything else of Docker's default set (FSETID, KILL, NET_BIND_SERVICE, MKNOD, NET_RAW,
+// SETFCAP, SETPCAP, SYS_CHROOT, AUDIT_WRITE) is gone; a backend's `cap_add` restores any.
+inline constexpr const char* kDefaultSandboxCapabilities[] = {"CHOWN", "DAC_OVERRIDE", "FOWNER",
+                                                              "SETGID", "SETUID"};
 
 }  // namespace sandboxd

@@ -1,0 +1,27 @@
+// What sandboxd-provisioner exports at GET /metrics (behind the API key), in the Prometheus
+// text exposition format (0.0.4): answered requests by route and status, and refusals for a
+// missing or wrong X-API-Key (counted, while the log says at most one line a minute).
+//
+// Lock story: `mutex_` guards the request counts; held only to add or to copy.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace sandboxd::provisioner {
+
+class ProvisionerMetrics {
+ public:
+  void record_request(const std::string& route, int status);
+  // The exposition; `unauthorized` is the refusal count the caller keeps.
+  std::string render(std::uint64_t unauthorized) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;  // guarded by mutex_
+};
+
+}  // namespace sandboxd::provisioner

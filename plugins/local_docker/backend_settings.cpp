@@ -1,0 +1,376 @@
+#include "backend_settings.hpp"
+
+#include <fcntl.h>
+#include <rapidjson/document.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <optional>
+#include <sandboxd/errors.hpp>
+#include <sandboxd/host_fs.hpp>
+#include <sandboxd/json.hpp>
+#include <sandboxd/plugin_config.hpp>
+#include <sandboxd/sandbox_capabilities.hpp>
+#include <stdexcept>
+#include <thread>
+
+#include "docker_support.hpp"
+#include "host_mounts.hpp"
+
+namespace sandboxd::local_docker {
+namespace {
+
+constexpr const char* kDefaultImage =
+    "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest";
+constexpr const char* kDefaultPrefix = "deer-flow-sandbox";
+constexpr const char* kLogPrefix = "local_docker: ";
+// DeerFlow's hardening defaults for the local Docker path.
+constexpr const char* kDefaultMemory = "2g";
+constexpr double kDefaultCpus = 2.0;
+constexpr long long kDefaultPidsLimit = 512;
+// A seccomp profile is a JSON document of some kilobytes; Docker's own is 20 KB.
+constexpr std::size_t kMaxSeccompProfileBytes = 1u << 20;
+
+std::optional<std::string> env_value(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || trimmed(value).empty()) return std::nullopt;
+  return trimmed(value);
+}
+
+std::string environment_source(const char* name) {
+  return std::string("environment variable ") + name;
+}
+
+// "0", "false", "no", "off": DeerFlow's way to switch off a flag that defaults to on.
+bool env_flag_disabled(const std::string& value) {
+  std::string lower;
+  for (char c : value) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "0" || lower == "false" || lower == "no" || lower == "off";
+}
+
+// The option `key`, else DeerFlow's variable `env`: its text and where it came from.
+struct Sourced {
+  std::optional<std::string> text;  // unset: neither
+  std::string source;
+};
+
+// Reads a file a profile or secret lives in: regular, no link followed in its last
+// component, at most `limit` bytes.
+std::string read_small_file(const std::string& path, std::size_t limit) {
+  host_fs::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  std::string text;
+  char chunk[8192];
+  ssize_t got;
+  while ((got = ::read(fd.get(), chunk, sizeof chunk)) > 0) {
+    text.append(chunk, static_cast<std::size_t>(got));
+    if (text.size() > limit) {
+      throw std::runtime_error(path + " is larger than " + std::to_string(limit) + " bytes");
+    }
+  }
+  if (got < 0) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
+  return text;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ",") + item;
+  return out.empty() ? "(none)" : out;
+}
+
+}  // namespace
+
+std::string refused_network(const std::string& network, const std::string& shown) {
+  std::string target = trimmed(network);
+  // Docker's long syntax: "name=host" attaches exactly as "host" does.
+  if (target.rfind("name=", 0) == 0) target = trimmed(target.substr(5));
+  const std::string quoted = shown + "='" + network + "'";
+  if (target == "host" || target.rfind("container:", 0) == 0) {
+    const std::string kind = target == "host" ? "host" : "container";
+    return quoted + " resolves to the '" + kind +
+           "' network, which would void the sandbox port bind (Docker drops -p/--publish in "
+           "host mode and shares the network namespace for container:<name>). Use a dedicated "
+           "egress-controlled bridge network instead.";
+  }
+  if (target == "none") {
+    return quoted +
+           " resolves to the 'none' network, which leaves the container loopback-only, so the "
+           "published sandbox API port cannot receive traffic (readiness would time out and "
+           "every acquisition would fail). Use a dedicated egress-controlled bridge network "
+           "instead.";
+  }
+  return "";
+}
+
+Settings read_settings(const PluginContext& context, Logger& logger) {
+  PluginConfig options = context.options();
+  Settings s;
+  const auto shown = [&](const std::string& value, const std::string& source) {
+    s.effective.emplace_back(value, source);
+  };
+  // The option `key` (a string or a number), else DeerFlow's variable `env`.
+  const auto option_or_env = [&](const char* key, const char* env) -> Sourced {
+    if (const rapidjson::Value* raw = options.raw(key); raw && !raw->IsNull()) {
+      if (raw->IsString()) return {trimmed(raw->GetString()), options.path_of(key)};
+      if (raw->IsNumber()) return {json_to_string(*raw), options.path_of(key)};
+      options.fail(key, "a string or a number", *raw);
+    }
+    if (auto value = env_value(env)) return {value, environment_source(env)};
+    return {std::nullopt, "default"};
+  };
+  // A bad value from the environment is refused naming the variable; from the file, the key.
+  const auto reject = [&](const char* key, const Sourced& from, const std::string& why) {
+    if (from.source.rfind("environment variable ", 0) == 0) {
+      throw PluginConfigError(from.source.substr(21), "\"" + *from.text + "\": " + why);
+    }
+    options.reject(key, "\"" + *from.text + "\": " + why);
+  };
+
+  // socket: the option, else DOCKER_HOST, else the default path.
+  std::string socket_spec;
+  if (auto socket = options.optional_string("socket"); socket && !trimmed(*socket).empty()) {
+    socket_spec = *socket;
+    s.socket_source = options.path_of("socket");
+  } else if (auto host = env_value("DOCKER_HOST")) {
+    socket_spec = *host;
+    s.socket_source = environment_source("DOCKER_HOST");
+  } else {
+    socket_spec = "unix:///var/run/docker.sock";
+    s.socket_source = "the default";
+  }
+  try {
+    s.endpoint = EngineEndpoint::parse(socket_spec);
+  } catch (const std::invalid_argument& e) {
+    if (s.socket_source == environment_source("DOCKER_HOST")) {
+      throw PluginConfigError("DOCKER_HOST", e.what());
+    }
+    options.reject("socket", e.what());
+  }
+
+  s.image = trimmed(options.get_string("image", ""));
+  if (s.image.empty()) s.image = kDefaultImage;
+
+  s.prefix = trimmed(options.get_string("container_prefix", ""));
+  if (s.prefix.empty()) s.prefix = kDefaultPrefix;
+  if (!is_valid_container_name(s.prefix)) {
+    options.reject("container_prefix",
+                   "\"" + s.prefix +
+                       "\" is not usable in a container name (letters, digits, '_', '.', '-'; "
+                       "starting with a letter or digit)");
+  }
+
+  const long long port = options.get_integer("port", 0);
+  if (port < 0 || port > 65535) options.reject("port", "must be between 0 and 65535");
+  s.base_port = static_cast<int>(port);
+
+  s.mounts = options.get_mounts("mounts");
+  for (std::size_t i = 0; i < s.mounts.size(); ++i) {
+    if (s.mounts[i].container_path.front() != '/') {
+      options.reject("mounts[" + std::to_string(i) + "].container_path",
+                     "must be an absolute path inside the container");
+    }
+  }
+
+  s.environment = options.get_string_map("environment");
+  for (const auto& [key, value] : s.environment) {
+    (void)value;
+    if (key.empty() || key.find('=') != std::string::npos) {
+      options.reject("environment." + key, "variable names must be non-empty and contain no '='");
+    }
+  }
+
+  // ── limits: the option, else DeerFlow's variable, else DeerFlow's default ──
+  const Sourced memory = option_or_env("memory", "DEER_FLOW_SANDBOX_MEMORY");
+  try {
+    s.memory_bytes = parse_memory_bytes(memory.text.value_or(kDefaultMemory));
+  } catch (const std::invalid_argument& e) {
+    reject("memory", memory, e.what());
+  }
+  shown("memory " + (s.memory_bytes > 0 ? memory.text.value_or(kDefaultMemory) : "no limit"),
+        memory.source);
+
+  const Sourced cpus = option_or_env("cpus", "DEER_FLOW_SANDBOX_CPUS");
+  s.cpus = kDefaultCpus;
+  if (cpus.text) {
+    char* end = nullptr;
+    s.cpus = std::strtod(cpus.text->c_str(), &end);
+    if (end == cpus.text->c_str() || *end != '\0' || !(s.cpus >= 0)) {
+      reject("cpus", cpus, "expected a number of CPUs >= 0 (0: no limit)");
+    }
+  } else {
+    // The engine refuses more CPUs than the host has; the default must work on small hosts.
+    const unsigned host_cpus = std::thread::hardware_concurrency();
+    if (host_cpus > 0 && s.cpus > host_cpus) s.cpus = host_cpus;
+  }
+  shown("cpus " + (s.cpus > 0 ? json_to_string(rapidjson::Value(s.cpus)) : "no limit"),
+        cpus.source);
+
+  const Sourced pids = option_or_env("pids_limit", "DEER_FLOW_SANDBOX_PIDS_LIMIT");
+  s.pids_limit = kDefaultPidsLimit;
+  if (pids.text) {
+    char* end = nullptr;
+    s.pids_limit = std::strtoll(pids.text->c_str(), &end, 10);
+    if (end == pids.text->c_str() || *end != '\0' || s.pids_limit < -1) {
+      reject("pids_limit", pids, "expected a whole number of processes >= -1 (0 or -1: no limit)");
+    }
+  }
+  shown("pids_limit " + (s.pids_limit > 0 ? std::to_string(s.pids_limit) : "no limit"),
+        pids.source);
+
+  s.stop_timeout_seconds = options.get_integer("stop_timeout_seconds", 10);
+  if (s.stop_timeout_seconds < 0 || s.stop_timeout_seconds > 3600) {
+    options.reject("stop_timeout_seconds", "must be between 0 and 3600");
+  }
+
+  // ── privileges ──
+  // No privilege gain through setuid binaries; every capability dropped but the few an image's
+  // init hands over to its user with (DeerFlow's compatibility set), unless the image needs
+  // none (image_startup_caps false); the engine's default seccomp profile unless one is given.
+  const bool no_new_privileges = options.get_bool("no_new_privileges", true);
+  if (no_new_privileges) s.security_opt.push_back("no-new-privileges");
+  const Sourced seccomp = option_or_env("seccomp_profile", "DEER_FLOW_SANDBOX_SECCOMP_PROFILE");
+  if (seccomp.text) {
+    std::string profile;
+    try {
+      profile = read_small_file(*seccomp.text, kMaxSeccompProfileBytes);
+    } catch (const std::exception& e) {
+      reject("seccomp_profile", seccomp, e.what());
+    }
+    rapidjson::Document doc;
+    doc.Parse(profile.c_str(), profile.size());
+    if (!doc.IsObject()) reject("seccomp_profile", seccomp, "is not a JSON seccomp profile");
+    s.security_opt.push_back("seccomp=" + profile);
+  }
+  shown(seccomp.text ? "seccomp profile " + *seccomp.text : "seccomp: the engine's default profile",
+        seccomp.source);
+  for (const std::string& opt : options.get_string_list("security_opt")) {
+    if (opt == "no-new-privileges" && no_new_privileges) continue;
+    s.security_opt.push_back(opt);
+  }
+  shown(std::string("no-new-privileges ") + (no_new_privileges ? "on" : "off"),
+        options.has("no_new_privileges") ? options.path_of("no_new_privileges") : "default");
+
+  s.cap_drop = options.has("cap_drop") ? options.get_string_list("cap_drop")
+                                       : std::vector<std::string>{"ALL"};
+  bool startup_caps = true;
+  std::string caps_source = "default";
+  if (options.has("image_startup_caps")) {
+    startup_caps = options.get_bool("image_startup_caps", true);
+    caps_source = options.path_of("image_startup_caps");
+  } else if (auto flag = env_value("DEER_FLOW_SANDBOX_IMAGE_STARTUP_CAPS")) {
+    startup_caps = !env_flag_disabled(*flag);
+    caps_source = environment_source("DEER_FLOW_SANDBOX_IMAGE_STARTUP_CAPS");
+  }
+  if (options.has("cap_add")) {
+    s.cap_add = options.get_string_list("cap_add");
+    caps_source = options.path_of("cap_add");
+  } else if (startup_caps) {
+    s.cap_add.assign(std::begin(kDefaultSandboxCapabilities),
+                     std::end(kDefaultSandboxCapabilities));
+  }
+  shown("cap_drop " + joined(s.cap_drop),
+        options.has("cap_drop") ? options.path_of("cap_drop") : "default");
+  shown("cap_add " + joined(s.cap_add), caps_source);
+
+  const Sourced user = option_or_env("user", "DEER_FLOW_SANDBOX_CONTAINER_USER");
+  s.user = user.text.value_or("");
+  shown("user " + (s.user.empty() ? std::string("(the image's)") : s.user), user.source);
+
+  const Sourced network = option_or_env("network", "DEER_FLOW_SANDBOX_NETWORK");
+  s.network = network.text.value_or("");
+  if (network.text) {
+    const bool from_env = network.source.rfind("environment variable ", 0) == 0;
+    const std::string why = refused_network(
+        s.network, from_env ? network.source.substr(21) : options.path_of("network"));
+    if (!why.empty()) {
+      if (from_env) throw PluginConfigError(network.source.substr(21), why);
+      throw PluginConfigError(options.path_of("network"), why);
+    }
+  }
+  shown("network " + (s.network.empty() ? std::string("(the engine's default bridge)") : s.network),
+        network.source);
+
+  s.init = options.get_bool("init", true);
+
+  s.sandbox_host = trimmed(options.get_string("sandbox_host", ""));
+  if (s.sandbox_host.empty()) s.sandbox_host = env_value("DEER_FLOW_SANDBOX_HOST").value_or("");
+  if (s.sandbox_host.empty()) s.sandbox_host = "localhost";
+
+  std::optional<std::string> bind_host = options.optional_string("bind_host");
+  if (!bind_host || trimmed(*bind_host).empty()) {
+    bind_host = env_value("DEER_FLOW_SANDBOX_BIND_HOST");
+  }
+  std::string bind_reason;
+  s.bind_host = resolve_bind_host(bind_host, s.sandbox_host, &bind_reason);
+  shown("published on " + s.bind_host, bind_reason);
+
+  s.request_timeout_seconds = options.get_number("request_timeout_seconds", 30.0);
+  if (!(s.request_timeout_seconds > 0)) options.reject("request_timeout_seconds", "must be > 0");
+  s.pull_timeout_seconds = options.get_number("pull_timeout_seconds", 600.0);
+  if (!(s.pull_timeout_seconds > 0)) options.reject("pull_timeout_seconds", "must be > 0");
+
+  // ── pre-started slots ──
+  const long long warm_slots = options.get_integer("warm_slots", 0);
+  if (warm_slots < 0 || warm_slots > 64) options.reject("warm_slots", "must be between 0 and 64");
+  s.warm_slots = static_cast<std::size_t>(warm_slots);
+  // Normal once, here (issue 32 A.2): every later path and mount under it starts from it.
+  if (auto dir = options.optional_string("slots_dir"); dir && !trimmed(*dir).empty()) {
+    if (!std::filesystem::path(trimmed(*dir)).is_absolute()) {
+      options.reject("slots_dir", "must be an absolute path");
+    }
+    s.slots_dir = normal_absolute(trimmed(*dir));
+  } else if (!context.base_dir.empty()) {
+    s.slots_dir =
+        normal_absolute(std::filesystem::absolute(context.base_dir) / "local_docker-slots");
+  } else if (s.warm_slots > 0) {
+    options.reject("slots_dir", "is needed with warm_slots when the host has no base directory");
+  }
+  // The per-conversation mount points slots are made for, before any conversation taught them.
+  if (const rapidjson::Value* list = options.raw("slot_mounts")) {
+    if (!list->IsArray())
+      options.fail("slot_mounts", "an array of {container_path, read_only}", *list);
+    for (rapidjson::SizeType i = 0; i < list->Size(); ++i) {
+      const std::string key = "slot_mounts[" + std::to_string(i) + "]";
+      const rapidjson::Value& item = (*list)[i];
+      const auto path = item.IsObject() ? item.FindMember("container_path") : item.MemberEnd();
+      if (!item.IsObject() || path == item.MemberEnd() || !path->value.IsString() ||
+          path->value.GetStringLength() == 0 || path->value.GetString()[0] != '/') {
+        options.fail(key, "an object whose container_path is an absolute path", item);
+      }
+      Mount mount;
+      mount.container_path = path->value.GetString();
+      if (const auto ro = item.FindMember("read_only"); ro != item.MemberEnd()) {
+        if (!ro->value.IsBool()) options.fail(key + ".read_only", "a boolean", ro->value);
+        mount.read_only = ro->value.GetBool();
+      }
+      s.slot_mounts.push_back(std::move(mount));
+    }
+  }
+  s.slot_ready_timeout_seconds = options.get_number("slot_ready_timeout_seconds", 60.0);
+  if (!(s.slot_ready_timeout_seconds > 0)) {
+    options.reject("slot_ready_timeout_seconds", "must be > 0");
+  }
+  s.slot_sweep_seconds = options.get_number("slot_sweep_seconds", 60.0);
+  if (!(s.slot_sweep_seconds >= 1)) options.reject("slot_sweep_seconds", "must be >= 1");
+
+  for (const std::string& key : options.unread_keys()) {
+    logger.warning(std::string(kLogPrefix) + "ignoring unknown option " + key);
+  }
+  logger.debug(std::string(kLogPrefix) + bind_reason);
+  std::string effective;
+  for (const auto& [value, source] : s.effective) {
+    effective += (effective.empty() ? "" : ", ") + value;
+  }
+  logger.info(
+      std::string(kLogPrefix) + "engine " + s.endpoint.display + " (from " + s.socket_source +
+      "), image " + s.image + ", container prefix " + s.prefix + ", host port " +
+      (s.base_port > 0 ? "from " + std::to_string(s.base_port) : "chosen by the engine") +
+      ", sandbox host " + s.sandbox_host + ", mounts: " + render_mounts(s.mounts) +
+      ", environment: " + (s.environment.empty() ? "none" : redacted_environment(s.environment)) +
+      "; " + effective);
+  return s;
+}
+
+}  // namespace sandboxd::local_docker
