@@ -1,0 +1,196 @@
+// local_docker:LocalContainerBackend — sandboxes as containers of a local engine, driven
+// through the Docker Engine REST API (Docker, or `podman system service`), SPEC §9. Its options
+// are in backend_settings.hpp and plugins/local_docker/README.md.
+//
+// The class is split by concern: local_container_backend.cpp (construction, create with its
+// port search, pull and name-conflict adoption, destroy, pause), backend_discovery.cpp (what
+// runs: is_alive, discover, list_running, discover_for_reconciliation), backend_slots.cpp
+// (pre-started slots). The Engine API calls themselves are engine_api.hpp's.
+//
+// Deviations from the Python reference, on purpose:
+// - Ports: without a base port the engine picks a free host port (empty HostPort) and we read
+//   it back, which removes the host-port race of scanning locally; with a base port we search
+//   upward as §9.2 does, skipping ports this process is starting containers on.
+// - A name conflict adopts the existing container once it runs (starting it if it is still
+//   in the "created" state), without the discovery readiness probe: readiness after create is
+//   the core's job, and a racing creator's container is not ready yet.
+// - destroy() throws on every failure other than "already gone"/"already stopped" (not only on
+//   a timeout), so a stop that did not happen is never reported as clean (backend.hpp).
+// - is_alive() answers false when the name now belongs to a different container than the
+//   info's container_id: the instance the info describes is gone.
+//
+// Lock story: after construction the settings are immutable. EngineClient uses one CURL handle
+// per request (no shared libcurl state) and guards its cached API version with its own mutex.
+// `pending_mutex_` guards the pending removals; the port reservations have their own
+// (port_reservation.hpp). No lock is held across an HTTP call.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sandboxd/capabilities.hpp>
+#include <sandboxd/sdk.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend_settings.hpp"
+#include "engine_answers.hpp"
+#include "engine_api.hpp"
+#include "engine_client.hpp"
+#include "engine_slots.hpp"
+#include "slot_pool.hpp"
+
+namespace sandboxd::local_docker {
+
+inline constexpr const char* kLogPrefix = "local_docker: ";
+
+inline constexpr const char* kLabelManagedBy = "sandboxd.managed-by";
+inline constexpr const char* kManagedByValue = "sandboxd";
+inline constexpr const char* kLabelSandboxId = "sandboxd.sandbox-id";
+inline constexpr const char* kLabelUserId = "sandboxd.user-id";
+inline constexpr const char* kLabelThreadId = "sandboxd.thread-id";
+inline constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
+
+inline constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
+inline constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
+inline constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
+inline constexpr double kDiscoveryReadySeconds = 5.0;  // SPEC §5.17
+// Pause and unpause freeze or thaw a cgroup: milliseconds (11–38 ms measured); 10 s bounds a
+// stuck engine.
+inline constexpr double kFreezeTimeoutSeconds = 10.0;
+inline constexpr int kAdoptWaitSeconds = 30;  // how long a name conflict waits for the holder
+// dockerd answers a create with 409 while another create of the name is in flight, yet inspects
+// the name as 404 for tens of milliseconds: a conflict waits this long for the holder to appear
+// before it concludes the holder went away.
+inline constexpr auto kNameHolderAppearWait = std::chrono::seconds(2);
+// Creates again after a holder that went away; these never use up the port attempts.
+inline constexpr int kMaxNameConflictRounds = 5;
+
+inline std::string short_id(const std::string& id) {
+  return id.size() > 12 ? id.substr(0, 12) : id;
+}
+
+inline bool same_container(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  return a.rfind(b, 0) == 0 || b.rfind(a, 0) == 0;
+}
+
+// What one container is created with: a sandbox's, or a pre-started slot's.
+struct ContainerSpec {
+  std::string sandbox_id;  // for messages and adoption
+  std::string name;
+  std::vector<Mount> mounts;
+  std::size_t rslave_from = SIZE_MAX;  // mounts from this index bind with rslave propagation
+  std::map<std::string, std::string> labels;
+};
+
+class LocalContainerBackend final : public SandboxBackend,
+                                    public SandboxPausing,
+                                    public PreStartedSlots,
+                                    public SettingsReport {
+ public:
+  explicit LocalContainerBackend(const PluginContext& context)
+      : logger_(context.logger),
+        settings_(read_settings(context, *context.logger)),
+        client_(settings_.endpoint),
+        api_(client_, settings_.request_timeout_seconds) {
+    if (settings_.warm_slots > 0) {
+      SlotPoolOptions options;
+      options.target = settings_.warm_slots;
+      options.root = settings_.slots_dir;
+      options.name_prefix = settings_.prefix + "-";
+      options.declared_shape = settings_.slot_mounts;
+      options.sweep_interval_seconds = settings_.slot_sweep_seconds;
+      slot_engine_ = std::make_unique<EngineSlots>(
+          api_, settings_.prefix + "-",
+          [this](const std::string& name, const std::vector<Mount>& mounts,
+                 const std::map<std::string, std::string>& labels) {
+            return start_slot(name, mounts, labels);
+          });
+      slots_ = std::make_unique<SlotPool>(std::move(options), *slot_engine_, logger_);
+    }
+  }
+  ~LocalContainerBackend() override;
+
+  SandboxInfo create(const CreateRequest& request) override;
+  void destroy(const SandboxInfo& info) override;
+  bool is_alive(const SandboxInfo& info) override;
+  std::optional<SandboxInfo> discover(const std::string& sandbox_id) override;
+  std::vector<SandboxInfo> list_running() override;
+  SandboxDiscoveryResult discover_for_reconciliation(const std::string& sandbox_id) override;
+  bool requires_create_validation() const override { return false; }
+  MountModeKind mount_mode_kind() const override { return MountModeKind::local_bind_mounts; }
+  void pause(const SandboxInfo& info) override;
+  void unpause(const SandboxInfo& info) override;
+  Claim claim_slot(const CreateRequest& request) override;
+  Status slot_status() const override;
+  std::string slot_preflight() override;
+  void start_slots() override {
+    if (slots_) slots_->start();
+  }
+  std::vector<SettingsReport::Line> effective_settings() const override {
+    std::vector<SettingsReport::Line> out;
+    for (const auto& [setting, source] : settings_.effective) out.push_back({setting, source});
+    return out;
+  }
+
+ private:
+  // How the slot pool starts a slot: as a sandbox, its mount points bound rslave.
+  SlotEngine::Started start_slot(const std::string& name, const std::vector<Mount>& slot_mounts,
+                                 const std::map<std::string, std::string>& labels);
+
+  // Creates and starts one container (port search, pull, name-conflict adoption); the info
+  // carries no identity beyond what the labels say.
+  SandboxInfo start_container(const ContainerSpec& spec, bool* adopted);
+  // A slot container that is nobody's yet: labelled a slot and not claimed.
+  // info_from, and for a slot-labelled container the identity its claim record gives (read
+  // once); nullopt for an unclaimed slot, which is nobody's sandbox.
+  std::optional<SandboxInfo> sandbox_info(const std::string& sandbox_id,
+                                          const ContainerState& state) const;
+  // POST /containers/{target}/{verb} for pause and unpause; `done_already` recognises the
+  // engine's "already in that state" refusal, which counts as done.
+  void freeze_call(const SandboxInfo& info, const std::string& verb,
+                   bool (*done_already)(const std::string& message));
+  // destroy(); a stop refused because the container is paused thaws it and retries once.
+  void destroy_once(const SandboxInfo& info, bool thawed_for_stop);
+
+  void log(LogLevel level, const std::string& message) {
+    logger_->log(level, kLogPrefix + message);
+  }
+
+  std::string container_name(const std::string& sandbox_id) const {
+    return settings_.prefix + "-" + sandbox_id;
+  }
+  std::string backend_namespace() const { return "local:docker:" + settings_.prefix; }
+
+  ContainerCreateBody create_body(const ContainerSpec& spec, int host_port) const;
+  void pull_image();
+  // nullopt: the holder of the name went away, try creating again.
+  std::optional<SandboxInfo> adopt_existing(const std::string& name);
+  // Removes a container a failed create made; if the engine cannot be reached (or refuses),
+  // the container is remembered and removed by the next create or listing that reaches it.
+  void remove_quietly(const std::string& id);
+  void retry_pending_removals();
+  // nullopt: no such container. Throws on anything else that is not an answer.
+  std::optional<ContainerState> inspect(const std::string& target);
+  SandboxInfo info_from(const std::string& sandbox_id, const ContainerState& state) const;
+
+  std::shared_ptr<Logger> logger_;
+  const Settings settings_;
+  EngineClient client_;
+  EngineApi api_;
+  // Containers that failed creates left behind because the engine could not be reached to
+  // remove them (it vanished between /containers/create and /start). Only never-started ones
+  // are removed later: a running one is an orphan like any other, which reconciliation adopts
+  // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
+  std::mutex pending_mutex_;
+  std::set<std::string> pending_removals_;
+  std::unique_ptr<EngineSlots> slot_engine_;  // the pool's engine; outlives the pool
+  // Last member: its refill thread calls the engine through this object, so it stops first.
+  std::unique_ptr<SlotPool> slots_;
+};
+
+}  // namespace sandboxd::local_docker
