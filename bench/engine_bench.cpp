@@ -35,7 +35,9 @@
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
 //                         [--paused-sandboxes N [--paused-seconds S]]
-//                         [--slot-arrival-seconds S]
+//                         [--slot-arrival-seconds S] [--isolation-only]
+// and (issue 33) cold acquires without isolation, with each sandbox's bridge port isolated,
+// and in `isolated` mode, and a 64 MiB download and a small GET directly and through the relay.
 #include <curl/curl.h>
 #include <rapidjson/document.h>
 #include <unistd.h>
@@ -58,6 +60,7 @@
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/relay.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace {
@@ -111,6 +114,7 @@ struct Options {
   int paused_sandboxes = 0;  // 0: the paused-CPU figure is not measured
   double paused_seconds = 60;
   double slot_arrival_seconds = 2;
+  bool isolation_only = false;  // --isolation-only: the issue-33 figures alone
 };
 
 // CPU time (ns) the cgroup of process `pid` has used, from its cpu accounting: cgroup v1's
@@ -156,7 +160,8 @@ class EngineBench {
   }
 
   std::unique_ptr<Provider> provider(int replicas, const std::string& name,
-                                     double pause_after_seconds = 0, int warm_slots = 0) {
+                                     double pause_after_seconds = 0, int warm_slots = 0,
+                                     const std::string& network_json = "") {
     const std::filesystem::path dir = base_ / name;
     std::filesystem::create_directories(dir);
     auto logger = std::make_shared<QuietLogger>();
@@ -171,7 +176,7 @@ class EngineBench {
         (warm_slots > 0 ? ", \"warm_slots\": " + std::to_string(warm_slots) +
                               ", \"slots_dir\": \"" + (dir / "slots").string() + "\""
                         : std::string()) +
-        "}";
+        (network_json.empty() ? std::string() : ", \"network\": " + network_json) + "}";
     if (warm_slots > 0) std::filesystem::create_directories(dir / "slots");
     backend.logger = logger;
     backend.clock = clock;
@@ -490,6 +495,69 @@ class EngineBench {
         n, options_.paused_seconds, warm_ms, paused_ms);
   }
 
+  // Issue 33. Cold acquires of new conversations by three providers, round by round: no
+  // isolation (the engine's default bridge), open mode with each sandbox's bridge port isolated
+  // (the default), and `isolated` mode (no network; readiness through its namespace). Then a
+  // 64 MiB file served by the sandbox's own httpd, fetched directly through its published port
+  // and through the relay from an `isolated` sandbox, and small requests each way (a new
+  // connection each).
+  void isolation() {
+    auto plain = provider(1000, "n0", 0, 0, R"({"isolate_sandboxes": false})");
+    auto ported = provider(1000, "n1");
+    auto isolated = provider(1000, "n2", 0, 0, R"({"mode": "isolated"})");
+    const std::pair<const char*, Provider*> kinds[] = {{"cold_unisolated", plain.get()},
+                                                       {"cold_port_isolated", ported.get()},
+                                                       {"cold_isolated_mode", isolated.get()}};
+    // One resident conversation each: a fleet is rarely empty, and the first sandbox of an empty
+    // one also makes the shared network (its cost is the first row, network_first_sandbox).
+    {
+      const auto t0 = Steady::now();
+      ported->acquire("resident", "bench-user");
+      note("network_first_sandbox", 0, micros_since(t0));
+      plain->acquire("resident", "bench-user");
+      isolated->acquire("resident", "bench-user");
+    }
+    for (int round = 0; round < options_.rounds; ++round) {
+      for (int k = 0; k < 3; ++k) {
+        const auto& [scenario, p] = kinds[(k + round) % 3];  // the order rotates
+        const auto t0 = Steady::now();
+        const std::string id = p->acquire("iso-" + std::to_string(round), "bench-user");
+        note(scenario, round, micros_since(t0));
+        p->destroy(id);
+      }
+    }
+    // The download: the same file in an open sandbox (published port) and an isolated one.
+    const std::string direct_id = ported->acquire("download", "bench-user");
+    const std::string relayed_id = isolated->acquire("download", "bench-user");
+    RelayOptions relay_options;
+    Relay relay(*isolated, RelayTokens(std::string(32, 'b')), relay_options,
+                std::make_shared<QuietLogger>());
+    relay.start();
+    const auto direct_info = ported->find(direct_id)->info;
+    const auto relayed_info = isolated->find(relayed_id)->info;
+    for (const auto* info : {&direct_info, &relayed_info}) {
+      exec(*info->container_id, R"(["dd","if=/dev/zero","of=/www/big","bs=1048576","count=64"])");
+    }
+    const std::string direct_url = direct_info.sandbox_url;
+    const std::string relay_url = relay.url_for(relayed_id);
+    const std::string token =
+        std::string(kRelayTokenHeader) + ": " + relay.headers_for(relayed_id).begin()->second;
+    for (int round = 0; round < options_.rounds; ++round) {
+      note("download_64mib_direct", round, timed_get(direct_url + "/big", "", 64u << 20));
+      note("download_64mib_relay", round, timed_get(relay_url + "/big", token, 64u << 20));
+      for (int i = 0; i < 20; ++i) {
+        note("small_get_direct", round, timed_get(direct_url + "/v1/sandbox", "", 0));
+        note("small_get_relay", round, timed_get(relay_url + "/v1/sandbox", token, 0));
+      }
+    }
+    relay.stop();
+    ported->destroy(direct_id);
+    isolated->destroy(relayed_id);
+    plain->shutdown();
+    ported->shutdown();
+    isolated->shutdown();
+  }
+
   void summary() {
     std::printf("%-18s %6s %12s %12s\n", "scenario", "n", "median_ms", "p90_ms");
     std::map<std::string, std::pair<double, double>> figures;
@@ -521,9 +589,59 @@ class EngineBench {
           "engine_cold", false);
     ratio("new conversation from a ready slot / created cold, median", "provider_claimed",
           "provider_cold_beside_slots", false);
+    if (figures.count("cold_unisolated") != 0) {
+      ratio("cold acquire, ports isolated / not isolated, median", "cold_port_isolated",
+            "cold_unisolated", false);
+      ratio("cold acquire, isolated mode / not isolated, median", "cold_isolated_mode",
+            "cold_unisolated", false);
+      ratio("64 MiB download, direct time / relay time, median (throughput ratio)",
+            "download_64mib_direct", "download_64mib_relay", false);
+    }
   }
 
  private:
+  // Runs `command_json` (an exec Cmd array) in the container and waits for it.
+  void exec(const std::string& container, const std::string& command_json) {
+    Answer made = call(options_.socket, "POST", "http://d/containers/" + container + "/exec",
+                       R"({"Cmd": )" + command_json + R"(, "AttachStdout": true})");
+    if (made.status != 201) throw std::runtime_error("exec create: " + made.body);
+    rapidjson::Document doc;
+    doc.Parse(made.body.c_str());
+    const std::string id = doc["Id"].GetString();
+    Answer started = call(options_.socket, "POST", "http://d/exec/" + id + "/start",
+                          R"({"Detach": false, "Tty": false})", 120.0);
+    if (started.status != 200) throw std::runtime_error("exec start: " + started.body);
+  }
+
+  // A GET on a new connection; µs to the last byte. `expect_bytes` 0: any size.
+  static double timed_get(const std::string& url, const std::string& header,
+                          std::size_t expect_bytes) {
+    CURL* curl = curl_easy_init();
+    curl_slist* headers = header.empty() ? nullptr : curl_slist_append(nullptr, header.c_str());
+    std::size_t got = 0;
+    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+    if (headers) curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 60000L);
+    curl_easy_setopt(
+        curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t count, void* total) {
+          *static_cast<std::size_t*>(total) += size * count;
+          return size * count;
+        });
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &got);
+    const auto t0 = Steady::now();
+    const CURLcode done = curl_easy_perform(curl);
+    const double us = micros_since(t0);
+    long status = 0;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    if (done != CURLE_OK || status != 200 || (expect_bytes != 0 && got != expect_bytes)) {
+      throw std::runtime_error("GET " + url + ": HTTP " + std::to_string(status) + ", " +
+                               std::to_string(got) + " bytes");
+    }
+    return us;
+  }
+
   void note(const std::string& scenario, int round, double us) {
     samples_[scenario].push_back(us);
     if (jsonl_) {
@@ -560,6 +678,8 @@ int main(int argc, char** argv) {
       options.paused_sandboxes = std::max(0, std::atoi(argv[++i]));
     } else if (arg == "--paused-seconds" && has_value) {
       options.paused_seconds = std::max(1.0, std::atof(argv[++i]));
+    } else if (arg == "--isolation-only") {
+      options.isolation_only = true;
     } else if (arg == "--slot-arrival-seconds" && has_value) {
       options.slot_arrival_seconds = std::max(0.0, std::atof(argv[++i]));
     } else {
@@ -567,14 +687,15 @@ int main(int argc, char** argv) {
                    "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
                    "[--rounds N] [--jsonl FILE]\n"
                    "                             [--paused-sandboxes N [--paused-seconds S]]\n"
-                   "                             [--slot-arrival-seconds S]\n"
+                   "                             [--slot-arrival-seconds S] [--isolation-only]\n"
                    "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
                    "warm, then paused (cgroup)\n"
                    "  --paused-seconds S    how long each of those two readings lasts "
                    "(default 60)\n"
                    "  --slot-arrival-seconds S\n"
                    "                        pause between new conversations in the slots' "
-                   "hit-rate reading (default 2)\n");
+                   "hit-rate reading (default 2)\n"
+                   "  --isolation-only      only the network isolation and relay figures\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -585,8 +706,9 @@ int main(int argc, char** argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   try {
     EngineBench bench(options);
-    bench.run();
-    bench.slots();
+    if (!options.isolation_only) bench.run();
+    bench.isolation();
+    if (!options.isolation_only) bench.slots();
     bench.summary();
     if (options.paused_sandboxes > 0) bench.paused_cpu();
   } catch (const std::exception& error) {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <sandboxd/capabilities.hpp>
 #include <sandboxd/sdk.hpp>
 #include <stdexcept>
 #include <string>
@@ -75,11 +76,26 @@ class Responder {
   std::thread thread_;
 };
 
-class LoopbackBackend final : public sandboxd::SandboxBackend {
+// Option `namespaced: true` (issue 33's scale figure): every sandbox says network mode
+// `isolated`, so the daemons reach it only through their relay, with an ordinary socket
+// standing in for one made in a network namespace.
+class LoopbackBackend final : public sandboxd::SandboxBackend,
+                              public sandboxd::NamespacedSandboxes,
+                              public sandboxd::SandboxNetworkPolicy {
  public:
-  explicit LoopbackBackend(const sandboxd::PluginContext& context) {
-    context.options();  // no options; a section with some is still valid JSON
+  explicit LoopbackBackend(const sandboxd::PluginContext& context)
+      : namespaced_(context.options().get_bool("namespaced", false)) {}
+
+  bool namespaced(const sandboxd::SandboxInfo& info) const override {
+    return info.network_policy == "isolated";
   }
+  int open_socket(const sandboxd::SandboxInfo&) override {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw std::runtime_error("loopback_backend: no socket");
+    return fd;
+  }
+  std::string configured_network_policy() const override { return namespaced_ ? "isolated" : ""; }
+  std::string network_preflight() override { return ""; }
 
   sandboxd::SandboxInfo create(const sandboxd::CreateRequest& request) override {
     sandboxd::SandboxInfo info;
@@ -89,6 +105,7 @@ class LoopbackBackend final : public sandboxd::SandboxBackend {
     info.user_id = request.user_id;
     info.thread_id = request.thread_id;
     info.mount_contract_version = sandboxd::kSandboxMountContractVersion;
+    if (namespaced_) info.network_policy = "isolated";
     std::lock_guard lock(mutex_);
     live_[request.sandbox_id] = info;
     return info;
@@ -124,6 +141,7 @@ class LoopbackBackend final : public sandboxd::SandboxBackend {
   }
 
  private:
+  const bool namespaced_;
   Responder responder_;
   std::mutex mutex_;
   std::map<std::string, sandboxd::SandboxInfo> live_;

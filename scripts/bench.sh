@@ -18,6 +18,12 @@
 #      pods in the Kubernetes stand-in (1,000 only with --quick): API requests and time per pod;
 #      bench/kubernetes_readiness.py: from a pod turning Ready to `sandboxctl acquire` returning,
 #      the backend watching the pod beside it polling (10 rounds; 2 with --quick).
+#   6. (issue 33) sandboxd_relay_bench: per-request latency added by the relay (kept-alive and
+#      new connections), a 64 MiB download's throughput and an upgraded pipe's echo, against the
+#      same in-process sandbox reached directly; bench/relay_scale.py: 500 isolated sandboxes
+#      (100 with --quick) held by one serve, memory and descriptors per sandbox and per held
+#      relay connection. With --engine, sandboxd_engine_bench also measures cold acquires with
+#      and without isolation and the relay on the engine (its "isolation" rows).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -78,6 +84,15 @@ python3 bench/kubernetes_listing.py --sandboxctl "$build_dir/apps/sandboxctl/san
 echo "== from a pod turning Ready to the acquire returning: a watch beside polling (stand-in)"
 python3 bench/kubernetes_readiness.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --rounds "$kube_ready_rounds"
+
+relay_requests=2000
+relay_sandboxes=500
+if ((${#quick[@]})); then relay_requests=200; relay_sandboxes=100; fi
+echo "== the relay beside the same sandbox reached directly (in process, 127.0.0.1)"
+"$build_dir/bench/sandboxd_relay_bench" --requests "$relay_requests" --echoes "$relay_requests"
+echo "== $relay_sandboxes isolated sandboxes' relays held by one serve (loopback_backend)"
+python3 bench/relay_scale.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
+  --plugin-dir "$build_dir/plugins" --sandboxes "$relay_sandboxes"
 
 if [ -n "$engine" ]; then
   started=0

@@ -62,6 +62,7 @@ for engine in $engines; do
   fi
   eval "$(scripts/test_engine.sh env "$engine")"
   before="$(scripts/test_engine.sh ours "$engine")"
+  networks_before="$(scripts/test_engine.sh our-networks "$engine")"
   rc=0
   if ((first)); then
     run_ctest "$@" || rc=$?
@@ -81,6 +82,21 @@ for engine in $engines; do
     rc=1
   else
     echo "test: no container of ours left behind on $engine"
+  fi
+  left_networks="$(comm -13 <(echo "$networks_before" | sort) \
+    <(scripts/test_engine.sh our-networks "$engine" | sort))"
+  if [ -n "$left_networks" ]; then
+    echo "test: the run left networks of ours on $engine: $(echo "$left_networks" | tr '\n' ' ')" >&2
+    for id in $(echo "$left_networks" | cut -d' ' -f1); do
+      if [ "$engine" = podman ]; then
+        podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" network rm "$id" >/dev/null 2>&1 || true
+      else
+        docker -H "unix://$SANDBOXD_TEST_DOCKER_SOCKET" network rm "$id" >/dev/null 2>&1 || true
+      fi
+    done
+    rc=1
+  else
+    echo "test: no network of ours left behind on $engine"
   fi
   if ((rc)); then result[$engine]="FAILED"; status=1; else result[$engine]="passed"; fi
 done

@@ -333,6 +333,13 @@ cmd_ours() {
   pm ps -a --filter "label=$LABEL" --format '{{.Names}}' 2>/dev/null || true
 }
 
+# The sandboxes' bridge networks (issue 33), by id: a backend makes one per container prefix
+# and removes it with its last sandbox.
+cmd_our_networks() {
+  ping_ok || return 0
+  pm network ls --filter "label=sandboxd.network-for" --format '{{.ID}} {{.Name}}' 2>/dev/null || true
+}
+
 cmd_status() {
   local pid
   if pid="$(service_pid)" && ping_ok; then
@@ -349,8 +356,9 @@ case "${1:-}" in
   env) cmd_env ;;
   status) cmd_status ;;
   ours) cmd_ours ;;
+  our-networks) cmd_our_networks ;;
   *)
-    echo "usage: $0 start|stop|env|status|ours [podman|docker]   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
+    echo "usage: $0 start|stop|env|status|ours|our-networks [podman|docker]   (state dir: \$SANDBOXD_ENGINE_DIR, default /tmp/sandboxd-test-engine)" >&2
     exit 2
     ;;
 esac

@@ -22,7 +22,9 @@
 #include "sandboxd/core/default_config.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/owner_id.hpp"
+#include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
+#include "sandboxd/core/relay.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/redact.hpp"
 #include "service_config.hpp"
@@ -61,7 +63,13 @@ constexpr const char* kDetails =
     "File-only settings: listen (127.0.0.1:8002), mount_contract_version (2; 0 answers as a\n"
     "legacy provisioner), backend_timeout_seconds (120), max_request_bytes (1048576),\n"
     "worker_threads (16), max_connections (1024), shutdown_grace_seconds (10), plugin_dirs,\n"
-    "backend {\"use\": \"module:Class\", ...options}.\n"
+    "backend {\"use\": \"module:Class\", ...options}; relay_listen, relay_advertised_host,\n"
+    "relay_state_dir ({host_base_dir}/.sandboxd-relay).\n"
+    "\n"
+    "With the backend's network mode isolated (backend.network.mode), sandboxes have no host\n"
+    "address: a relay (on relay_listen, default the listen host and the port its last run\n"
+    "used) is the only way in, and each answer's sandbox_url is the relay's, with the token to\n"
+    "send in request_headers (X-Sandboxd-Relay-Token).\n"
     "\n"
     "Every client has deadlines (10 s for a request's line and headers, 30 s for its body and\n"
     "for taking the answer, 30 s between kept-alive requests); X-API-Key is checked as soon as\n"
@@ -236,6 +244,39 @@ int main(int argc, char** argv) {
     logger->warning(
         "No API key (PROVISIONER_API_KEY or provisioner.api_key): every /api/* "
         "request will be refused with 401");
+  }
+
+  // The relay (issue 33): sandboxes the backend makes without a host address are reached only
+  // through it, with the token each answer carries in request_headers.
+  std::unique_ptr<core::BackendRelayTargets> relay_targets;
+  std::unique_ptr<core::Relay> relay;
+  if (core::makes_namespaced_sandboxes(*backend)) {
+    core::RelayOptions relay_options;
+    relay_options.host = config.relay_host;
+    relay_options.port = config.relay_port;
+    relay_options.advertised_host = config.relay_advertised_host;
+    if ((relay_options.host == "0.0.0.0" || relay_options.host == "::") &&
+        relay_options.advertised_host.empty()) {
+      return fail(3, "provisioner.relay_advertised_host: required when the relay listens on " +
+                         relay_options.host +
+                         " (sandbox URLs must name a host the gateway reaches)");
+    }
+    relay_targets =
+        std::make_unique<core::BackendRelayTargets>(backend, std::make_shared<SystemClock>());
+    try {
+      core::ensure_private_dir(config.relay_state_dir);
+      relay = core::start_relay_in(
+          config.relay_state_dir,
+          [targets = relay_targets.get()](const std::string& id) { return targets->lookup(id); },
+          relay_options, logger, /*reuse_port=*/!config.relay_port_given);
+    } catch (const std::exception& error) {
+      return fail(4, std::string("relay: ") + error.what());
+    }
+    service.set_relay(relay.get(), relay_targets.get());
+    logger->info("Relay at " + relay->base_url() +
+                 ": the only way into this backend's sandboxes, which have no host address "
+                 "(secret and port in " +
+                 config.relay_state_dir + ")");
   }
 
   HttpSettings http;

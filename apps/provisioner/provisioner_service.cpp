@@ -122,10 +122,28 @@ Reply ProvisionerService::capabilities() const {
           })};
 }
 
+// sandbox_url (and request_headers when only `relay` reaches it) of `info`.
+static void write_address(Writer& w, const SandboxInfo& info, SandboxBackend& backend,
+                          const core::SandboxAddressing* relay) {
+  const auto* access = backend_capability<NamespacedSandboxes>(backend);
+  if (relay != nullptr && access != nullptr && access->namespaced(info)) {
+    // No host address reaches it: the relay's URL, and the headers every request carries.
+    put(w, "sandbox_url", relay->url_for(info.sandbox_id));
+    w.Key("request_headers");
+    w.StartObject();
+    for (const auto& [name, value] : relay->headers_for(info.sandbox_id)) {
+      put(w, name.c_str(), value);
+    }
+    w.EndObject();
+  } else {
+    put(w, "sandbox_url", info.sandbox_url);
+  }
+}
+
 std::string ProvisionerService::sandbox_json(const SandboxInfo& info) const {
   return json_object([&](Writer& w) {
     put(w, "sandbox_id", info.sandbox_id);
-    put(w, "sandbox_url", info.sandbox_url);
+    write_address(w, info, *backend_, relay_);
     put(w, "status", std::string("Running"));
     if (!legacy()) {
       put(w, "user_id", info.user_id);
@@ -335,9 +353,11 @@ Reply ProvisionerService::instance(const std::string& sandbox_id) {
   return {200, json_object([&](Writer& w) {
             put(w, "backend_namespace", result.backend_namespace);
             put(w, "incarnation_id", found ? result.incarnation_id : std::nullopt);
-            const bool reachable = found && info && !info->sandbox_url.empty();
-            put(w, "sandbox_url",
-                reachable ? std::optional<std::string>(info->sandbox_url) : std::nullopt);
+            if (found && info && !info->sandbox_url.empty()) {
+              write_address(w, *info, *backend_, relay_);
+            } else {
+              put(w, "sandbox_url", std::optional<std::string>());
+            }
             put(w, "user_id", found && info ? info->user_id : std::nullopt);
             put(w, "thread_id", found && info ? info->thread_id : std::nullopt);
             w.Key("mount_contract_version");
@@ -396,6 +416,7 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
     logger_->error("Deleting sandbox " + sandbox_id + " failed: " + error.what());
     return failure("Partial cleanup: sandbox: ", error);
   }
+  if (relay_targets_ != nullptr) relay_targets_->forget(sandbox_id);
   logger_->info("Deleted sandbox " + sandbox_id);
   return ok();
 }

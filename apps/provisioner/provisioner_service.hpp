@@ -16,6 +16,8 @@
 #include "bounded_calls.hpp"
 #include "extra_mount_validation.hpp"
 #include "sandboxd/backend.hpp"
+#include "sandboxd/core/backend_relay_targets.hpp"
+#include "sandboxd/core/sandbox_service.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::provisioner {
@@ -60,6 +62,14 @@ class ProvisionerService {
   Reply remove(const std::string& sandbox_id);    // DELETE /api/sandboxes/{id}
   Reply list();                                   // GET /api/sandboxes
 
+  // Issue 33: sandboxes the backend makes namespaced (network mode isolated) are answered with
+  // `relay`'s URL and `request_headers`, and `targets` forgets a removed one. Set before
+  // serving; both outlive the service's requests.
+  void set_relay(const core::SandboxAddressing* relay, core::BackendRelayTargets* targets) {
+    relay_ = relay;
+    relay_targets_ = targets;
+  }
+
   // Makes sure the state roots exist (start-up); throws std::runtime_error naming the path.
   void prepare_state_roots() const;
   void drain() { calls_.drain(); }
@@ -76,6 +86,8 @@ class ProvisionerService {
   const ServiceSettings settings_;
   const std::shared_ptr<SandboxBackend> backend_;
   const std::shared_ptr<Logger> logger_;
+  const core::SandboxAddressing* relay_ = nullptr;  // set once before serving
+  core::BackendRelayTargets* relay_targets_ = nullptr;
   BoundedCalls calls_;  // last: drained (in the destructor) before anything above goes
 };
 

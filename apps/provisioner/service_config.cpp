@@ -232,6 +232,23 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
     }
     config.plugin_dirs = file.get_string_list("plugin_dirs");
 
+    // The relay (issue 33), started when the backend makes sandboxes no host address reaches.
+    if (auto relay_listen = file.optional_string("relay_listen")) {
+      parse_listen(*relay_listen, file.path_of("relay_listen"), config.relay_host,
+                   config.relay_port);
+      config.relay_port_given = true;
+    } else {
+      config.relay_host = config.listen_host;
+    }
+    config.relay_advertised_host = file.get_string("relay_advertised_host", "");
+    if (config.relay_advertised_host.find_first_of("/ \t\r\n") != std::string::npos) {
+      file.reject("relay_advertised_host",
+                  "expected a host name or address, got '" + config.relay_advertised_host + "'");
+    }
+    config.relay_state_dir =
+        file.get_string("relay_state_dir", config.roots.host_base_dir + "/.sandboxd-relay");
+    require_absolute(config.relay_state_dir, file.path_of("relay_state_dir"));
+
     std::string image_source;
     const std::string image =
         layered_string(file, "image", env, "SANDBOX_IMAGE", "", &image_source);

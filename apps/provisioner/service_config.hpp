@@ -16,6 +16,10 @@
 //      "max_connections": 1024,              // open at once (no thread each)
 //      "shutdown_grace_seconds": 10,         // for requests in flight after SIGTERM
 //      "plugin_dirs": [],
+//      "relay_listen": "127.0.0.1:0",        // the relay (network mode isolated); default: the
+//                                            // listen host and the port the last run used
+//      "relay_advertised_host": "",          // the host sandbox URLs name (default: relay host)
+//      "relay_state_dir": "/.deer-flow/.sandboxd-relay",  // its secret and port (0700)
 //      "backend": {"use": "local_docker:LocalContainerBackend", …its options}}}
 //
 // Precedence: a flag, then the file, then the environment, then the default. Every error
@@ -57,6 +61,11 @@ struct ServiceConfig {
   int max_connections = 1024;
   double shutdown_grace_seconds = 10.0;
   std::vector<std::string> plugin_dirs;
+  std::string relay_host;  // default: listen_host
+  int relay_port = 0;
+  bool relay_port_given = false;  // relay_listen set: its port, never the remembered one
+  std::string relay_advertised_host;
+  std::string relay_state_dir;  // default: {host_base_dir}/.sandboxd-relay
   std::string backend_use = kDefaultBackendUse;
   std::string backend_json = "{}";  // the backend section as a JSON object ("use" included)
   std::string backend_key_path = "provisioner.backend";

@@ -102,7 +102,8 @@ void ServeMetrics::record_request(int status) {
   ++requests_by_status_[status];
 }
 
-std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const {
+std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
+                                 const sandboxd::core::RelayStats* relay) const {
   const auto counts = provider.counts();
   const auto events = provider.event_counts();
   std::ostringstream out;
@@ -216,6 +217,24 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider) const
   header(out, "sandboxd_resume_seconds_total", "counter",
          "Total time of resumes (thaw + liveness check); divide by sandboxd_resumes_total.");
   out << "sandboxd_resume_seconds_total " << number(events.resume_seconds) << "\n";
+  if (relay != nullptr) {
+    header(out, "sandboxd_relay_requests_total", "counter",
+           "Requests to the relay, by what became of them: forwarded to their sandbox, or "
+           "refused (missing or wrong token, a sandbox not tracked here, the sandbox not "
+           "reachable, every connection slot busy).");
+    for (const auto& [result, count] : {std::pair{"forwarded", relay->forwarded},
+                                        std::pair{"missing_token", relay->missing_token},
+                                        std::pair{"wrong_token", relay->wrong_token},
+                                        std::pair{"unknown_sandbox", relay->unknown_sandbox},
+                                        std::pair{"upstream_failed", relay->upstream_failed},
+                                        std::pair{"busy", relay->refused_busy}}) {
+      out << "sandboxd_relay_requests_total{result=\"" << result << "\"} " << count << "\n";
+    }
+    sample(out, "sandboxd_relay_upgrades_total", "counter",
+           "Relayed requests switched to a two-way pipe (WebSocket).", relay->upgraded);
+    sample(out, "sandboxd_relay_connections", "gauge", "Client connections open on the relay.",
+           relay->open_connections);
+  }
   return out.str();
 }
 

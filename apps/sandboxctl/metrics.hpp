@@ -10,6 +10,7 @@
 #include <string>
 
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/relay.hpp"
 
 namespace sandboxctl {
 
@@ -28,7 +29,9 @@ class ServeMetrics {
   void record_backend_error();  // any request the backend failed
 
   // The whole exposition, provider figures included.
-  std::string render(const sandboxd::core::Provider& provider) const;
+  // `relay`: the relay's counts (issue 33), when one runs.
+  std::string render(const sandboxd::core::Provider& provider,
+                     const sandboxd::core::RelayStats* relay = nullptr) const;
 
  private:
   mutable std::mutex mutex_;  // guards every member below; held only to add or to copy

@@ -26,7 +26,9 @@
 #include "metrics.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/relay.hpp"
 #include "sandboxd/core/service_json.hpp"
+#include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
@@ -156,6 +158,30 @@ void raise_descriptor_limit(std::size_t connections, const std::shared_ptr<Logge
   }
 }
 
+// The relay on `listen` ("HOST:PORT"), or on 127.0.0.1 and the port the last serve on
+// `state_dir` used, else a port the kernel picks (core::start_relay_in). A sandbox URL handed
+// out before a restart stays valid as long as the port is free to take again.
+std::unique_ptr<core::Relay> start_relay(Session& session, const std::filesystem::path& state_dir,
+                                         const std::string& listen,
+                                         const std::shared_ptr<Logger>& logger) {
+  core::RelayOptions options;
+  if (!listen.empty()) {
+    try {
+      core::parse_relay_listen(listen, "--relay-listen", options);
+    } catch (const std::invalid_argument& e) {
+      throw CliError(ErrorKind::invalid_argument, e.what());
+    }
+  }
+  core::Provider& provider = session.provider();
+  try {
+    return core::start_relay_in(
+        state_dir, [&provider](const std::string& id) { return provider.endpoint(id); }, options,
+        logger, /*reuse_port=*/listen.empty());
+  } catch (const std::exception& e) {
+    throw CliError(ErrorKind::config, e.what());
+  }
+}
+
 // The control API's routes over the session's SandboxService; every answer is the renderer's
 // document, every error the one error shape with its kind's status.
 class ControlApi {
@@ -222,9 +248,10 @@ class ControlApi {
     }
     if (path == "/metrics" && method == "GET") {
       route = "/metrics";
+      const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
       return {200,
               "text/plain; version=0.0.4; charset=utf-8",
-              metrics_.render(session_.provider()),
+              metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr),
               {},
               ""};
     }
@@ -281,6 +308,9 @@ class ControlApi {
   std::shared_ptr<Logger> logger_;
   const std::string token_;
   const bool token_on_socket_;
+
+ public:
+  const core::Relay* relay_ = nullptr;  // set before the server runs
 };
 
 }  // namespace
@@ -324,7 +354,10 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "connections open at once (no thread each)")("workers", po::value<int>()->default_value(64),
                                                    "requests handled at once")(
       "shutdown-grace", po::value<double>()->default_value(10.0),
-      "seconds requests in flight get to finish after SIGTERM");
+      "seconds requests in flight get to finish after SIGTERM")(
+      "relay-listen", po::value<std::string>(),
+      "HOST:PORT of the relay to sandboxes without a host address (default 127.0.0.1 and the "
+      "port the last serve on this state directory had, else one the kernel picks)");
   const auto vm = parse_args(help, options, args);
   const std::string on_exit = vm["on-exit"].as<std::string>();
   if (on_exit != "leave" && on_exit != "destroy") {
@@ -432,6 +465,13 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
                   std::max<std::size_t>(1, limits.worker_threads / 2));
   ControlApi control(session, metrics, context.logger, token, !token.empty());
   api = &control;
+  // The relay (issue 33): the way into sandboxes without a host address, on a port that stays
+  // the same across restarts, with tokens that do too (the secret is the state directory's).
+  std::unique_ptr<core::Relay> relay = start_relay(
+      session, state_dir, vm.count("relay-listen") ? vm["relay-listen"].as<std::string>() : "",
+      context.logger);
+  session.service().set_relay(relay.get());
+  control.relay_ = relay.get();
 
   std::thread waiter([&server, &stop_signals, logger = context.logger] {
     int signal_number = 0;
@@ -453,12 +493,13 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     w.Uint64(counts.active);
     w.Key("inherited_warm");
     w.Uint64(counts.warm);
+    write_json_member(w, "relay", relay->base_url());
     w.EndObject();
     emit(buffer);
   } else {
     std::cout << "sandboxctl serve: listening on " << server.bound().display() << " (pid "
               << ::getpid() << ", " << counts.active << " active and " << counts.warm
-              << " warm sandboxes inherited)" << std::endl;
+              << " warm sandboxes inherited); relay at " << relay->base_url() << std::endl;
   }
   std::cout.flush();
 
@@ -471,6 +512,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     throw;
   }
   waiter.join();
+  relay->stop();
   const auto left = session.provider().counts();
   if (on_exit == "destroy") {
     context.logger->info("serve: destroying " + std::to_string(left.active) + " active and " +

@@ -57,6 +57,7 @@ constexpr const char* kDeerFlowToolKeys[] = {"bash_output_max_chars", "read_file
 constexpr const char* kProvidersSandboxdServes[] = {"AioSandboxProvider", "SandboxdProvider"};
 // Keys of our own shape.
 constexpr const char* kKnownSandboxKeys[] = {"use",
+                                             "network",
                                              "backend",
                                              "ownership",
                                              "base_dir",
@@ -355,6 +356,9 @@ class Parser {
       }
       config_.backend.use = required_use(*backend, "sandbox.backend");
       options.CopyFrom(*backend, alloc);
+      if (std::string note = merge_network_policy(sandbox, options, alloc); !note.empty()) {
+        config_.mapping_notes.push_back(std::move(note));
+      }
       substitute(options, "sandbox.backend", "", alloc);
       config_.backend.options_json = json_to_string(options);
       return;
@@ -377,6 +381,10 @@ class Parser {
       options.AddMember(Value(key.c_str(), alloc), copy, alloc);
       moved_notes.push_back("sandbox." + key + " → sandbox.backend." + key);
     }
+    if (std::string note = merge_network_policy(sandbox, options, alloc); !note.empty()) {
+      substitute(options["network"], "sandbox.network", "network", alloc);
+      moved_notes.push_back(std::move(note));
+    }
     if (moved_notes.empty()) {
       config_.backend.options_json = "{}";
       config_.mapping_notes.push_back(std::string("no sandbox.backend section → ") +
@@ -393,6 +401,20 @@ class Parser {
     }
     for (auto& note : moved_notes) config_.mapping_notes.push_back(std::move(note));
     config_.backend.options_json = json_to_string(options);
+  }
+
+  // DeerFlow's `sandbox.network` (its network modes) is a policy the backend enforces: it
+  // joins the backend's options, in either shape, once. The note it leaves, or "".
+  std::string merge_network_policy(const Value& sandbox, Value& options, Allocator& alloc) {
+    const Value* network = member(sandbox, "network");
+    if (network == nullptr || network->IsNull()) return "";
+    if (options.HasMember("network")) {
+      error(
+          "sandbox.network: given both at the sandbox level and as sandbox.backend.network; "
+          "set it once (a key given both ways is an error)");
+    }
+    options.AddMember("network", Value(*network, alloc), alloc);
+    return "sandbox.network → sandbox.backend.network";
   }
 
   std::string use_for_ownership_type(const Value& type) const {

@@ -298,6 +298,8 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
       t.info.thread_id = non_empty(optional_string(item, "verified_thread_id", path_));
       t.info.mount_contract_version =
           static_cast<int>(number_or_zero(item, "mount_contract_version", path_));
+      // Request headers (a relay's token) are never written: the backend gives them again.
+      t.info.network_policy = optional_string(item, "network_policy", path_);
       const std::string state = optional_string(item, "state", path_);
       if (state != "active" && state != "warm" && state != "paused") {
         throw RegistryFileError(path_.string() + ": sandbox " + t.info.sandbox_id +
@@ -354,6 +356,10 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     write_optional(w, "verified_thread_id", t.info.thread_id);
     w.Key("mount_contract_version");
     w.Int(t.info.mount_contract_version);
+    if (!t.info.network_policy.empty()) {
+      w.Key("network_policy");
+      w.String(t.info.network_policy.c_str());
+    }
     w.EndObject();
   }
   w.EndArray();

@@ -108,6 +108,8 @@ Provider::Impl::Impl(ProviderDeps deps)
     }
     pausing_ = backend_capability<SandboxPausing>(*backend_);
     slots_ = backend_capability<PreStartedSlots>(*backend_);
+    namespaced_ = backend_capability<NamespacedSandboxes>(*backend_);
+    network_policy_ = backend_capability<SandboxNetworkPolicy>(*backend_);
   }
   if (options_.acquire_timeout_seconds < 0 || options_.burst_limit < 0 ||
       options_.max_per_user < 0) {
@@ -277,6 +279,15 @@ RegistrySnapshot Provider::export_registry() const {
 }
 std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) const {
   return impl_->find(sandbox_id);
+}
+bool Provider::namespaced(const SandboxInfo& info) const {
+  return impl_->namespaced(info);
+}
+bool Provider::makes_namespaced_sandboxes() const {
+  return impl_->makes_namespaced_sandboxes();
+}
+std::optional<SandboxEndpoint> Provider::endpoint(const std::string& sandbox_id) const {
+  return impl_->endpoint(sandbox_id);
 }
 void Provider::import_registry(const RegistrySnapshot& snapshot) {
   impl_->import_registry(snapshot);
@@ -520,6 +531,57 @@ std::optional<TrackedSandbox> Provider::Impl::find(const std::string& sandbox_id
   const SandboxEntry* entry = registry_.find(sandbox_id);
   if (!entry || !entry->info || !(entry->active() || entry->released())) return std::nullopt;
   return tracked_entry(*entry);
+}
+
+// ── network isolation (issue 33) ─────────────────────────────────────────────
+
+bool Provider::Impl::namespaced(const SandboxInfo& info) const {
+  return namespaced_ != nullptr && namespaced_->namespaced(info);
+}
+
+bool Provider::Impl::makes_namespaced_sandboxes() const {
+  return core::makes_namespaced_sandboxes(*backend_);
+}
+
+bool Provider::Impl::network_policy_matches(const SandboxInfo& info) const {
+  if (network_policy_ == nullptr) return true;
+  const std::string wanted = network_policy_->configured_network_policy();
+  // A sandbox made before policies were recorded was made open, as DeerFlow's default.
+  const std::string made = info.network_policy.empty() ? "open" : info.network_policy;
+  return made == wanted;
+}
+
+SandboxRoute Provider::Impl::route_to(const SandboxInfo& info) const {
+  SandboxRoute route;
+  route.headers = info.request_headers;
+  if (namespaced(info)) {
+    route.open_socket = [backend = backend_, access = namespaced_, info] {
+      return access->open_socket(info);
+    };
+  }
+  return route;
+}
+
+bool Provider::Impl::wait_until_ready(const SandboxInfo& info, double timeout_seconds) {
+  if (!namespaced(info) && info.request_headers.empty()) {
+    return hooks_.wait_until_ready(info.sandbox_url, timeout_seconds);
+  }
+  return wait_for_sandbox_ready(info.sandbox_url, timeout_seconds, {}, {}, route_to(info));
+}
+
+std::optional<SandboxEndpoint> Provider::Impl::endpoint(const std::string& sandbox_id) {
+  InfoPtr info;
+  bool paused = false;
+  {
+    MutexLock lock(mutex_);
+    const SandboxEntry* entry = registry_.find(sandbox_id);
+    if (!entry || !entry->info || !(entry->active() || entry->released())) return std::nullopt;
+    info = entry->info;
+    paused = entry->paused();
+  }
+  std::optional<SandboxEndpoint> out = endpoint_of(*info, backend_, namespaced_);
+  if (out) out->paused = paused;
+  return out;
 }
 
 void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {

@@ -241,6 +241,10 @@ std::optional<std::string> Provider::Impl::reuse_in_process_sandbox_step(
   }
 
   if (info) {
+    if (!network_policy_matches(*info)) {
+      replace_for_policy(sandbox_id, *info);  // made under a configuration this host left
+      return std::nullopt;
+    }
     if (check_alive(sandbox_id, *info) == false) {
       drop_unhealthy_sandbox(sandbox_id, "container is no longer running", info);
       return std::nullopt;
@@ -298,6 +302,10 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
     if (entry->teardown) return std::nullopt;  // a stop or a pause is under way: waited out
     info = entry->info;
     paused = entry->paused() && pausing_;
+  }
+  if (!network_policy_matches(*info)) {
+    replace_for_policy(sandbox_id, *info);  // never reused under another policy
+    return std::nullopt;
   }
 
   const auto thaw_started = std::chrono::steady_clock::now();
@@ -406,10 +414,13 @@ std::string Provider::Impl::discover_or_create_with_lock(const std::string& thre
     return create_sandbox(thread_id, sandbox_id, user_id, snapshot);
   }
   if (auto discovered = backend_->discover(sandbox_id)) {
-    thaw_found(*discovered);  // a previous process may have paused it
-    note_acquire_path(AcquirePath::discovered);
-    return register_discovered_sandbox(thread_id, std::make_shared<const SandboxInfo>(*discovered),
-                                       user_id);
+    if (network_policy_matches(*discovered)) {
+      thaw_found(*discovered);  // a previous process may have paused it
+      note_acquire_path(AcquirePath::discovered);
+      return register_discovered_sandbox(thread_id,
+                                         std::make_shared<const SandboxInfo>(*discovered), user_id);
+    }
+    replace_for_policy(sandbox_id, *discovered);
   }
   note_acquire_path(AcquirePath::created);
   return create_sandbox(thread_id, sandbox_id, user_id, snapshot);

@@ -195,6 +195,16 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
     } else {
       info = std::make_shared<const SandboxInfo>(backend_->create(request));
     }
+    // The create adopted a container of this name made under another network policy (a
+    // racing peer of an older configuration, a leftover): replaced, then made anew once.
+    if (!network_policy_matches(*info)) {
+      replace_for_policy(sandbox_id, *info);
+      info = std::make_shared<const SandboxInfo>(backend_->create(request));
+      if (!network_policy_matches(*info)) {
+        throw std::runtime_error("sandbox " + sandbox_id + " was made under network policy '" +
+                                 info->network_policy + "' twice; not handing it out");
+      }
+    }
   } catch (const MountContractChangedError& changed) {
     SandboxInfo stale;
     stale.sandbox_id = sandbox_id;
@@ -214,7 +224,7 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
                                    std::to_string(snapshot->version));
     throw MountContractChangedError(snapshot->version, info->mount_contract_version);
   }
-  if (!hooks_.wait_until_ready(info->sandbox_url, options_.readiness_timeout_seconds)) {
+  if (!wait_until_ready(*info, options_.readiness_timeout_seconds)) {
     destroy_unready_sandbox(sandbox_id, *info);
     throw std::runtime_error("Sandbox " + sandbox_id +
                              " failed to become ready within timeout at " + info->sandbox_url);
@@ -263,7 +273,7 @@ void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,
   destroy_untracked_creation(sandbox_id, info, "unready sandbox " + sandbox_id);
 }
 
-void Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
+bool Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
                                                 const SandboxInfo& info, const std::string& what) {
   const bool reserved = reserve_local_teardown(sandbox_id, [sandbox_id](const SandboxRegistry& r) {
     return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_released(sandbox_id);
@@ -271,22 +281,45 @@ void Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
   if (!reserved) {
     log(LogLevel::warning,
         "Not destroying " + what + ": adopted or being torn down by this instance");
-    return;
+    return false;
   }
   ScopeExit finish([&] { finish_local_teardown(sandbox_id); });
   if (!claim_ownership(sandbox_id, true)) {
     log(LogLevel::warning,
         "Not destroying " + what + ": owned by another instance or ownership unavailable");
-    return;
+    return false;
   }
   log(LogLevel::info, "Destroying " + what);
+  bool destroyed = true;
   with_held_teardown_lease(sandbox_id, [&] {
     try {
       backend_->destroy(info);
     } catch (const std::exception& e) {
+      destroyed = false;
       log(LogLevel::warning, "Error destroying " + what + ": " + e.what());
     }
   });
+  return destroyed;
+}
+
+void Provider::Impl::replace_for_policy(const std::string& sandbox_id, const SandboxInfo& info) {
+  const std::string made = info.network_policy.empty() ? "open" : info.network_policy;
+  const std::string wanted = network_policy_->configured_network_policy();
+  const std::string what = "sandbox " + sandbox_id + ", made under network policy '" + made +
+                           "' where the configuration asks for '" + wanted + "'";
+  log(LogLevel::info, "Replacing " + what + ": it is never reused under another policy");
+  bool tracked = false;
+  {
+    MutexLock lock(mutex_);
+    tracked = registry_.has_info(sandbox_id) || registry_.is_released(sandbox_id);
+  }
+  const bool gone = tracked ? destroy(sandbox_id) == DestroyOutcome::destroyed
+                            : destroy_untracked_creation(sandbox_id, info, what);
+  if (!gone) {
+    throw ServiceError(ErrorKind::conflict,
+                       "cannot replace " + what +
+                           ": another instance holds it or is tearing it down; try again later");
+  }
 }
 
 }  // namespace sandboxd::core

@@ -37,6 +37,8 @@
 #include "sandbox_registry.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/service_errors.hpp"
+#include "sandboxd/readiness.hpp"
 #include "teardown_lease.hpp"
 #include "thread_annotations.hpp"
 
@@ -172,11 +174,26 @@ struct Provider::Impl {
   // A pre-started slot for this conversation's create, when the backend has one ready;
   // counts the claim or the miss and its reason.
   std::optional<SandboxInfo> claim_slot(const CreateRequest& request) EXCLUDES(mutex_);
-  void destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
+  // false when it was not destroyed (adopted, being torn down, or a peer's lease).
+  bool destroy_untracked_creation(const std::string& sandbox_id, const SandboxInfo& info,
                                   const std::string& what) EXCLUDES(mutex_);
   // Evicts (per the policy) until within the cap; false when the policy refuses to create
   // beyond it.
   bool make_room(const std::string& creating_id) EXCLUDES(mutex_);
+  // ── network isolation (issue 33; provider.cpp) ──
+  bool namespaced(const SandboxInfo& info) const;
+  bool makes_namespaced_sandboxes() const;
+  // Whether `info` was made under the policy the backend is configured with now (a sandbox
+  // found under another is replaced through the fenced destroy path, never reused).
+  bool network_policy_matches(const SandboxInfo& info) const;
+  SandboxRoute route_to(const SandboxInfo& info) const;
+  // Readiness through the sandbox's route (its namespace, its headers), else the host hook.
+  bool wait_until_ready(const SandboxInfo& info, double timeout_seconds);
+  std::optional<SandboxEndpoint> endpoint(const std::string& sandbox_id) EXCLUDES(mutex_);
+  // Destroys `info` (found, not tracked, under another network policy) through the fenced path;
+  // throws ServiceError conflict when a peer holds it.
+  void replace_for_policy(const std::string& sandbox_id, const SandboxInfo& info);
+
   // ── ceilings (issue 23; provider_capacity.cpp) ──
   // true when replicas is a ceiling or max_per_user is set: creations are admitted first.
   bool enforces_ceilings() const {
@@ -305,6 +322,9 @@ struct Provider::Impl {
   // by the constructor.
   SandboxPausing* pausing_ = nullptr;
   PreStartedSlots* slots_ = nullptr;  // the backend's slots, when it offers them
+  // backend_'s network capabilities (issue 33), or nullptr; set once by the constructor.
+  NamespacedSandboxes* namespaced_ = nullptr;
+  SandboxNetworkPolicy* network_policy_ = nullptr;
   // ownership_'s CapacityLedger capability when ceilings are on, or nullptr (the ceilings then
   // hold per process); set once by the constructor.
   CapacityLedger* ledger_ = nullptr;

@@ -82,6 +82,15 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   } catch (const std::invalid_argument& e) {
     throw ServiceError(ErrorKind::invalid_argument, request.thread_label + ": " + e.what());
   }
+  if (relay_ == nullptr && provider_.makes_namespaced_sandboxes()) {
+    // Refused before anything is made: nobody would serve the URL it could hand out.
+    throw ServiceError(
+        ErrorKind::config,
+        "the backend makes sandboxes without a host address (network mode isolated, or open "
+        "with publish false): they are reached only through a relay, which needs a "
+        "long-running host; use `sandboxctl serve`, sandboxd-provisioner or a gateway that "
+        "embeds the core and runs its Relay");
+  }
   const AcquireResult result = typed([&] {
     return request.cancellation
                ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
@@ -91,13 +100,31 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   acquired.sandbox_id = result.sandbox_id;
   acquired.path = result.path;
   if (auto tracked = provider_.find(result.sandbox_id)) {
-    acquired.sandbox_url = tracked->info.sandbox_url;
+    address(tracked->info, acquired.sandbox_url, acquired.request_headers);
     if (tracked->conversation) {
       acquired.user_id = tracked->conversation->user_id;
       acquired.thread_id = tracked->conversation->thread_id;
     }
   }
   return acquired;
+}
+
+void SandboxService::address(const SandboxInfo& info, std::string& url,
+                             std::map<std::string, std::string>& headers) const {
+  if (relay_ != nullptr && provider_.namespaced(info)) {
+    url = relay_->url_for(info.sandbox_id);
+    headers = relay_->headers_for(info.sandbox_id);
+    return;
+  }
+  url = info.sandbox_url;
+  headers = info.request_headers;
+}
+
+SandboxView SandboxService::view_of(const TrackedSandbox& tracked) const {
+  SandboxView view = SandboxView::of(tracked);
+  std::map<std::string, std::string> headers;  // not shown in views
+  address(tracked.info, view.sandbox_url, headers);
+  return view;
 }
 
 Released SandboxService::release(const std::string& id) {
@@ -113,7 +140,7 @@ Released SandboxService::release(const std::string& id) {
   if (outcome == ReleaseOutcome::not_tracked) require_tracked(id);  // gone meanwhile
   auto after = provider_.find(id);
   if (!after) require_tracked(id);
-  return {SandboxView::of(*after), before.warm ? "already warm" : "released"};
+  return {view_of(*after), before.warm ? "already warm" : "released"};
 }
 
 Destroyed SandboxService::destroy(const std::string& id) {
@@ -122,7 +149,7 @@ Destroyed SandboxService::destroy(const std::string& id) {
   const DestroyOutcome outcome = typed([&] { return provider_.destroy(id); });
   switch (outcome) {
     case DestroyOutcome::destroyed:
-      return {SandboxView::of(before)};
+      return {view_of(before)};
     case DestroyOutcome::refused:
       throw ServiceError(ErrorKind::conflict, "refusing to destroy sandbox " + id +
                                                   ": its lease is held by " + lease_holder(id));
@@ -133,13 +160,13 @@ Destroyed SandboxService::destroy(const std::string& id) {
       break;
   }
   require_tracked(id);
-  return {SandboxView::of(before)};
+  return {view_of(before)};
 }
 
 SandboxView SandboxService::get(const std::string& id) {
   validate_id(id);
   provider_.get(id);  // an active sandbox's last activity is refreshed
-  return SandboxView::of(require_tracked(id));
+  return view_of(require_tracked(id));
 }
 
 Listing SandboxService::list() {
@@ -158,7 +185,7 @@ Listing SandboxService::list() {
   }
   for (const auto& t : registry.sandboxes) {
     tracked_ids.insert(t.info.sandbox_id);
-    const SandboxView view = SandboxView::of(t);
+    const SandboxView view = view_of(t);
     ListedSandbox row{view.sandbox_id,
                       view.state,
                       view.sandbox_url,

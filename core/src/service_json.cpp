@@ -40,6 +40,12 @@ std::string to_json(const Acquired& a) {
     write_json_member(w, "path", to_string(a.path));
     write_json_optional(w, "user_id", a.user_id);
     write_json_optional(w, "thread_id", a.thread_id);
+    if (!a.request_headers.empty()) {
+      w.Key("request_headers");
+      w.StartObject();
+      for (const auto& [name, value] : a.request_headers) write_json_member(w, name.c_str(), value);
+      w.EndObject();
+    }
   });
 }
 

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kube_credentials.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/http.hpp"
 #include "sandboxd/sandbox_capabilities.hpp"
@@ -65,6 +66,12 @@ constexpr const char* kManagedByLabel = "sandboxd.io/managed-by";
 // containers: a provisioner over this backend answers it, and refuses to reuse a pod made
 // under another. A pod without it (DeerFlow's provisioner made it) is contract 0.
 constexpr const char* kContractLabel = "sandboxd.io/mount-contract-version";
+// The network policy a pod was made under (issue 33): "open" or "isolated". A pod without it
+// was made open (DeerFlow's default).
+constexpr const char* kNetworkPolicyLabel = "sandboxd.io/network-policy";
+// Pods that may reach an isolated sandbox (the provisioner's, a gateway's): this label.
+constexpr const char* kRelayRoleLabel = "sandboxd.io/role";
+constexpr const char* kRelayRoleValue = "relay";
 constexpr const char* kUserAnnotation = "sandboxd.io/user-id";
 constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
 // Waiting reasons that will not resolve by waiting: the create fails at once, naming it.
@@ -112,7 +119,7 @@ double parse_timestamp(const std::string& text) {  // 2026-12-04T12:00:00Z
 
 }  // namespace
 
-class KubernetesBackend final : public SandboxBackend {
+class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPolicy {
  public:
   explicit KubernetesBackend(const PluginContext& context) : logger_(context.logger) {
     PluginConfig options = context.options();
@@ -183,13 +190,25 @@ class KubernetesBackend final : public SandboxBackend {
     if (!(request_timeout_ > 0 && request_timeout_ <= 300)) {
       options.reject("request_timeout_seconds", "must be in (0, 300] seconds");
     }
+    read_network(options);
     for (const auto& key : options.unread_keys()) {
       logger_->warning("kubernetes: unknown option " + key + " ignored");
     }
     logger_->info("kubernetes: " + credentials_.source + ", server " +
                   redacted_url(credentials_.server) + ", namespace " + namespace_ + ", url_mode " +
-                  url_mode_);
+                  url_mode_ + ", network mode " + network_mode_ +
+                  (network_mode_ == "isolated"
+                       ? " (a NetworkPolicy per sandbox: ingress only from pods labelled " +
+                             std::string(kRelayRoleLabel) + "=" + kRelayRoleValue +
+                             ", no egress; enforced only where the cluster's CNI enforces "
+                             "NetworkPolicies)"
+                       : std::string()));
   }
+
+  // SandboxNetworkPolicy: no sandbox here is namespaced (its Service is its address, and the
+  // policy says who may use it), so the host needs nothing of its own to enforce it.
+  std::string configured_network_policy() const override { return network_mode_; }
+  std::string network_preflight() override { return ""; }
 
   SandboxInfo create(const CreateRequest& request) override {
     const std::string& id = request.sandbox_id;
@@ -197,6 +216,7 @@ class KubernetesBackend final : public SandboxBackend {
     const Answer made = make_pod(request, pod_name);
     const std::string uid = string_at(made.doc, {"metadata", "uid"});
     try {
+      if (network_mode_ == "isolated") ensure_network_policy(id, pod_name, uid);
       std::optional<int> node_port;
       if (url_mode_ != "pod_ip") node_port = ensure_service(id, pod_name, uid);
       const rapidjson::Document ready = wait_until_ready(pod_name);
@@ -209,6 +229,7 @@ class KubernetesBackend final : public SandboxBackend {
       info.user_id = request.user_id;
       info.thread_id = request.thread_id;
       info.mount_contract_version = contract_of(ready);  // ours, or the pod taken over
+      info.network_policy = policy_of(ready);
       logger_->info("kubernetes: pod " + pod_name + " ready at " + info.sandbox_url);
       return info;
     } catch (...) {
@@ -224,6 +245,12 @@ class KubernetesBackend final : public SandboxBackend {
     const Answer service = call("DELETE", services_path() + "/" + pod_name + "-svc");
     if (!service.ok() && service.status != 404)
       fail("delete service " + pod_name + "-svc", service);
+    if (network_mode_ == "isolated") {
+      const Answer policy = call("DELETE", network_policies_path() + "/" + pod_name + "-netpol");
+      if (!policy.ok() && policy.status != 404) {
+        fail("delete network policy " + pod_name + "-netpol", policy);
+      }
+    }
     logger_->info("kubernetes: deleted pod " + pod_name);
   }
 
@@ -277,6 +304,124 @@ class KubernetesBackend final : public SandboxBackend {
  private:
   std::string pods_path() const { return "/api/v1/namespaces/" + namespace_ + "/pods"; }
   std::string services_path() const { return "/api/v1/namespaces/" + namespace_ + "/services"; }
+  std::string network_policies_path() const {
+    return "/apis/networking.k8s.io/v1/namespaces/" + namespace_ + "/networkpolicies";
+  }
+
+  // DeerFlow's `sandbox.network` (issue 33), as local_docker reads it: an object whose mode is
+  // open or isolated; allowlist is refused until egress allow-lists arrive; the other keys of
+  // DeerFlow's section are accepted (they belong to allowlist mode or to DeerFlow's proxy).
+  void read_network(PluginConfig& options) {
+    const rapidjson::Value* network = options.raw("network");
+    if (network == nullptr || network->IsNull()) return;
+    if (!network->IsObject()) {
+      options.fail("network",
+                   "an object such as {\"mode\": \"isolated\"} (an engine network "
+                   "name is not a Kubernetes setting)",
+                   *network);
+    }
+    for (const auto& entry : network->GetObject()) {
+      const std::string key(entry.name.GetString(), entry.name.GetStringLength());
+      if (key == "mode") {
+        if (!entry.value.IsString()) options.fail("network.mode", "a string", entry.value);
+        network_mode_ = entry.value.GetString();
+      } else if (key != "allow_domains" && key != "approval" && key != "temporary_grant_ttl" &&
+                 key != "proxy_image") {
+        logger_->warning("kubernetes: unknown option network." + key + " ignored");
+      }
+    }
+    if (network_mode_ == "allowlist") {
+      options.reject("network.mode",
+                     "allowlist arrives with egress allow-lists; use open or "
+                     "isolated until then");
+    }
+    if (network_mode_ != "open" && network_mode_ != "isolated") {
+      options.reject("network.mode", "must be open or isolated, got '" + network_mode_ + "'");
+    }
+  }
+
+  // network mode isolated: the sandbox's NetworkPolicy, owned by its pod like its Service (so
+  // the cluster collects it with the pod): ingress to its port only from pods labelled as a
+  // relay (the provisioner, a gateway), and no egress at all.
+  void ensure_network_policy(const std::string& id, const std::string& pod_name,
+                             const std::string& pod_uid) {
+    rapidjson::StringBuffer buffer;
+    Writer w(buffer);
+    w.StartObject();
+    w.Key("apiVersion"), w.String("networking.k8s.io/v1"), w.Key("kind"), w.String("NetworkPolicy");
+    w.Key("metadata");
+    w.StartObject();
+    w.Key("name"), w.String((pod_name + "-netpol").c_str());
+    labels(w, id);
+    if (!pod_uid.empty()) {
+      w.Key("ownerReferences");
+      w.StartArray();
+      w.StartObject();
+      w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
+      w.Key("name"), w.String(pod_name.c_str()), w.Key("uid"), w.String(pod_uid.c_str());
+      w.EndObject();
+      w.EndArray();
+    }
+    w.EndObject();
+    w.Key("spec");
+    w.StartObject();
+    w.Key("podSelector");
+    w.StartObject();
+    w.Key("matchLabels");
+    w.StartObject();
+    w.Key(kSandboxIdLabel), w.String(id.c_str());
+    w.EndObject();
+    w.EndObject();
+    w.Key("policyTypes");
+    w.StartArray();
+    w.String("Ingress"), w.String("Egress");
+    w.EndArray();
+    w.Key("ingress");
+    w.StartArray();
+    w.StartObject();
+    w.Key("from");
+    w.StartArray();
+    w.StartObject();
+    w.Key("podSelector");
+    w.StartObject();
+    w.Key("matchLabels");
+    w.StartObject();
+    w.Key(kRelayRoleLabel), w.String(kRelayRoleValue);
+    w.EndObject();
+    w.EndObject();
+    w.EndObject();
+    w.EndArray();
+    w.Key("ports");
+    w.StartArray();
+    w.StartObject();
+    w.Key("protocol"), w.String("TCP"), w.Key("port"), w.Int(port_);
+    w.EndObject();
+    w.EndArray();
+    w.EndObject();
+    w.EndArray();
+    w.Key("egress");
+    w.StartArray();  // none: nothing leaves the sandbox
+    w.EndArray();
+    w.EndObject();
+    w.EndObject();
+    const std::string path = network_policies_path() + "/" + pod_name + "-netpol";
+    Answer made = call("POST", network_policies_path(), buffer.GetString());
+    if (made.status == 409) {
+      // Left by an earlier pod of this id (the collector has not come by): made anew for this
+      // one, so it goes with this pod and says what this configuration says.
+      const Answer removed = call("DELETE", path);
+      if (!removed.ok() && removed.status != 404) {
+        fail("replace network policy " + pod_name + "-netpol", removed);
+      }
+      made = call("POST", network_policies_path(), buffer.GetString());
+    }
+    if (!made.ok()) fail("create network policy " + pod_name + "-netpol", made);
+  }
+
+  static std::string policy_of(const rapidjson::Value& pod) {
+    const std::string label = string_at(pod, {"metadata", "labels", kNetworkPolicyLabel});
+    return label.empty() ? std::string("open") : label;
+  }
 
   // A request to the API server at `path`, with our credentials, bounded by
   // request_timeout_seconds (a watch widens the bound).
@@ -653,6 +798,7 @@ class KubernetesBackend final : public SandboxBackend {
     if (!user.empty()) info.user_id = user;
     if (!thread.empty()) info.thread_id = thread;
     info.mount_contract_version = contract_of(pod);
+    info.network_policy = policy_of(pod);
     return info;
   }
 
@@ -704,6 +850,7 @@ class KubernetesBackend final : public SandboxBackend {
     w.Key(kSandboxIdLabel), w.String(id.c_str());  // a validated id: a valid label value
     w.Key(kManagedByLabel), w.String("sandboxd");
     w.Key(kContractLabel), w.String(std::to_string(kSandboxMountContractVersion).c_str());
+    w.Key(kNetworkPolicyLabel), w.String(network_mode_.c_str());
     w.EndObject();
   }
 
@@ -851,6 +998,7 @@ class KubernetesBackend final : public SandboxBackend {
   long long termination_grace_ = 5;
   int port_ = 8080;
   int list_page_size_ = 500;
+  std::string network_mode_ = "open";       // "open" or "isolated"
   std::atomic<bool> watch_refused_{false};  // the API server refused a watch: poll instead
   double ready_timeout_ = 120, request_timeout_ = 15;
 };

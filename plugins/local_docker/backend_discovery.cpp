@@ -33,6 +33,10 @@ SandboxInfo LocalContainerBackend::info_from(const std::string& sandbox_id,
   if (auto it = state.labels.find(kLabelContract); it != state.labels.end()) {
     info.mount_contract_version = parse_port_text(it->second);  // small non-negative integer
   }
+  if (auto it = state.labels.find(kLabelNetworkPolicy); it != state.labels.end()) {
+    info.network_policy = it->second;
+    if (is_namespaced_policy(it->second)) info.sandbox_url = kNamespacedUrl;
+  }
   return info;
 }
 
@@ -83,7 +87,7 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
   if (!state || !(state->running || state->paused)) return std::nullopt;
   std::optional<SandboxInfo> ours = sandbox_info(sandbox_id, *state);
   if (!ours) return std::nullopt;  // an unclaimed slot
-  if (state->host_port == 0) {
+  if (state->host_port == 0 && !namespaced(*ours)) {
     log(LogLevel::debug, "Container " + name + " publishes no host port for 8080/tcp");
     return std::nullopt;
   }
@@ -98,7 +102,7 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
       return std::nullopt;
     }
   }
-  if (!wait_for_sandbox_ready(info.sandbox_url, kDiscoveryReadySeconds)) {
+  if (!wait_for_sandbox_ready(info.sandbox_url, kDiscoveryReadySeconds, {}, {}, route_to(info))) {
     log(LogLevel::info, "Container " + name + " is running but not ready at " + info.sandbox_url +
                             "; not adopting it");
     return std::nullopt;
@@ -137,6 +141,7 @@ std::vector<SandboxInfo> LocalContainerBackend::list_running() {
                                settings_.endpoint.display + ": " + e.what());
     return {};
   }
+  sweep_unused_networks();
   std::vector<SandboxInfo> out;
   out.reserve(found.size());
   for (auto& [id, info] : found) out.push_back(std::move(info));
@@ -163,7 +168,7 @@ SandboxDiscoveryResult LocalContainerBackend::discover_for_reconciliation(
   if (!ours) return SandboxDiscoveryResult::absent(backend_namespace());  // or an unclaimed slot
   if (state->running) {
     std::optional<SandboxInfo> info;
-    if (state->host_port > 0) info = std::move(ours);
+    if (state->host_port > 0 || namespaced(*ours)) info = std::move(ours);
     return SandboxDiscoveryResult::found(std::move(info), backend_namespace(), state->id);
   }
   // Stopped, dying or removed-on-exit: that instance is over.

@@ -80,6 +80,74 @@ std::string joined(const std::vector<std::string>& items) {
   return out.empty() ? "(none)" : out;
 }
 
+// DeerFlow's `sandbox.network` object (`at` names it in errors).
+NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::string& at,
+                                  Logger& logger) {
+  NetworkPolicy policy;
+  const auto fail = [&](const std::string& key, const std::string& why) {
+    throw PluginConfigError(at + "." + key, why);
+  };
+  const auto string_of = [&](const char* key) -> std::optional<std::string> {
+    const auto it = object.FindMember(key);
+    if (it == object.MemberEnd() || it->value.IsNull()) return std::nullopt;
+    if (!it->value.IsString()) fail(key, "expected a string");
+    return trimmed(it->value.GetString());
+  };
+  const auto bool_of = [&](const char* key, bool fallback) {
+    const auto it = object.FindMember(key);
+    if (it == object.MemberEnd() || it->value.IsNull()) return fallback;
+    if (!it->value.IsBool()) fail(key, "expected true or false");
+    return it->value.GetBool();
+  };
+  if (auto mode = string_of("mode")) {
+    if (*mode != "open" && *mode != "isolated" && *mode != "allowlist") {
+      fail("mode", "\"" + *mode + "\" is not a network mode (open, isolated or allowlist)");
+    }
+    policy.mode = *mode;
+  }
+  if (policy.mode == "allowlist") {
+    fail("mode",
+         "\"allowlist\" is not available yet: egress allow-lists arrive with sandboxd's own "
+         "egress proxy; use \"open\" or \"isolated\" (no egress at all)");
+  }
+  policy.publish = bool_of("publish", true);
+  policy.isolate = bool_of("isolate_sandboxes", true);
+  if (const auto it = object.FindMember("allow_domains");
+      it != object.MemberEnd() && !it->value.IsNull()) {
+    if (!it->value.IsArray()) fail("allow_domains", "expected a list of domain names");
+    for (const auto& item : it->value.GetArray()) {
+      if (!item.IsString()) fail("allow_domains", "expected a list of domain names");
+      policy.allow_domains.emplace_back(item.GetString());
+    }
+  }
+  if (auto approval = string_of("approval")) {
+    if (*approval != "deny" && *approval != "prompt") {
+      fail("approval", "\"" + *approval + "\" is not deny or prompt");
+    }
+    policy.approval = *approval;
+  }
+  if (const auto it = object.FindMember("temporary_grant_ttl");
+      it != object.MemberEnd() && !it->value.IsNull()) {
+    if (!it->value.IsInt() || it->value.GetInt() < 30 || it->value.GetInt() > 3600) {
+      fail("temporary_grant_ttl", "expected a number of seconds from 30 to 3600");
+    }
+    policy.temporary_grant_ttl = it->value.GetInt();
+  }
+  if (string_of("proxy_image")) {
+    logger.info(std::string(kLogPrefix) + at +
+                ".proxy_image is not used: sandboxd is its own egress proxy, no sidecar runs");
+  }
+  for (auto it = object.MemberBegin(); it != object.MemberEnd(); ++it) {
+    const std::string key = it->name.GetString();
+    if (key != "mode" && key != "publish" && key != "isolate_sandboxes" && key != "allow_domains" &&
+        key != "approval" && key != "temporary_grant_ttl" && key != "proxy_image" &&
+        key != "engine_network") {
+      logger.warning(std::string(kLogPrefix) + "ignoring unknown option " + at + "." + key);
+    }
+  }
+  return policy;
+}
+
 }  // namespace
 
 std::string refused_network(const std::string& network, const std::string& shown) {
@@ -278,19 +346,56 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
   s.user = user.text.value_or("");
   shown("user " + (s.user.empty() ? std::string("(the image's)") : s.user), user.source);
 
-  const Sourced network = option_or_env("network", "DEER_FLOW_SANDBOX_NETWORK");
-  s.network = network.text.value_or("");
-  if (network.text) {
-    const bool from_env = network.source.rfind("environment variable ", 0) == 0;
-    const std::string why = refused_network(
-        s.network, from_env ? network.source.substr(21) : options.path_of("network"));
-    if (!why.empty()) {
-      if (from_env) throw PluginConfigError(network.source.substr(21), why);
-      throw PluginConfigError(options.path_of("network"), why);
+  // DeerFlow's `sandbox.network` (an object: the policy), or the engine network to join (a
+  // string, DEER_FLOW_SANDBOX_NETWORK as its fallback).
+  std::string policy_source = "default";
+  Sourced engine_network;
+  if (const rapidjson::Value* raw = options.raw("network"); raw && raw->IsObject()) {
+    policy_source = options.path_of("network");
+    s.policy = read_network_policy(*raw, options.path_of("network"), logger);
+    if (const auto it = raw->FindMember("engine_network");
+        it != raw->MemberEnd() && !it->value.IsNull()) {
+      if (!it->value.IsString()) {
+        options.fail("network.engine_network", "a network name", it->value);
+      }
+      engine_network = {trimmed(it->value.GetString()), options.path_of("network.engine_network")};
+    }
+  } else {
+    engine_network = option_or_env("network", "DEER_FLOW_SANDBOX_NETWORK");
+  }
+  if (!engine_network.text) {
+    if (auto value = env_value("DEER_FLOW_SANDBOX_NETWORK")) {
+      engine_network = {value, environment_source("DEER_FLOW_SANDBOX_NETWORK")};
     }
   }
-  shown("network " + (s.network.empty() ? std::string("(the engine's default bridge)") : s.network),
-        network.source);
+  if (engine_network.text && !engine_network.text->empty()) {
+    const bool from_env = engine_network.source.rfind("environment variable ", 0) == 0;
+    const std::string where = from_env ? engine_network.source.substr(21) : engine_network.source;
+    const std::string why = refused_network(*engine_network.text, where);
+    if (!why.empty()) throw PluginConfigError(where, why);
+    s.network = *engine_network.text;
+    s.own_network = false;
+  } else if (s.policy.isolate) {
+    s.network = s.prefix + "-sandboxes";
+  } else {
+    s.own_network = false;  // isolation off: the engine's default bridge, DeerFlow's way
+  }
+  if (s.policy.mode == "open") {
+    shown(
+        "network mode open: " +
+            std::string(s.policy.isolate ? "each sandbox's port isolated on bridge network "
+                                         : "sandboxes share bridge network ") +
+            (s.network.empty() ? std::string("(the engine's default)") : s.network) +
+            (s.policy.isolate ? " (kernel bridge port isolation; no sandbox reaches another)"
+                              : " (isolate_sandboxes false: sandboxes CAN reach each other)") +
+            (s.policy.publish ? ", API published on a host loopback port" : ", API not published"),
+        policy_source);
+  } else {
+    shown("network mode " + s.policy.mode +
+              ": no network (NetworkMode none); the API is reached only through the host's "
+              "relay, in the sandbox's own network namespace",
+          policy_source);
+  }
 
   s.init = options.get_bool("init", true);
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "engine_client.hpp"
+#include "sandbox_network.hpp"
 
 namespace sandboxd::local_docker {
 
@@ -43,8 +44,14 @@ struct Settings {
   std::vector<std::string> security_opt;
   std::vector<std::string> cap_drop;
   std::vector<std::string> cap_add;
-  std::string user;     // Config.User ("" : the image's)
-  std::string network;  // HostConfig.NetworkMode ("" : the engine's default bridge)
+  std::string user;  // Config.User ("" : the image's)
+  // The network policy (DeerFlow's `sandbox.network`) and, in `open` mode, the engine network
+  // the sandboxes join: the operator's (`network` as a string, DEER_FLOW_SANDBOX_NETWORK), or
+  // ours, `{prefix}-sandboxes`, made on first use (sandbox_network.hpp), or with isolation off
+  // the engine's default bridge ("").
+  NetworkPolicy policy;
+  std::string network;
+  bool own_network = true;
   bool init = true;
   std::string bind_host;     // as SPEC §9.4 renders it ("[::1]" for IPv6 loopback)
   std::string sandbox_host;  // host part of sandbox URLs

@@ -19,36 +19,15 @@ PreStartedSlots::Claim LocalContainerBackend::claim_slot(const CreateRequest& re
     return {std::nullopt, Miss::claim_failed, "invalid sandbox id"};
   }
   Claim claim = slots_->claim(request, name);
+  if (claim.sandbox) claim.sandbox->network_policy = settings_.policy.label();  // its label's
   if (request.thread_id) slots_->learn_shape(request);
   return claim;
 }
 
 std::string LocalContainerBackend::slot_preflight() {
   if (settings_.warm_slots == 0) return "";
-  if (::geteuid() != 0) {
-    return "this process runs as uid " + std::to_string(::geteuid()) +
-           ", not root; binding into a running slot needs root in the engine's mount namespace";
-  }
-  if (settings_.endpoint.unix_socket.empty()) {
-    return "the engine is reached at " + settings_.endpoint.display +
-           ", not through a local unix socket; a host mount here may not reach its containers";
-  }
-  try {
-    std::string body;
-    const Outcome info = api_.info(&body);
-    rapidjson::Document doc;
-    doc.Parse(body.c_str(), body.size());
-    const auto options = doc.IsObject() ? doc.FindMember("SecurityOptions") : doc.MemberEnd();
-    if (info.status == 200 && options != doc.MemberEnd() && options->value.IsArray()) {
-      for (const auto& option : options->value.GetArray()) {
-        if (option.IsString() && std::string(option.GetString()).find("name=rootless") == 0) {
-          return "the engine at " + settings_.endpoint.display +
-                 " runs rootless; its containers do not see this host's mounts";
-        }
-      }
-    }
-  } catch (const std::exception& e) {
-    return std::string("the engine could not be asked: ") + e.what();
+  if (const std::string why = host_namespace_reason(/*host_mounts=*/true); !why.empty()) {
+    return why + " (binding into a running slot needs root in the engine's mount namespace)";
   }
   if (const std::string why = links_on_the_way(settings_.slots_dir); !why.empty()) {
     return "slots_dir " + settings_.slots_dir.string() + " cannot be used: " + why +
@@ -78,8 +57,10 @@ SlotEngine::Started LocalContainerBackend::start_slot(
   spec.labels = labels;
   spec.labels[kLabelManagedBy] = kManagedByValue;
   spec.labels[kLabelContract] = std::to_string(kSandboxMountContractVersion);
+  spec.labels[kLabelNetworkPolicy] = settings_.policy.label();
   const SandboxInfo info = start_container(spec, nullptr);
-  if (!wait_for_sandbox_ready(info.sandbox_url, settings_.slot_ready_timeout_seconds)) {
+  if (!wait_for_sandbox_ready(info.sandbox_url, settings_.slot_ready_timeout_seconds, {}, {},
+                              route_to(info))) {
     remove_quietly(info.container_id.value_or(name));
     throw std::runtime_error(
         "slot " + name + " did not answer its readiness probe within " +

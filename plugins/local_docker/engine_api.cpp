@@ -61,6 +61,13 @@ std::optional<NetworkState> network_of(const rapidjson::Value& value) {
       internal != value.MemberEnd() && internal->value.IsBool() && internal->value.GetBool();
   out.labels = strings_of(value, "Labels");
   out.options = strings_of(value, "Options");
+  out.created_at = parse_docker_timestamp(string_of(value, "Created"));
+  const auto containers = value.FindMember("Containers");
+  if (containers != value.MemberEnd() && containers->value.IsObject()) {
+    for (const auto& container : containers->value.GetObject()) {
+      out.containers.emplace_back(container.name.GetString(), container.name.GetStringLength());
+    }
+  }
   // Docker names its bridge in this option (or "br-{id[:12]}"); podman 4.3's compatible API
   // answers the same option.
   if (auto it = out.options.find("com.docker.network.bridge.name"); it != out.options.end()) {

@@ -78,7 +78,11 @@ struct NetworkState {
   std::string id;
   std::string name;
   bool internal = false;
-  std::string bridge;  // the host's bridge interface when the engine says (podman, Docker)
+  std::string bridge;     // the host's bridge interface when the engine says (podman, Docker)
+  double created_at = 0;  // epoch seconds; 0 when the engine did not say
+  // The ids of the containers on it, as GET /networks/{id} names them (a listing leaves this
+  // empty on Docker).
+  std::vector<std::string> containers;
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> options;
 };

@@ -18,6 +18,7 @@ namespace sandboxd::local_docker {
 LocalContainerBackend::~LocalContainerBackend() {
   slots_.reset();
   retry_pending_removals();
+  remove_network_at_exit();
   std::lock_guard lock(pending_mutex_);
   for (const std::string& id : pending_removals_) {
     log(LogLevel::warning, "Container " + short_id(id) +
@@ -41,7 +42,10 @@ ContainerCreateBody LocalContainerBackend::create_body(const ContainerSpec& spec
   }
   body.publish_host_ip = host_ip;
   body.publish_host_port = host_port;
-  body.network_mode = settings_.network;
+  // open: our bridge network (or the operator's); isolated: no network, no published port.
+  const bool open = settings_.policy.mode == "open";
+  body.network_mode = open ? network_target() : "none";  // "": the engine's default bridge
+  body.publish = open && settings_.policy.publish;
   body.security_opt = settings_.security_opt;
   body.cap_drop = settings_.cap_drop;
   body.cap_add = settings_.cap_add;
@@ -74,7 +78,8 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
   spec.mounts.insert(spec.mounts.end(), request.extra_mounts.begin(), request.extra_mounts.end());
   spec.labels = {{kLabelManagedBy, kManagedByValue},
                  {kLabelSandboxId, request.sandbox_id},
-                 {kLabelContract, std::to_string(kSandboxMountContractVersion)}};
+                 {kLabelContract, std::to_string(kSandboxMountContractVersion)},
+                 {kLabelNetworkPolicy, settings_.policy.label()}};
   if (request.user_id) spec.labels[kLabelUserId] = *request.user_id;
   if (request.thread_id) spec.labels[kLabelThreadId] = *request.thread_id;
   bool adopted = false;
@@ -84,12 +89,23 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
   info.user_id = request.user_id;
   info.thread_id = request.thread_id;
   info.mount_contract_version = kSandboxMountContractVersion;
+  info.network_policy = settings_.policy.label();
   return info;
 }
 
 SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bool* adopted) {
   const std::string& name = spec.name;
   const std::vector<Mount>& mounts = spec.mounts;
+  const bool open = settings_.policy.mode == "open";
+  const bool published = open && settings_.policy.publish;
+  // What this host must be able to do to keep the sandbox apart from others: fail closed.
+  if (settings_.policy.namespaced() || (open && (settings_.policy.isolate || !published))) {
+    if (const std::string why = network_preflight(); !why.empty()) {
+      throw std::runtime_error("Cannot start sandbox container " + name + " under network mode " +
+                               settings_.policy.mode + ": " + why);
+    }
+  }
+  if (open) ensure_network();
 
   log(LogLevel::info,
       "Starting container " + name + " using the engine API at " + settings_.endpoint.display +
@@ -100,11 +116,28 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
 
   int next_port = settings_.base_port;
   bool pulled = false;
+  bool network_remade = false;
   int name_conflicts = 0;
+  // Our network was removed between its check and this create (a destroy of the last sandbox
+  // on it, in this or another process): made again once, and the attempt repeated.
+  const auto network_went_away = [&](const std::string& message) {
+    if (!open || !settings_.own_network || network_remade ||
+        message.find("network") == std::string::npos ||
+        message.find("not found") == std::string::npos) {
+      return false;
+    }
+    network_remade = true;
+    {
+      std::lock_guard lock(network_mutex_);
+      network_ready_ = false;
+    }
+    ensure_network();
+    return true;
+  };
   for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
     PortReservation reservation;
     int host_port = 0;
-    if (settings_.base_port > 0) {
+    if (settings_.base_port > 0 && published) {
       host_port = reservation.claim_from(next_port);
     }
 
@@ -115,6 +148,10 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
         pull_image();
         pulled = true;
         --attempt;  // the pull does not use up a port attempt
+        continue;
+      }
+      if (network_went_away(message)) {
+        --attempt;
         continue;
       }
       if (is_name_conflict(created.outcome.status, message)) {
@@ -171,6 +208,10 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     }
     if (!started.ok() && !running_anyway) {
       const std::string& message = started.outcome.message;
+      if (network_went_away(message)) {  // Docker finds out at the start, podman at the create
+        --attempt;
+        continue;
+      }
       if (is_port_conflict_message(message)) {
         log(LogLevel::warning,
             "Port " + (host_port > 0 ? std::to_string(host_port) : std::string("(engine-chosen)")) +
@@ -191,13 +232,19 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
                                "); check that image " + settings_.image +
                                " runs a long-lived server on port 8080");
     }
-    if (state->host_port == 0) state->host_port = host_port;
-    if (state->host_port == 0) {
+    if (published && state->host_port == 0) state->host_port = host_port;
+    if (published && state->host_port == 0) {
       throw std::runtime_error("Sandbox container " + name +
                                " started but the engine reported no host port for 8080/tcp");
     }
-    log(LogLevel::info, "Started container " + name + " (ID: " + short_id(id) +
-                            ") using the engine API on port " + std::to_string(state->host_port));
+    // Before anyone is handed the sandbox, and before its own code can run: its port on the
+    // bridge no longer exchanges frames with any other sandbox's.
+    if (open && settings_.policy.isolate) isolate(id, name);
+    log(LogLevel::info, "Started container " + name + " (ID: " + short_id(id) + ") using the " +
+                            "engine API " +
+                            (published ? "on port " + std::to_string(state->host_port)
+                                       : std::string("without a published port (network ") +
+                                             settings_.policy.label() + ")"));
     SandboxInfo info = info_from(spec.sandbox_id, *state);
     info.container_name = name;
     created_container.keep = true;
@@ -319,6 +366,10 @@ void LocalContainerBackend::retry_pending_removals() {
 
 void LocalContainerBackend::destroy(const SandboxInfo& info) {
   destroy_once(info, false);
+  netns_.forget(info.container_id.value_or(""));
+  // The last sandbox on our network takes it along (the engine refuses while one is attached;
+  // a create racing this one makes it again).
+  if (settings_.policy.mode == "open" && settings_.own_network) remove_network_after(info);
   // A claimed slot's host mounts go with it (nothing mounted on the host outlives its sandbox).
   if (!settings_.slots_dir.empty()) {
     SlotPool::forget_claim(settings_.slots_dir, info.sandbox_id, info.container_id.value_or(""),

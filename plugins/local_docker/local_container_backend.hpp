@@ -31,6 +31,7 @@
 #include <mutex>
 #include <optional>
 #include <sandboxd/capabilities.hpp>
+#include <sandboxd/readiness.hpp>
 #include <sandboxd/sdk.hpp>
 #include <set>
 #include <string>
@@ -41,6 +42,7 @@
 #include "engine_api.hpp"
 #include "engine_client.hpp"
 #include "engine_slots.hpp"
+#include "sandbox_network.hpp"
 #include "slot_pool.hpp"
 
 namespace sandboxd::local_docker {
@@ -53,6 +55,10 @@ inline constexpr const char* kLabelSandboxId = "sandboxd.sandbox-id";
 inline constexpr const char* kLabelUserId = "sandboxd.user-id";
 inline constexpr const char* kLabelThreadId = "sandboxd.thread-id";
 inline constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
+inline constexpr const char* kLabelNetworkPolicy = "sandboxd.network-policy";
+inline constexpr const char* kLabelNetworkFor = "sandboxd.network-for";  // on our own network
+// Where a sandbox's API listens inside its own network namespace (namespaced sandboxes).
+inline constexpr const char* kNamespacedUrl = "http://127.0.0.1:8080";
 
 inline constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
 inline constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
@@ -90,10 +96,13 @@ struct ContainerSpec {
 class LocalContainerBackend final : public SandboxBackend,
                                     public SandboxPausing,
                                     public PreStartedSlots,
-                                    public SettingsReport {
+                                    public SettingsReport,
+                                    public SandboxNetworkPolicy,
+                                    public NamespacedSandboxes {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger),
+        clock_(context.clock ? context.clock : std::make_shared<SystemClock>()),
         settings_(read_settings(context, *context.logger)),
         client_(settings_.endpoint),
         api_(client_, settings_.request_timeout_seconds) {
@@ -136,8 +145,49 @@ class LocalContainerBackend final : public SandboxBackend,
     for (const auto& [setting, source] : settings_.effective) out.push_back({setting, source});
     return out;
   }
+  // Network isolation (backend_network.cpp).
+  std::string configured_network_policy() const override { return settings_.policy.label(); }
+  std::string network_preflight() override;
+  bool namespaced(const SandboxInfo& info) const override;
+  int open_socket(const SandboxInfo& info) override;
 
  private:
+  // Why this host cannot enter the engine's namespaces (setns, bridge flags; `host_mounts`:
+  // also see its mounts, which a TCP engine's may not): not root, a rootless engine; "" when
+  // it can. Asks the engine once.
+  std::string host_namespace_reason(bool host_mounts);
+  // open mode: our bridge network exists (made on first use). Throws naming the failure.
+  void ensure_network();
+  // Our own network's id: the one labelled for this prefix with the least id, made when there
+  // is none; duplicates a racing process made are removed when unused.
+  std::string resolve_own_network();
+  // What a container's NetworkMode names: our network's id once known, else its name.
+  std::string network_target() const;
+  // Our bridge network, removed when no container is attached to it any more (the engine
+  // refuses while one is, which is left as is): nothing of ours outlives its last sandbox.
+  void remove_network_if_unused();
+  // With the orphans (list_running): our prefix's networks that a process that ended left and
+  // no container is attached to are removed. Nothing while this process uses its network.
+  void sweep_unused_networks();
+  // After `destroyed` went: our network, removed if nothing else is on it, once the engine has
+  // removed the container (bounded by kNetworkReleaseWait).
+  void remove_network_after(const SandboxInfo& destroyed);
+  // The backend's end: our network, removed once only stopping containers were on it and they
+  // are gone (bounded by kNetworkReleaseWait); one a running container is on stays.
+  void remove_network_at_exit();
+  static constexpr std::chrono::milliseconds kNetworkReleaseWait{2000};
+  // A network nobody uses is swept by a process that did not make it only after this long: a
+  // peer that just made it is about to start its first sandbox on it.
+  static constexpr double kOrphanNetworkAgeSeconds = 60;
+  bool old_enough_to_sweep(const NetworkState& network) const;
+  // DELETE of one of our networks that the engine refuses while a container is attached;
+  // true when it went.
+  bool remove_network_unless_used(const NetworkState& network);
+  // open mode with isolation: the started container's bridge port isolated, or throws.
+  void isolate(const std::string& container_id, const std::string& name);
+  // How readiness reaches `info`: through its namespace when it is namespaced.
+  SandboxRoute route_to(const SandboxInfo& info);
+
   // How the slot pool starts a slot: as a sandbox, its mount points bound rslave.
   SlotEngine::Started start_slot(const std::string& name, const std::vector<Mount>& slot_mounts,
                                  const std::map<std::string, std::string>& labels);
@@ -179,6 +229,7 @@ class LocalContainerBackend final : public SandboxBackend,
   SandboxInfo info_from(const std::string& sandbox_id, const ContainerState& state) const;
 
   std::shared_ptr<Logger> logger_;
+  const std::shared_ptr<Clock> clock_;  // the host's: how old an orphan network is
   const Settings settings_;
   EngineClient client_;
   EngineApi api_;
@@ -188,6 +239,19 @@ class LocalContainerBackend final : public SandboxBackend,
   // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
   std::mutex pending_mutex_;
   std::set<std::string> pending_removals_;
+  // Sockets in sandboxes' network namespaces, and bridge port isolation (sandbox_network.hpp).
+  NetnsSockets netns_;
+  // The network checks (network_mutex_ guards these four, never held across an engine
+  // call): our bridge network exists and the id containers join it by, and the host-namespace
+  // probe's answer, asked of the engine once ("" : it can). network_create_mutex_ serializes
+  // ensure_network's check-and-create, engine calls included; it is taken before
+  // network_mutex_.
+  std::mutex network_create_mutex_;
+  mutable std::mutex network_mutex_;
+  bool network_ready_ = false;
+  bool network_touched_ = false;  // this process made or destroyed a sandbox on our network
+  std::string network_target_;
+  std::optional<std::string> namespace_reason_;
   std::unique_ptr<EngineSlots> slot_engine_;  // the pool's engine; outlives the pool
   // Last member: its refill thread calls the engine through this object, so it stops first.
   std::unique_ptr<SlotPool> slots_;

@@ -2,6 +2,7 @@
 
 #include <rapidjson/document.h>
 
+#include <map>
 #include <stdexcept>
 
 #include "sandboxd/http.hpp"
@@ -39,6 +40,42 @@ std::optional<std::string> sandbox_url_member(const rapidjson::Value& object) {
   auto url = non_empty_string_member(object, "sandbox_url");
   if (!url || !http::is_http_url(*url)) return std::nullopt;
   return url;
+}
+
+// request_headers (issue 33): what every request to the sandbox must carry (a relay's token).
+// From a service we do not control: at most kMaxRequestHeaders, names HTTP tokens, values
+// without line breaks, each bounded; anything else and the member is refused whole.
+constexpr std::size_t kMaxRequestHeaders = 16;
+constexpr std::size_t kMaxRequestHeaderBytes = 4096;
+
+std::map<std::string, std::string> request_headers_member(const rapidjson::Value& object) {
+  std::map<std::string, std::string> out;
+  auto it = object.FindMember("request_headers");
+  if (it == object.MemberEnd() || it->value.IsNull()) return out;
+  const auto refused = [](const std::string& why) {
+    return std::runtime_error("response has request_headers that " + why);
+  };
+  if (!it->value.IsObject()) throw refused("are not an object");
+  if (it->value.MemberCount() > kMaxRequestHeaders) {
+    throw refused("name more than " + std::to_string(kMaxRequestHeaders) + " headers");
+  }
+  for (const auto& header : it->value.GetObject()) {
+    const std::string name(header.name.GetString(), header.name.GetStringLength());
+    const bool token = !name.empty() && name.size() <= 256 &&
+                       name.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789!#$%&'*+-.^_`|~") == std::string::npos;
+    if (!token) throw refused("name a header that is not an HTTP token");
+    if (!header.value.IsString() || header.value.GetStringLength() > kMaxRequestHeaderBytes) {
+      throw refused("give " + name + " a value that is not a bounded string");
+    }
+    std::string value(header.value.GetString(), header.value.GetStringLength());
+    if (value.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+      throw refused("give " + name + " a value with a line break");
+    }
+    out.emplace(name, std::move(value));
+  }
+  return out;
 }
 
 bool parse_object(const std::string& body, rapidjson::Document& doc) {
@@ -88,8 +125,10 @@ SandboxInfo read_create_answer(const std::string& sandbox_id, const std::string&
   }
   auto version = contract_version_member(doc);
   if (!version) throw std::runtime_error("response has a non-integer mount_contract_version");
-  return sandbox_info(sandbox_id, *url, now, string_member(doc, "user_id"),
-                      string_member(doc, "thread_id"), *version);
+  SandboxInfo info = sandbox_info(sandbox_id, *url, now, string_member(doc, "user_id"),
+                                  string_member(doc, "thread_id"), *version);
+  info.request_headers = request_headers_member(doc);
+  return info;
 }
 
 bool read_running_status(const std::string& body) {
@@ -107,7 +146,13 @@ std::optional<SandboxInfo> read_discovered_sandbox(const std::string& sandbox_id
   auto thread = non_empty_string_member(doc, "thread_id");
   auto version = contract_version_member(doc);
   if (!url || !user || !thread || !version) return std::nullopt;
-  return sandbox_info(sandbox_id, *url, now, user, thread, *version);
+  SandboxInfo info = sandbox_info(sandbox_id, *url, now, user, thread, *version);
+  try {
+    info.request_headers = request_headers_member(doc);
+  } catch (const std::runtime_error&) {
+    return std::nullopt;
+  }
+  return info;
 }
 
 SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const std::string& body,
@@ -129,6 +174,11 @@ SandboxDiscoveryResult read_instance_answer(const std::string& sandbox_id, const
   if (auto url = sandbox_url_member(doc)) {
     info = sandbox_info(sandbox_id, *url, now, non_empty_string_member(doc, "user_id"),
                         non_empty_string_member(doc, "thread_id"), *version);
+    try {
+      info->request_headers = request_headers_member(doc);
+    } catch (const std::runtime_error&) {
+      return SandboxDiscoveryResult::unknown();
+    }
   }
   return SandboxDiscoveryResult::found(std::move(info), *backend_namespace, incarnation_id);
 }
@@ -155,9 +205,16 @@ std::optional<SandboxListing> read_list_answer(const std::string& body, double n
         created != entry.MemberEnd() && created->value.IsNumber() && created->value.GetDouble() > 0
             ? created->value.GetDouble()
             : now;
-    listing.sandboxes.push_back(sandbox_info(
+    SandboxInfo info = sandbox_info(
         *id, *url, created_at, non_empty_string_member(entry, "user_id"),
-        non_empty_string_member(entry, "thread_id"), contract_version_member(entry).value_or(0)));
+        non_empty_string_member(entry, "thread_id"), contract_version_member(entry).value_or(0));
+    try {
+      info.request_headers = request_headers_member(entry);
+    } catch (const std::runtime_error&) {
+      listing.skipped.push_back(shown_value(entry));
+      continue;
+    }
+    listing.sandboxes.push_back(std::move(info));
   }
   return listing;
 }

@@ -19,16 +19,16 @@ contains() { grep -qE -- "$2" <<<"$1"; }
 # plugins: both stores and the out-of-tree example backend, one line each.
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins 2>&1); rc=$?
 check "plugins exits 0" $rc "$out"
-for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=2 +/' \
-            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=2 +/' \
-            'process_backend:ProcessSandboxBackend +backend +abi=2 +.*process_backend.so'; do
+for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=3 +/' \
+            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=3 +/' \
+            'process_backend:ProcessSandboxBackend +backend +abi=3 +.*process_backend.so'; do
   contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
 done
 # Listing reads the libraries' own metadata: a plugin whose static initialiser writes a file is
 # listed, and the file never appears (no plugin code runs).
 out=$(SANDBOXD_TEST_STATIC_INIT_MARKER="$work/static-init-ran" SANDBOXD_PLUGIN_PATH="$static_init_dir" \
       "$ctl" plugins 2>&1); rc=$?
-contains "$out" 'static_init:MarkerBackend +backend +abi=2'; check "plugins lists the static-init plugin" $? "$out"
+contains "$out" 'static_init:MarkerBackend +backend +abi=3'; check "plugins lists the static-init plugin" $? "$out"
 [ ! -e "$work/static-init-ran" ]; check "listing ran no plugin code" $? "$(cat "$work/static-init-ran" 2>&1)"
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins --json 2>&1)
 contains "$out" '"use": "process_backend:ProcessSandboxBackend"'; check "plugins --json" $? "$out"

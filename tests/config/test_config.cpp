@@ -511,6 +511,40 @@ TEST_F(ConfigTest, FlatProvisionerUrlWithBackendSectionConflicts) {
   EXPECT_THAT(message, HasSubstr("sandbox.backend"));
 }
 
+// DeerFlow's network modes (`sandbox.network`, issue 33) are a policy the backend enforces:
+// they join the backend's options in the flat shape and beside a backend section alike.
+TEST_F(ConfigTest, TheSandboxNetworkPolicyJoinsTheBackendsOptionsInEitherShape) {
+  const SandboxConfig flat = load(R"({"sandbox": {
+      "use": "deerflow.community.aio_sandbox:AioSandboxProvider", "image": "i",
+      "network": {"mode": "isolated", "allow_domains": ["pypi.org"]}}})");
+  auto options = json(flat.backend.options_json);
+  ASSERT_TRUE(options.HasMember("network")) << flat.backend.options_json;
+  EXPECT_EQ(str(options["network"]["mode"]), "isolated");
+  EXPECT_EQ(str(options["network"]["allow_domains"][0]), "pypi.org");
+  EXPECT_THAT(flat.mapping_notes, Contains("sandbox.network → sandbox.backend.network"));
+  EXPECT_TRUE(flat.warnings.empty()) << flat.warnings.front();
+
+  const SandboxConfig sectioned = load(R"({"sandbox": {
+      "backend": {"use": "local_docker:LocalContainerBackend"},
+      "network": {"mode": "isolated"}}})");
+  options = json(sectioned.backend.options_json);
+  ASSERT_TRUE(options.HasMember("network")) << sectioned.backend.options_json;
+  EXPECT_EQ(str(options["network"]["mode"]), "isolated");
+  EXPECT_TRUE(sectioned.warnings.empty()) << sectioned.warnings.front();
+
+  // Only the policy: a network given alone keeps the defaults' shape.
+  const SandboxConfig none = load(R"({"sandbox": {"network": {"mode": "open"}}})");
+  EXPECT_EQ(none.backend.use, kLocalDockerUse);
+  EXPECT_TRUE(json(none.backend.options_json).HasMember("network")) << none.backend.options_json;
+
+  const std::string message = error_for(R"({"sandbox": {
+      "backend": {"use": "local_docker:LocalContainerBackend", "network": {"mode": "open"}},
+      "network": {"mode": "isolated"}}})");
+  EXPECT_THAT(message, HasSubstr("sandbox.network"));
+  EXPECT_THAT(message, HasSubstr("sandbox.backend.network"));
+  EXPECT_THAT(message, HasSubstr("both"));
+}
+
 // ── $NAME substitution and redaction ────────────────────────────────────────────────────────
 
 TEST_F(ConfigTest, DollarNamesAreReadFromTheEnvironment) {

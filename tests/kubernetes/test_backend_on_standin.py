@@ -111,6 +111,65 @@ def test_a_sandbox_is_a_secure_pod_with_an_owned_service_read_back_by_the_real_c
     assert v1.list_namespaced_service(NAMESPACE).items == [], "the owned service was left"
 
 
+def test_network_mode_isolated_makes_a_network_policy_the_pod_owns(serving_standin):
+    """Issue 33: DeerFlow's `sandbox.network.mode: isolated`, at the sandbox level of our JSON.
+    Each sandbox gets a NetworkPolicy (networking.k8s.io/v1) selecting its pod: ingress to its
+    port only from pods labelled sandboxd.io/role=relay, no egress. It is owned by the pod, so
+    the cluster collects it with it, and the destroy deletes it too. Read back by kubectl and by
+    the official Python client. Whether it is enforced is the cluster CNI's business."""
+    config = config_for(serving_standin)
+    document = json.loads(Path(config).read_text())
+    document["sandbox"]["network"] = {"mode": "isolated", "proxy_image": "ignored"}
+    Path(config).write_text(json.dumps(document))
+    out = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1").stdout
+    assert value(out, "sandbox_id") == ALICE_T1
+
+    k8s = pytest.importorskip("kubernetes")
+    api_client = k8s.config.new_client_from_config(str(serving_standin.kubeconfig))
+    pod = k8s.client.CoreV1Api(api_client).read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE)
+    assert pod.metadata.labels["sandboxd.io/network-policy"] == "isolated"
+    policy = k8s.client.NetworkingV1Api(api_client).read_namespaced_network_policy(
+        f"sandbox-{ALICE_T1}-netpol", NAMESPACE)
+    assert policy.spec.pod_selector.match_labels == {"sandbox-id": ALICE_T1}
+    assert policy.spec.policy_types == ["Ingress", "Egress"]
+    assert policy.spec.egress == [] or policy.spec.egress is None
+    [rule] = policy.spec.ingress
+    assert [peer.pod_selector.match_labels for peer in rule._from] == [
+        {"sandboxd.io/role": "relay"}]
+    assert [(port.protocol, port.port) for port in rule.ports] == [("TCP", 8080)]
+    assert [(o.kind, o.name, o.uid) for o in policy.metadata.owner_references] == [
+        ("Pod", f"sandbox-{ALICE_T1}", pod.metadata.uid)]
+    for kubectl in kubectls():
+        shown = subprocess.run(
+            [kubectl, "--kubeconfig", str(serving_standin.kubeconfig), "get", "networkpolicies",
+             "-n", NAMESPACE, "-o", "json"], capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, (kubectl, shown.stderr)
+        [item] = json.loads(shown.stdout)["items"]
+        assert item["spec"]["podSelector"]["matchLabels"] == {"sandbox-id": ALICE_T1}, kubectl
+
+    # A sandbox made open is not reused under isolated, nor the other way round: the recorded
+    # policy differs, so it is replaced. Here: the same conversation under open again.
+    document["sandbox"]["network"] = {"mode": "open"}
+    Path(config).write_text(json.dumps(document))
+    sandboxctl(config, "release", ALICE_T1)
+    again = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1").stdout
+    assert value(again, "path") == "created", again
+    pod = k8s.client.CoreV1Api(api_client).read_namespaced_pod(f"sandbox-{ALICE_T1}", NAMESPACE)
+    assert pod.metadata.labels["sandboxd.io/network-policy"] == "open"
+    networking = k8s.client.NetworkingV1Api(api_client)
+    assert networking.list_namespaced_network_policy(NAMESPACE).items == [], \
+        "the isolated pod's policy outlived it"
+    sandboxd_done = sandboxctl(config, "destroy", ALICE_T1)
+    assert sandboxd_done.returncode == 0
+
+    # allowlist is refused, naming the key, until egress allow-lists arrive.
+    document["sandbox"]["network"] = {"mode": "allowlist"}
+    Path(config).write_text(json.dumps(document))
+    refused = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1", check=False)
+    assert refused.returncode == 3, refused.stderr
+    assert "network.mode" in refused.stderr and "allow-lists" in refused.stderr
+
+
 def test_a_conversation_back_while_its_old_pod_terminates_gets_a_new_pod(
         serving_terminating_standin):
     """The idle reaper (or `destroy`) deleted the conversation's pod; the cluster keeps it,

@@ -340,3 +340,35 @@ def test_an_expired_token_is_401_until_a_new_one_is_given(standin):
     renewed.ssl_ca_cert = str(standin.ca)
     renewed.api_key = {"authorization": "Bearer standin-token-2"}
     assert k8s.CoreV1Api(k8s.ApiClient(renewed)).list_namespaced_pod(NAMESPACE).items == []
+
+
+@pytest.mark.skipif(not KUBECTLS, reason="needs kubectl (Debian's kubernetes-client; scripts/setup.sh)")
+@pytest.mark.parametrize("kubectl", KUBECTLS)
+def test_network_policies_are_served_as_networking_k8s_io_v1(kubectl, standin):
+    """Issue 33: kubectl finds networkpolicies through discovery (/apis), creates, reads and
+    deletes one; an invalid one is 422 as the API server answers it; the Python client's
+    NetworkingV1Api reads what kubectl made, and one a pod owns goes with the pod."""
+    policy = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+              "metadata": {"name": "deny-all", "labels": {"app": "deer-flow-sandbox"}},
+              "spec": {"podSelector": {"matchLabels": {"sandbox-id": "abc"}},
+                       "policyTypes": ["Ingress", "Egress"]}}
+    run_kubectl(kubectl, standin, "create", "--validate=false", "-n", NAMESPACE, "-f", "-",
+                stdin=json.dumps(policy))
+    shown = run_kubectl(kubectl, standin, "get", "netpol", "-n", NAMESPACE, "-o",
+                        "jsonpath={.items[*].metadata.name}").stdout
+    assert shown == "deny-all"
+    client = k8s_config.new_client_from_config(str(standin.kubeconfig))
+    read = k8s.NetworkingV1Api(client).read_namespaced_network_policy("deny-all", NAMESPACE)
+    assert read.spec.policy_types == ["Ingress", "Egress"]
+    invalid = dict(policy, metadata={"name": "no-selector"}, spec={"policyTypes": ["Ingress"]})
+    refused = run_kubectl(kubectl, standin, "create", "--validate=false", "-n", NAMESPACE, "-f",
+                          "-", stdin=json.dumps(invalid), check=False)
+    assert refused.returncode != 0 and "spec.podSelector: Required value" in refused.stderr
+    run_kubectl(kubectl, standin, "delete", "networkpolicy", "deny-all", "-n", NAMESPACE)
+
+    owner = api(standin).create_namespaced_pod(NAMESPACE, pod("sandbox-owner"))
+    owned = dict(policy, metadata={"name": "owned", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "Pod", "name": "sandbox-owner", "uid": owner.metadata.uid}]})
+    k8s.NetworkingV1Api(client).create_namespaced_network_policy(NAMESPACE, owned)
+    api(standin).delete_namespaced_pod("sandbox-owner", NAMESPACE)
+    assert k8s.NetworkingV1Api(client).list_namespaced_network_policy(NAMESPACE).items == []

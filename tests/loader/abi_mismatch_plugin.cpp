@@ -37,19 +37,20 @@ const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend = {
     nullptr};
 BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_OldBackend, sandboxd_plugin_OldBackend, sandboxd)
 
-// A plugin built against SDK ABI 1, before the mount-contract verbs left SandboxBackend for a
-// capability interface: its vtable is not this host's, so it must be refused unmapped.
-extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_AbiOneBackend;
-const sandboxd::PluginDescriptor sandboxd_descriptor_AbiOneBackend = {
-    1,
+// A plugin built against SDK ABI 2, before SandboxInfo recorded a sandbox's network policy and
+// request headers (issue 33): its SandboxInfo is not this host's, so it must be refused
+// unmapped.
+extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_AbiTwoBackend;
+const sandboxd::PluginDescriptor sandboxd_descriptor_AbiTwoBackend = {
+    2,
     static_cast<std::uint32_t>(sandboxd::PluginKind::backend),
-    "AbiOneBackend",
-    "built against SDK ABI 1",
+    "AbiTwoBackend",
+    "built against SDK ABI 2",
     must_not_run,
     nullptr};
-BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_AbiOneBackend, sandboxd_plugin_AbiOneBackend,
+BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_AbiTwoBackend, sandboxd_plugin_AbiTwoBackend,
                           sandboxd)
 extern "C" __attribute__((used, section("sandboxd_meta")))
-const char sandboxd_meta_AbiOneBackend[] =
-    "sandboxd-plugin\0abi=1\0kind=backend\0class=AbiOneBackend\0description=built against SDK "
-    "ABI 1\0";
+const char sandboxd_meta_AbiTwoBackend[] =
+    "sandboxd-plugin\0abi=2\0kind=backend\0class=AbiTwoBackend\0description=built against SDK "
+    "ABI 2\0";

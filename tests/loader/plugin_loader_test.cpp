@@ -152,15 +152,15 @@ TEST(PluginLoaderTest, AbiMismatchIsRefusedBeforeTheFactoryRuns) {
                              HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
 }
 
-// The one ABI bump of issue 21 (1 → 2): a plugin of the previous SDK is refused in one
-// sentence that names both versions.
+// The ABI bump of issue 33 (2 → 3): a plugin of the previous SDK is refused in one sentence
+// that names both versions.
 TEST(PluginLoaderTest, APluginOfThePreviousAbiIsRefusedNamingBothVersions) {
-  ASSERT_EQ(kSdkAbiVersion, 2u);
+  ASSERT_EQ(kSdkAbiVersion, 3u);
   const PluginLoader loader({kFixtureDir});
   const std::string message =
-      load_error([&] { loader.load_backend("abi_mismatch:AbiOneBackend", make_context(), "w"); });
-  EXPECT_THAT(message, AllOf(HasSubstr("built for sandboxd SDK ABI 1,"),
-                             HasSubstr("this host uses ABI 2"), HasSubstr("rebuild")));
+      load_error([&] { loader.load_backend("abi_mismatch:AbiTwoBackend", make_context(), "w"); });
+  EXPECT_THAT(message, AllOf(HasSubstr("built for sandboxd SDK ABI 2,"),
+                             HasSubstr("this host uses ABI 3"), HasSubstr("rebuild")));
 }
 
 TEST(PluginLoaderTest, FactoryExceptionMessageIsIncluded) {

@@ -126,7 +126,9 @@ class HostileEngineTest : public ::testing::Test {
     sandboxd::PluginContext context;
     context.config_json = "{\"socket\":\"" + engine_.socket() +
                           "\",\"image\":\"sandboxd-test:1\",\"container_prefix\":\"hostile\","
-                          "\"request_timeout_seconds\":0.5}";
+                          "\"request_timeout_seconds\":0.5,"
+                          // An engine that plays faults has no containers to isolate.
+                          "\"network\":{\"isolate_sandboxes\":false}}";
     context.config_key_path = "sandbox.backend";
     context.logger = logger_;
     context.clock = std::make_shared<sandboxd::testing::ManualClock>(100.0);

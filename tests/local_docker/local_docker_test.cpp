@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine_api.hpp"
 #include "engine_client.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
@@ -194,14 +195,27 @@ std::string merge_json(const std::string& base, const std::string& extra) {
   return buffer.GetString();
 }
 
-Loaded load_backend(const std::string& config_json) {
+// The system's clock, `offset` seconds ahead (what "a minute later" looks like to a backend).
+class ShiftedClock final : public sandboxd::Clock {
+ public:
+  explicit ShiftedClock(double offset) : offset_(offset) {}
+  double wall_now() const override { return system_.wall_now() + offset_; }
+  double monotonic_now() const override { return system_.monotonic_now() + offset_; }
+
+ private:
+  sandboxd::SystemClock system_;
+  double offset_;
+};
+
+Loaded load_backend(const std::string& config_json,
+                    std::shared_ptr<sandboxd::Clock> clock = nullptr) {
   Loaded loaded;
   loaded.logger = std::make_shared<CapturingLogger>();
   sandboxd::PluginContext context;
   context.config_json = config_json;
   context.config_key_path = "sandbox.backend";
   context.logger = loaded.logger;
-  context.clock = std::make_shared<sandboxd::SystemClock>();
+  context.clock = clock ? clock : std::make_shared<sandboxd::SystemClock>();
   sandboxd::core::PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
   loaded.backend = loader.load_backend(kUse, context, "local_docker test");
   return loaded;
@@ -278,10 +292,22 @@ class LocalDockerTest : public ::testing::Test {
       ADD_FAILURE() << "container left behind: " << c.name << " (" << c.state << ")";
       engine_->force_remove(c.id);
     }
+    // The sandboxes' bridge network of this test's prefix (issue 33): made on first use,
+    // removed by the backend with its last sandbox; a test that kept it would fill the pool.
+    // By id: a racing test may leave two of one name, which the engine will not delete by it.
+    for (const auto& network : networks_of_prefix()) {
+      engine_->client().call("DELETE", "/networks/" + network.id, 10.0);
+    }
     for (const auto& dir : temp_dirs_) {
       std::error_code ec;
       fs::remove_all(dir, ec);
     }
+  }
+
+  // This test's prefix's networks, as the engine lists them by our label.
+  std::vector<ld::NetworkState> networks_of_prefix() {
+    ld::EngineApi api(engine_->client(), 10.0);
+    return api.list_networks("sandboxd.network-for=" + prefix_);
   }
 
   std::string base_config() const {
@@ -644,6 +670,179 @@ TEST_F(LocalDockerTest, HostContainerAndNoneNetworksAreRefusedAsDeerFlowRefusesT
   EXPECT_THAT(bad_pids, ::testing::HasSubstr("\"lots\""));
 }
 
+// Issue 33 item 1: no sandbox reaches another, in every network mode. In `open` (DeerFlow's
+// default) two sandboxes of two users share a bridge, each port isolated: from inside one, a
+// bounded connect (three tries, 2 s each) to the other's address on the engine's network and
+// its port gets nothing, while the same probe to its own address answers (so a silent probe is
+// the isolation, not a broken probe). The only traffic to container addresses: between these
+// two containers, inside them.
+std::string engine_address(EngineHelper& engine, const std::string& id) {
+  const ld::HttpResponse inspected =
+      engine.client().call("GET", "/containers/" + id + "/json", 10.0);
+  rapidjson::Document doc;
+  doc.Parse(inspected.body.c_str());
+  if (!doc.IsObject() || !doc.HasMember("NetworkSettings")) return "";
+  const auto& settings = doc["NetworkSettings"];
+  if (settings.HasMember("Networks") && settings["Networks"].IsObject()) {
+    for (const auto& network : settings["Networks"].GetObject()) {
+      if (network.value.IsObject() && network.value.HasMember("IPAddress") &&
+          network.value["IPAddress"].IsString() && network.value["IPAddress"].GetStringLength()) {
+        return network.value["IPAddress"].GetString();
+      }
+    }
+  }
+  return settings.HasMember("IPAddress") && settings["IPAddress"].IsString()
+             ? settings["IPAddress"].GetString()
+             : "";
+}
+
+// From inside container `from`: three bounded tries of GET /v1/sandbox at address:8080; the
+// first line answered, or "" when none was.
+std::string probe_from(EngineHelper& engine, const std::string& from, const std::string& address) {
+  const auto probe = engine.exec(
+      from, {"sh", "-c",
+             "for i in 1 2 3; do r=$(printf 'GET /v1/sandbox HTTP/1.0\\r\\n\\r\\n' | timeout 3 nc "
+             "-w 2 " +
+                 address +
+                 " 8080 2>/dev/null | head -1); [ -n \"$r\" ] && { echo \"$r\"; exit 0; }; "
+                 "sleep 0.3; done; exit 1"});
+  const std::size_t at = probe.output.find("HTTP/1.");
+  return at == std::string::npos ? "" : probe.output.substr(at, probe.output.find('\r', at) - at);
+}
+
+TEST_F(LocalDockerTest, NoSandboxReachesAnotherOnTheEnginesNetwork) {
+  Loaded loaded = load();  // network mode open, the default
+  const SandboxInfo alice = loaded.backend->create(request("isoalice", "alice", "t-1"));
+  const SandboxInfo bob = loaded.backend->create(request("isobob", "bob", "t-1"));
+  ASSERT_TRUE(wait_ready(alice.sandbox_url, 30));
+  ASSERT_TRUE(wait_ready(bob.sandbox_url, 30));
+  EXPECT_EQ(alice.network_policy, "open");
+  const std::string bob_address = engine_address(*engine_, *bob.container_id);
+  ASSERT_FALSE(bob_address.empty()) << "bob has no address on the engine's network";
+  EXPECT_EQ(probe_from(*engine_, *bob.container_id, bob_address).rfind("HTTP/1.", 0), 0u)
+      << "the probe does not work even on the sandbox's own address";
+  const std::string reached = probe_from(*engine_, *alice.container_id, bob_address);
+  std::printf("[ isolation ] alice -> bob %s:8080: %s\n", bob_address.c_str(),
+              reached.empty() ? "nothing (3 tries)" : reached.c_str());
+  EXPECT_EQ(reached, "") << "alice's sandbox reached bob's API";
+  // check-config names the mechanism.
+  const auto* report = sandboxd::backend_capability<sandboxd::SettingsReport>(*loaded.backend);
+  std::string shown;
+  for (const auto& line : report->effective_settings()) shown += line.setting + "; ";
+  EXPECT_NE(shown.find("each sandbox's port isolated on bridge network " + prefix_ + "-sandboxes"),
+            std::string::npos)
+      << shown;
+  loaded.backend->destroy(alice);
+  loaded.backend->destroy(bob);
+}
+
+// Two gateways on one prefix racing to make the network on an engine whose duplicate check is
+// not atomic (Docker 20.10) leave two networks of one name, which the engine then refuses to
+// resolve ("is ambiguous"). The backend joins the one with the least id, by id, and removes the
+// other.
+TEST_F(LocalDockerTest, TwoNetworksOfOneNameFromRacingGatewaysSettleOnOne) {
+  const std::string name = prefix_ + "-sandboxes";
+  const std::string body = "{\"Name\":" + json_string(name) +
+                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
+                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
+                           json_string(prefix_) + "}}";
+  for (int i = 0; i < 2; ++i) {
+    const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+    if (i == 1 && made.status != 201) {
+      GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
+    }
+    ASSERT_EQ(made.status, 201) << made.body;
+  }
+  auto before = networks_of_prefix();
+  ASSERT_EQ(before.size(), 2u);
+  const std::string least = std::min(before[0].id, before[1].id);
+
+  Loaded loaded = load();
+  const SandboxInfo info = loaded.backend->create(request("dupnet", "alice", "t-1"));
+  ASSERT_TRUE(wait_ready(info.sandbox_url, 30));
+  const auto after = networks_of_prefix();
+  ASSERT_EQ(after.size(), 1u) << "the duplicate was not removed";
+  EXPECT_EQ(after[0].id, least);
+  const ld::HttpResponse inspected =
+      engine_->client().call("GET", "/containers/" + *info.container_id + "/json", 10.0);
+  rapidjson::Document doc;
+  doc.Parse(inspected.body.c_str());
+  ASSERT_TRUE(doc["NetworkSettings"]["Networks"].HasMember(name.c_str())) << inspected.body;
+  EXPECT_EQ(std::string(doc["NetworkSettings"]["Networks"][name.c_str()]["NetworkID"].GetString()),
+            least);
+  loaded.backend->destroy(info);
+  EXPECT_TRUE(networks_of_prefix().empty()) << "the last sandbox did not take the network along";
+}
+
+// A process that crashed with no sandbox left leaves its network; the next one's orphan sweep
+// (list_running, as reconciliation calls it) removes it, and leaves one in use alone.
+TEST_F(LocalDockerTest, ANetworkACrashLeftIsSweptWithTheOrphans) {
+  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
+                           ",\"Driver\":\"bridge\",\"Labels\":{"
+                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
+                           json_string(prefix_) + "}}";
+  const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+  ASSERT_EQ(made.status, 201) << made.body;
+  {
+    // Just made, it may be a peer's about to start its first sandbox: left alone.
+    Loaded loaded = load();
+    EXPECT_TRUE(loaded.backend->list_running().empty());
+    loaded.backend.reset();
+    EXPECT_EQ(networks_of_prefix().size(), 1u) << "a peer's new network was swept at once";
+  }
+  {
+    Loaded loaded = load_backend(base_config(), std::make_shared<ShiftedClock>(120));
+    EXPECT_TRUE(loaded.backend->list_running().empty());
+    EXPECT_TRUE(networks_of_prefix().empty()) << "the orphan network was not swept";
+  }
+  // In use by a sandbox another process left running: kept, and the sandbox adopted.
+  Loaded first = load();
+  const SandboxInfo info = first.backend->create(request("sweepkeep", "alice", "t-1"));
+  Loaded second = load();
+  const auto running = second.backend->list_running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(networks_of_prefix().size(), 1u) << "a network in use was removed";
+  // Another process's last sandbox goes: its removal of the network is refused while the
+  // first's sandbox is on it (podman 4.3 removes a network in use when named by its id).
+  const SandboxInfo other = second.backend->create(request("sweepother", "bob", "t-1"));
+  second.backend->destroy(other);
+  second.backend.reset();
+  EXPECT_EQ(networks_of_prefix().size(), 1u) << "a network in use was removed";
+  EXPECT_TRUE(wait_ready(info.sandbox_url, 10)) << "the first sandbox lost its network";
+  first.backend->destroy(info);
+  EXPECT_TRUE(networks_of_prefix().empty());
+}
+
+// `isolated`: no network at all (only its loopback), no published port; the host reaches the
+// API through a socket made in the sandbox's namespace, and nothing else does.
+TEST_F(LocalDockerTest, AnIsolatedSandboxHasNoNetworkAndIsReachedOnlyInItsNamespace) {
+  Loaded loaded = load(R"({"network": {"mode": "isolated"}})");
+  const SandboxInfo info = loaded.backend->create(request("isonone", "alice", "t-1"));
+  EXPECT_EQ(info.network_policy, "isolated");
+  EXPECT_EQ(info.sandbox_url, "http://127.0.0.1:8080") << "its address inside its namespace";
+  auto* access = sandboxd::backend_capability<sandboxd::NamespacedSandboxes>(*loaded.backend);
+  ASSERT_NE(access, nullptr);
+  EXPECT_TRUE(access->namespaced(info));
+  sandboxd::SandboxRoute route;
+  route.open_socket = [&] { return access->open_socket(info); };
+  EXPECT_TRUE(sandboxd::wait_for_sandbox_ready(info.sandbox_url, 30, {}, {}, route))
+      << "not reached through its namespace";
+  const auto interfaces = engine_->exec(*info.container_id, {"cat", "/proc/net/dev"});
+  EXPECT_EQ(interfaces.output.find("eth0"), std::string::npos) << interfaces.output;
+  EXPECT_NE(interfaces.output.find("lo:"), std::string::npos) << interfaces.output;
+  const ld::HttpResponse inspected =
+      engine_->client().call("GET", "/containers/" + *info.container_id + "/json", 10.0);
+  rapidjson::Document doc;
+  doc.Parse(inspected.body.c_str());
+  EXPECT_STREQ(doc["HostConfig"]["NetworkMode"].GetString(), "none");
+  // Discovery and listing give the same namespaced sandbox.
+  const auto found = loaded.backend->discover("isonone");
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->network_policy, "isolated");
+  EXPECT_EQ(found->sandbox_url, "http://127.0.0.1:8080");
+  loaded.backend->destroy(info);
+}
+
 // Docker refuses a bind mount whose source is missing; the plugin creates none of the host
 // paths a config names, and says which option to fix. (podman creates them itself.)
 TEST_F(LocalDockerTest, AMissingConfiguredMountSourceIsNamedNotCreated) {
@@ -855,6 +1054,32 @@ constexpr const char* kTwoMountPoints =
 // before is there, a file written inside lands on the host, the read-only mount refuses a
 // write, another user's claim for the same thread id sees none of it, and the claimed slot is
 // the conversation's sandbox for discovery and listing while an unclaimed one is nobody's.
+// Issue 33: slots under network mode isolated start with no network, ahead of need, and a
+// claimed one is the conversation's isolated sandbox: recorded as such, reached only in its
+// namespace.
+TEST_F(WarmSlotsTest, UnderIsolatedModeAClaimedSlotHasNoNetworkAndIsReachedInItsNamespace) {
+  Loaded loaded =
+      load(merge_json(slots_config(1, kTwoMountPoints), R"({"network": {"mode": "isolated"}})"));
+  auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);
+  slots->start_slots();
+  ASSERT_EQ(wait_for_slots(*slots, 1).ready, 1u);
+  CreateRequest alice = request("slotiso", "alice", "thread-1");
+  alice.extra_mounts = {{temp_dir("iso-data"), "/mnt/user-data", false},
+                        {temp_dir("iso-skills"), "/mnt/skills", true}};
+  const PreStartedSlots::Claim claim = slots->claim_slot(alice);
+  ASSERT_TRUE(claim.sandbox.has_value()) << sandboxd::to_string(claim.miss) << ": " << claim.detail;
+  const SandboxInfo info = *claim.sandbox;
+  EXPECT_EQ(info.network_policy, "isolated");
+  EXPECT_EQ(info.sandbox_url, "http://127.0.0.1:8080");
+  auto* access = sandboxd::backend_capability<sandboxd::NamespacedSandboxes>(*loaded.backend);
+  sandboxd::SandboxRoute route;
+  route.open_socket = [&] { return access->open_socket(info); };
+  EXPECT_TRUE(sandboxd::wait_for_sandbox_ready(info.sandbox_url, 10, {}, {}, route));
+  const auto interfaces = engine_->exec(*info.container_id, {"cat", "/proc/net/dev"});
+  EXPECT_EQ(interfaces.output.find("eth0"), std::string::npos) << interfaces.output;
+  loaded.backend->destroy(info);
+}
+
 TEST_F(WarmSlotsTest, AClaimedSlotIsTheConversationsSandboxWithItsOwnMounts) {
   Loaded loaded = load(slots_config(2, kTwoMountPoints));
   auto* slots = sandboxd::backend_capability<PreStartedSlots>(*loaded.backend);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sandboxd/http.hpp>
 #include <sandboxd/readiness.hpp>
 #include <string>
 #include <thread>
@@ -222,6 +223,62 @@ TEST_F(ProvisionerEndToEndTest, AcquireReleaseReclaimAndDestroyThroughTheService
   provider_->shutdown();
   EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
   std::printf("acquire/release/reclaim/destroy through sandboxd-provisioner: 2 created, 0 left\n");
+}
+
+// Issue 33: the backend's network mode isolated. Each answer's sandbox_url is the provisioner's
+// relay, with the token in request_headers; the remote backend keeps both, so the gateway's
+// readiness wait and every later request go through the relay. The container has no network
+// and no published port. No token 401, a wrong or another sandbox's token 403, a removed
+// sandbox 404; none of them reaches a sandbox.
+TEST_F(ProvisionerEndToEndTest, AnIsolatedSandboxIsAnsweredWithTheRelayAndItsToken) {
+  std::ofstream(config_file()) << R"({"provisioner": {
+      "api_key": ")" << kKey << R"(", "host_base_dir": ")"
+                               << dir_.str() << R"(/state",
+      "backend_timeout_seconds": 60,
+      "backend": {"use": "local_docker:LocalContainerBackend",
+                  "socket": "unix://)"
+                               << socket_path() << R"(",
+                  "image": ")" << sandboxd::testing::engine_test_image()
+                               << R"(",
+                  "container_prefix": ")"
+                               << prefix_ << R"(", "stop_timeout_seconds": 2,
+                  "network": {"mode": "isolated"}}}})";
+  start_service();
+  make_provider();
+  const std::string alice = provider_->acquire("t1", "alice");  // readiness through the relay
+  const std::string bob = provider_->acquire("t1", "bob");
+  const auto alice_info = provider_->find(alice)->info;
+  const auto bob_info = provider_->find(bob)->info;
+  EXPECT_EQ(alice_info.sandbox_url.rfind("http://127.0.0.1:", 0), 0u) << alice_info.sandbox_url;
+  EXPECT_NE(alice_info.sandbox_url.find("/s/" + alice), std::string::npos)
+      << alice_info.sandbox_url;
+  ASSERT_EQ(alice_info.request_headers.count("X-Sandboxd-Relay-Token"), 1u);
+  const std::string alice_token = alice_info.request_headers.at("X-Sandboxd-Relay-Token");
+  const std::string bob_token = bob_info.request_headers.at("X-Sandboxd-Relay-Token");
+  EXPECT_NE(alice_token, bob_token);
+
+  const auto status_of = [](const std::string& url, const std::string& token) {
+    sandboxd::http::Request request;
+    request.url = url + "/v1/sandbox";
+    if (!token.empty()) request.headers = {"X-Sandboxd-Relay-Token: " + token};
+    return sandboxd::http::perform(request).status;
+  };
+  EXPECT_EQ(status_of(alice_info.sandbox_url, alice_token), 200);
+  EXPECT_EQ(status_of(bob_info.sandbox_url, bob_token), 200);
+  EXPECT_EQ(status_of(alice_info.sandbox_url, ""), 401);
+  EXPECT_EQ(status_of(alice_info.sandbox_url, bob_token), 403);
+  EXPECT_EQ(status_of(alice_info.sandbox_url, std::string(43, 'A')), 403);
+  // Nothing published, no network: the engine's own record.
+  const std::string inspected =
+      sandboxd::testing::engine_get("/containers/" + prefix_ + "-" + alice + "/json");
+  EXPECT_NE(inspected.find("\"NetworkMode\":\"none\""), std::string::npos) << inspected;
+
+  provider_->destroy(alice);
+  EXPECT_EQ(status_of(alice_info.sandbox_url, alice_token), 404) << "a removed sandbox";
+  provider_->shutdown();
+  std::printf(
+      "isolated through sandboxd-provisioner: relay URL and token handed on; 200 with "
+      "it, 401 without, 403 with another's, 404 once removed\n");
 }
 
 // Issue 20 A.6 on the real engine: the gateway's users/{user}/threads/{thread}/user-data is

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -66,6 +67,44 @@ TEST(ProvisionerAnswers, ACreateAnswerNamesWhatIsMissingOrWrong) {
                   "s", R"({"sandbox_url": "http://h/", "mount_contract_version": true})", 0);
             }),
             "response has a non-integer mount_contract_version");
+}
+
+// Issue 33: a relay's sandbox comes with the headers every request must carry. From a service
+// we do not control they are bounded and must be well-formed, or the answer is refused.
+TEST(ProvisionerAnswers, RequestHeadersAreKeptAndABadSetIsRefusedWhole) {
+  const std::string head =
+      R"({"sandbox_url": "http://127.0.0.1:9/s/s1", "mount_contract_version": 2,
+                               "user_id": "alice", "thread_id": "t", )";
+  const SandboxInfo info = read_create_answer(
+      "s1", head + R"("request_headers": {"X-Sandboxd-Relay-Token": "tok"}})", 0);
+  EXPECT_EQ(info.request_headers,
+            (std::map<std::string, std::string>{{"X-Sandboxd-Relay-Token", "tok"}}));
+  EXPECT_TRUE(
+      read_create_answer("s1", head + R"("request_headers": null})", 0).request_headers.empty());
+  EXPECT_EQ(defect_of([&] { read_create_answer("s1", head + R"("request_headers": "x"})", 0); }),
+            "response has request_headers that are not an object");
+  EXPECT_EQ(defect_of([&] {
+              read_create_answer("s1", head + R"("request_headers": {"Bad Name": "v"}})", 0);
+            }),
+            "response has request_headers that name a header that is not an HTTP token");
+  EXPECT_EQ(defect_of([&] {
+              read_create_answer("s1", head + R"("request_headers": {"X-A": "v\r\nX-B: w"}})", 0);
+            }),
+            "response has request_headers that give X-A a value with a line break");
+  EXPECT_EQ(
+      defect_of([&] { read_create_answer("s1", head + R"("request_headers": {"X-A": 7}})", 0); }),
+      "response has request_headers that give X-A a value that is not a bounded string");
+  std::string many = head + R"("request_headers": {)";
+  for (int i = 0; i < 17; ++i)
+    many += (i ? "," : "") + std::string("\"X-") + std::to_string(i) + "\": \"v\"";
+  EXPECT_EQ(defect_of([&] { read_create_answer("s1", many + "}}", 0); }),
+            "response has request_headers that name more than 16 headers");
+  // Discovery and the instance lookup keep them too.
+  const auto found = read_discovered_sandbox(
+      "s1", head + R"("request_headers": {"X-Sandboxd-Relay-Token": "tok"}})", 0);
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->request_headers.at("X-Sandboxd-Relay-Token"), "tok");
+  EXPECT_FALSE(read_discovered_sandbox("s1", head + R"("request_headers": [1]})", 0).has_value());
 }
 
 TEST(ProvisionerAnswers, DiscoveryNeedsAUsableUrlAndAVerifiedIdentity) {

@@ -7,7 +7,11 @@ it, it is wrong.
 
 What it keeps to, as the API server does:
   - discovery: /version, /api, /apis, /api/v1 (what kubectl asks before anything else);
-  - pods, services and namespaces in core/v1: create (409 AlreadyExists), get, list, replace
+  - discovery of networking.k8s.io/v1 too: /apis, /apis/networking.k8s.io,
+    /apis/networking.k8s.io/v1 (issue 33: NetworkPolicies, validated as the API server does:
+    spec.podSelector is required, policyTypes are Ingress or Egress);
+  - pods, services and namespaces in core/v1, networkpolicies in networking.k8s.io/v1 (what a
+    pod owns of them is collected with it): create (409 AlreadyExists), get, list, replace
     (409 Conflict on a stale metadata.resourceVersion), delete (the deleted object; 404
     NotFound) with uid, resourceVersion, creationTimestamp filled in;
   - lists: labelSelector (=, ==, !=, in, notin, key, !key), fieldSelector metadata.name,
@@ -72,7 +76,11 @@ from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-RESOURCES = {"pods": "Pod", "services": "Service"}
+RESOURCES = {"pods": "Pod", "services": "Service", "networkpolicies": "NetworkPolicy"}
+API_VERSIONS = {"pods": "v1", "services": "v1", "networkpolicies": "networking.k8s.io/v1"}
+# Where each resource lives: core/v1 under /api/v1, the others under /apis/GROUP/VERSION.
+API_PREFIXES = {"pods": "/api/v1", "services": "/api/v1",
+                "networkpolicies": "/apis/networking.k8s.io/v1"}
 GIT_VERSION = "v1.28.0-sandboxd-standin"
 
 
@@ -82,19 +90,22 @@ def now(after_seconds: float = 0) -> str:
 
 
 def status(code: int, reason: str, message: str, name: str | None = None,
-           kind: str | None = None) -> dict:
+           kind: str | None = None, group: str | None = None,
+           causes: list[dict] | None = None) -> dict:
     answer = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
               "message": message, "reason": reason, "code": code}
     if name is not None or kind is not None:
-        answer["details"] = {k: v for k, v in (("name", name), ("kind", kind)) if v is not None}
+        answer["details"] = {k: v for k, v in (("name", name), ("group", group), ("kind", kind),
+                                               ("causes", causes)) if v is not None}
     return answer
 
 
 class ApiError(Exception):
     def __init__(self, code: int, reason: str, message: str, name: str | None = None,
-                 kind: str | None = None) -> None:
+                 kind: str | None = None, group: str | None = None,
+                 causes: list[dict] | None = None) -> None:
         super().__init__(message)
-        self.body = status(code, reason, message, name, kind)
+        self.body = status(code, reason, message, name, kind, group, causes)
         self.code = code
 
 
@@ -206,19 +217,42 @@ class Store:
                         f'pods "{name}" is forbidden: exceeded quota: sandbox-quota, requested: '
                         f"pods=1, used: pods={used}, limited: pods={self.pod_quota}",
                         name, resource)
-            body["apiVersion"] = "v1"
+            body["apiVersion"] = API_VERSIONS[resource]
             body["kind"] = kind
+            if resource == "networkpolicies":
+                self._validate_network_policy(body)
             meta.update(namespace=namespace, uid=str(uuid.uuid4()),
                         resourceVersion=self.bump(), creationTimestamp=now())
             meta.setdefault("labels", {})
             if resource == "pods":
                 self._initial_pod_status(body)
-            else:
+            elif resource == "services":
                 self._allocate_service(body)
                 self._start_httpd(namespace, body)
             self.objects[(resource, namespace, name)] = body
             self._record("ADDED", resource, namespace, body)
             return copy.deepcopy(body)
+
+    @staticmethod
+    def _validate_network_policy(policy: dict) -> None:
+        name = policy["metadata"]["name"]
+        spec = policy.get("spec")
+        if not isinstance(spec, dict) or not isinstance(spec.get("podSelector"), dict):
+            raise ApiError(422, "Invalid", f'NetworkPolicy.networking.k8s.io "{name}" is invalid: '
+                           "spec.podSelector: Required value", name, "NetworkPolicy",
+                           "networking.k8s.io", [{"reason": "FieldValueRequired",
+                                                  "message": "Required value",
+                                                  "field": "spec.podSelector"}])
+        for kind in spec.get("policyTypes") or []:
+            if kind not in ("Ingress", "Egress"):
+                raise ApiError(422, "Invalid", f'NetworkPolicy.networking.k8s.io "{name}" is '
+                               f'invalid: spec.policyTypes: Unsupported value: "{kind}": supported '
+                               'values: "Egress", "Ingress"', name, "NetworkPolicy",
+                               "networking.k8s.io",
+                               [{"reason": "FieldValueNotSupported",
+                                 "message": f'Unsupported value: "{kind}": supported values: '
+                                            '"Egress", "Ingress"',
+                                 "field": "spec.policyTypes"}])
 
     def _initial_pod_status(self, pod: dict) -> None:
         spec = pod.setdefault("spec", {})
@@ -337,7 +371,7 @@ class Store:
                 meta[key] = current["metadata"][key]
             meta["resourceVersion"] = self.bump()
             body["status"] = current.get("status", {})
-            body["apiVersion"], body["kind"] = "v1", RESOURCES[resource]
+            body["apiVersion"], body["kind"] = API_VERSIONS[resource], RESOURCES[resource]
             self.objects[(resource, namespace, name)] = body
             self._record("MODIFIED", resource, namespace, body)
             return copy.deepcopy(body)
@@ -470,7 +504,8 @@ class Store:
                 meta["remainingItemCount"] = len(keys) - limit
                 keys = keys[:limit]
             items = [copy.deepcopy(self.objects[(resource, ns, name)]) for ns, name in keys]
-        return {"kind": RESOURCES[resource] + "List", "apiVersion": "v1", "metadata": meta,
+        return {"kind": RESOURCES[resource] + "List", "apiVersion": API_VERSIONS[resource],
+                "metadata": meta,
                 "items": items}
 
     def drive_pod(self, namespace: str, name: str, state: dict) -> dict:
@@ -498,6 +533,18 @@ def api_resources() -> dict:
         {"name": "services", "singularName": "", "namespaced": True, "kind": "Service",
          "verbs": verbs, "shortNames": ["svc"], "categories": ["all"]},
     ]}
+
+
+def networking_resources() -> dict:
+    verbs = ["create", "delete", "get", "list", "update", "watch"]
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "networking.k8s.io/v1",
+            "resources": [{"name": "networkpolicies", "singularName": "", "namespaced": True,
+                           "kind": "NetworkPolicy", "verbs": verbs, "shortNames": ["netpol"]}]}
+
+
+NETWORKING_GROUP = {"kind": "APIGroup", "apiVersion": "v1", "name": "networking.k8s.io",
+                    "versions": [{"groupVersion": "networking.k8s.io/v1", "version": "v1"}],
+                    "preferredVersion": {"groupVersion": "networking.k8s.io/v1", "version": "v1"}}
 
 
 # ── HTTP ─────────────────────────────────────────────────────────────────────────────────────
@@ -581,7 +628,18 @@ class Handler(BaseHTTPRequestHandler):
                          "serverAddressByClientCIDRs": [
                              {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}
         if method == "GET" and path == "/apis":
-            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": []}
+            return 200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": [NETWORKING_GROUP]}
+        if method == "GET" and path == "/apis/networking.k8s.io":
+            return 200, NETWORKING_GROUP
+        if method == "GET" and path == "/apis/networking.k8s.io/v1":
+            return 200, networking_resources()
+        m = re.fullmatch(r"/apis/networking.k8s.io/v1/networkpolicies", path)
+        if m and method == "GET":
+            return 200, store.list("networkpolicies", None, query)
+        m = re.fullmatch(r"/apis/networking.k8s.io/v1/namespaces/([^/]+)/(networkpolicies)"
+                         r"(?:/([^/]+))?", path)
+        if m:
+            return self._object_route(store, method, path, query, body, *m.groups(), None)
         if method == "GET" and path == "/api/v1":
             return 200, api_resources()
         m = re.fullmatch(r"/api/v1/(pods|services)", path)
@@ -596,7 +654,12 @@ class Handler(BaseHTTPRequestHandler):
                          path)
         if not m:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        namespace, resource, name, sub = m.groups()
+        return self._object_route(store, method, path, query, body, *m.groups())
+
+    @staticmethod
+    def _object_route(store, method: str, path: str, query: dict, body: dict | None,
+                      namespace: str, resource: str, name: str | None,
+                      sub: str | None) -> tuple[int, dict]:
         if name is None:
             if method == "GET":
                 return 200, store.list(resource, namespace, query)

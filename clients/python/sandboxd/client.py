@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -45,6 +45,9 @@ class Acquired:
     sandbox_id: str
     sandbox_url: str
     path: str  # reused, reclaimed, resumed (thawed from paused), discovered, created or claimed
+    # Headers every request to sandbox_url carries (a relay's token, for a sandbox without a
+    # host address); DeerFlow's SandboxInfo.request_headers. Empty when none are needed.
+    request_headers: dict[str, str] = field(default_factory=dict)
 
 
 class Client:
@@ -84,7 +87,8 @@ class Client:
         # an anonymous one makes a new sandbox each time it is served.
         answer = self._call("POST", "/v1/sandboxes/acquire", _acquire_body(thread_id, user_id),
                             idempotent=thread_id is not None)
-        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
+        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"],
+                        dict(answer.get("request_headers") or {}))
 
     def start_acquire(self, thread_id: str | None = None, *,
                       user_id: str | None = None) -> PendingAcquire:
@@ -237,7 +241,8 @@ class PendingAcquire:
         finally:
             self._connection.close()
         answer = self._client._decode("POST", path, status, data)
-        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"])
+        return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"],
+                        dict(answer.get("request_headers") or {}))
 
     def cancel(self) -> None:
         """Hangs up (idempotent; any thread). An acquire the daemon has already served stays

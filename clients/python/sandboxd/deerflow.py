@@ -11,8 +11,9 @@ DeerFlow constructs the provider without arguments, so it reads those extra keys
 (``SANDBOXD_SOCKET``, ``SANDBOXD_URL``, ``SANDBOXD_TOKEN``), then the daemon's default socket.
 
 When ``deerflow`` is importable the class subclasses DeerFlow's ``SandboxProvider`` and ``get``
-returns DeerFlow's own ``AioSandbox(id, base_url)``; without it, a ``SandboxHandle`` with ``id``
-and ``base_url``. DeerFlow without an importable ``AioSandbox`` (its ``agent-sandbox``
+returns DeerFlow's own ``AioSandbox(id, base_url)`` (with ``request_headers=`` when the daemon
+hands a sandbox out through its relay: network mode ``isolated``); without it, a
+``SandboxHandle`` with ``id``, ``base_url`` and ``request_headers``. DeerFlow without an importable ``AioSandbox`` (its ``agent-sandbox``
 dependency missing) is refused at construction with ``DeerFlowSandboxUnavailable``. The daemon owns the sandboxes' lifecycle (warm pool, idle reaping, leases):
 ``shutdown`` releases what this process acquired to the daemon's warm pool rather than
 destroying it, and ``reset`` only forgets this process's cache.
@@ -21,9 +22,10 @@ destroying it, and ``reset`` only forgets this process's cache.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .client import Acquired, Client
@@ -55,10 +57,22 @@ class DeerFlowSandboxUnavailable(ImportError):
 
 @dataclass(frozen=True)
 class SandboxHandle:
-    """What ``get`` returns without DeerFlow: enough to reach the sandbox's HTTP API."""
+    """What ``get`` returns without DeerFlow: enough to reach the sandbox's HTTP API (send
+    ``request_headers`` with every request: a relay's token, for a sandbox without a host
+    address)."""
 
     id: str
     base_url: str
+    request_headers: dict[str, str] = field(default_factory=dict)
+
+
+def _takes_request_headers(sandbox_class: Any) -> bool:
+    """Whether DeerFlow's ``AioSandbox`` takes ``request_headers`` (DeerFlow's network modes,
+    its #5152): then every request it makes carries them without DeerFlow changes."""
+    try:
+        return "request_headers" in inspect.signature(sandbox_class).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _deerflow_sandbox_section() -> Any:
@@ -136,11 +150,21 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
         return self._track(acquired)
 
     def _track(self, acquired: Acquired) -> str:
-        sandbox = (
-            _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url)
-            if _DeerFlowSandbox is not None
-            else SandboxHandle(acquired.sandbox_id, acquired.sandbox_url)
-        )
+        # A client of its own (the `client=` injection) may predate request_headers.
+        headers = dict(getattr(acquired, "request_headers", None) or {})
+        if _DeerFlowSandbox is None:
+            sandbox = SandboxHandle(acquired.sandbox_id, acquired.sandbox_url, headers)
+        elif headers and _takes_request_headers(_DeerFlowSandbox):
+            sandbox = _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url,
+                                       request_headers=headers)
+        elif headers:
+            raise DeerFlowSandboxUnavailable(
+                "sandbox " + acquired.sandbox_id + " is reached through sandboxd's relay, which "
+                "needs its token on every request, and this DeerFlow's AioSandbox takes no "
+                "request_headers (DeerFlow before its network modes): upgrade DeerFlow, or use "
+                "sandbox.network.mode open")
+        else:
+            sandbox = _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url)
         with self._lock:
             self._sandboxes[acquired.sandbox_id] = sandbox
         return acquired.sandbox_id

@@ -10,8 +10,10 @@ namespace sandboxd {
 
 // 2: the mount-contract verbs left SandboxBackend for the MountContractNegotiation capability
 //    (capabilities.hpp); later optional verbs are capabilities too and need no bump.
+// 3: SandboxInfo records the network policy a sandbox was made under and the headers a client
+//    sends it (issue 33: isolation and the relay).
 // A macro too, so a plugin's metadata record (plugin.hpp) can carry it as text.
-#define SANDBOXD_SDK_ABI_VERSION 2
+#define SANDBOXD_SDK_ABI_VERSION 3
 inline constexpr std::uint32_t kSdkAbiVersion = SANDBOXD_SDK_ABI_VERSION;
 
 }  // namespace sandboxd

@@ -116,6 +116,33 @@ class PreStartedSlots {
   virtual Status slot_status() const = 0;
 };
 
+// Network policies (issue 33): the one a backend makes new sandboxes under, in the form it
+// records on each sandbox (SandboxInfo::network_policy). The host replaces a sandbox found
+// under another policy through its fenced destroy path instead of reusing it.
+class SandboxNetworkPolicy {
+ public:
+  virtual ~SandboxNetworkPolicy() = default;
+  virtual std::string configured_network_policy() const = 0;
+  // Why the configured policy cannot be enforced here ("" when it can): check-config shows it,
+  // and a create fails closed with it.
+  virtual std::string network_preflight() = 0;
+};
+
+// Sandboxes with no address the host can reach (issue 33: `isolated`, `allowlist`): their API
+// listens in a network namespace of their own, and only a socket made in that namespace
+// reaches it. The host's relay and readiness probe make one with open_socket() and connect it
+// to the address sandbox_url names there (127.0.0.1:8080).
+class NamespacedSandboxes {
+ public:
+  virtual ~NamespacedSandboxes() = default;
+  // Whether `info` is such a sandbox.
+  virtual bool namespaced(const SandboxInfo& info) const = 0;
+  // A new TCP socket (unconnected, blocking, close-on-exec) in the sandbox's network
+  // namespace; the caller owns it. Throws std::runtime_error naming why it could not be made
+  // (the sandbox is gone, no permission to enter its namespace). May ask the engine.
+  virtual int open_socket(const SandboxInfo& info) = 0;
+};
+
 // What a backend runs every sandbox with, as an operator's check shows it (`sandboxctl
 // check-config`): one line per setting that matters for isolation and limits, with where it
 // came from ("default", a key path, "environment variable …"). Never a secret.

@@ -53,6 +53,9 @@ struct Request {
   std::string ca_file, ca_pem;
   std::string client_cert_file, client_cert_pem, client_key_file, client_key_pem;
   bool insecure_skip_tls_verify = false;
+  // Makes the socket the request connects (and libcurl closes): a socket made in another
+  // network namespace reaches the URL's address there. Unset: libcurl makes its own.
+  std::function<int()> open_socket;
 };
 
 struct Response {
@@ -135,6 +138,18 @@ inline size_t on_body(char* data, size_t size, size_t count, void* user) {
   return bytes;
 }
 
+// CURLOPT_OPENSOCKETFUNCTION: the request's own socket maker; CURL_SOCKET_BAD when it throws.
+inline curl_socket_t on_open_socket(void* user, curlsocktype purpose, curl_sockaddr*) {
+  if (purpose != CURLSOCKTYPE_IPCXN) return CURL_SOCKET_BAD;
+  const auto* make = static_cast<const std::function<int()>*>(user);
+  try {
+    const int fd = (*make)();
+    return fd >= 0 ? fd : CURL_SOCKET_BAD;
+  } catch (...) {
+    return CURL_SOCKET_BAD;
+  }
+}
+
 inline size_t on_header(char* data, size_t size, size_t count, void* user) {
   auto* sinks = static_cast<Sinks*>(user);
   const size_t bytes = size * count;
@@ -200,6 +215,10 @@ inline Response perform(const Request& request) {
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, detail::on_header);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &sinks);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error_buffer);
+  if (request.open_socket) {
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETFUNCTION, detail::on_open_socket);
+    curl_easy_setopt(curl, CURLOPT_OPENSOCKETDATA, &request.open_socket);
+  }
 
   // Blobs are copied by libcurl (CURL_BLOB_COPY), so these may go out of scope after setopt.
   const auto set_blob = [&](CURLoption option, const std::string& pem) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -97,13 +98,25 @@ struct ReadinessBackoff {
   double factor = 2.0;
 };
 
+// How a probe reaches a sandbox beyond its URL: the headers its requests carry (a relay's
+// token) and, for a sandbox in a network namespace of its own, the socket maker that reaches
+// its URL's address there (NamespacedSandboxes::open_socket).
+struct SandboxRoute {
+  std::map<std::string, std::string> headers;
+  std::function<int()> open_socket;
+};
+
 // One GET {sandbox_url}/v1/sandbox with a total timeout; true iff HTTP 200. Transport errors
-// are "not ready". Environment proxies are used only where trust_env(url) allows.
-inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double timeout_seconds) {
+// are "not ready". Environment proxies are used only where trust_env(url) allows (never through
+// a namespace socket).
+inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double timeout_seconds,
+                                     const SandboxRoute& route = {}) {
   http::Request request;
   request.url = sandbox_url + "/v1/sandbox";
   request.timeout_seconds = timeout_seconds;
-  request.use_environment_proxy = trust_env(sandbox_url);
+  request.use_environment_proxy = !route.open_socket && trust_env(sandbox_url);
+  for (const auto& [name, value] : route.headers) request.headers.push_back(name + ": " + value);
+  request.open_socket = route.open_socket;
   // The sandbox serves agent-controlled code: its answer is read only this far, and a larger
   // one counts as not ready (the sandbox API's status body is a few hundred bytes).
   request.max_body_bytes = kReadinessMaxBodyBytes;
@@ -118,7 +131,8 @@ inline bool probe_sandbox_ready_once(const std::string& sandbox_url, double time
 // `should_stop` (optional) ends the wait early, e.g. on shutdown.
 inline bool wait_for_sandbox_ready(const std::string& sandbox_url, double timeout_seconds,
                                    ReadinessBackoff backoff = {},
-                                   const std::function<bool()>& should_stop = {}) {
+                                   const std::function<bool()>& should_stop = {},
+                                   const SandboxRoute& route = {}) {
   using clock = std::chrono::steady_clock;
   const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
                                            std::chrono::duration<double>(timeout_seconds));
@@ -126,7 +140,7 @@ inline bool wait_for_sandbox_ready(const std::string& sandbox_url, double timeou
   while (true) {
     const double remaining = std::chrono::duration<double>(deadline - clock::now()).count();
     if (remaining <= 0) return false;
-    if (probe_sandbox_ready_once(sandbox_url, std::min(5.0, remaining))) return true;
+    if (probe_sandbox_ready_once(sandbox_url, std::min(5.0, remaining), route)) return true;
     if (should_stop && should_stop()) return false;
     const double left = std::chrono::duration<double>(deadline - clock::now()).count();
     if (left <= 0) return false;

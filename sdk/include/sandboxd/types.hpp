@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -49,6 +50,13 @@ struct SandboxInfo {
   std::optional<std::string> user_id;    // identity verified by the backend, when it can
   std::optional<std::string> thread_id;  // identity verified by the backend, when it can
   int mount_contract_version = 0;
+  // The network policy it was made under, as its backend records it on the sandbox ("open",
+  // "isolated", "allowlist:{digest}"; "" for one made before policies existed, which is
+  // "open"). A sandbox is never reused under another policy: it is replaced (issue 33).
+  std::string network_policy;
+  // Headers every request to sandbox_url must carry (a relay's token), as DeerFlow's
+  // SandboxInfo.request_headers; empty for a URL that needs none.
+  std::map<std::string, std::string> request_headers;
 
   bool operator==(const SandboxInfo&) const = default;
 };

@@ -32,6 +32,7 @@
 #include "sandboxd/core/overflow_policy.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/core/sandbox_endpoint.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -312,6 +313,15 @@ class Provider final {
   // The registry as data: what is active and warm, for whom, since when. Reads memory only.
   RegistrySnapshot export_registry() const;
   std::optional<TrackedSandbox> find(const std::string& sandbox_id) const;
+
+  // Network isolation (issue 33). Whether `info` has no host address (its backend's
+  // NamespacedSandboxes says so): clients reach it only through a relay.
+  bool namespaced(const SandboxInfo& info) const;
+  // Whether the sandboxes the backend makes now are such sandboxes.
+  bool makes_namespaced_sandboxes() const;
+  // How a relay reaches the API of a sandbox tracked here (active or released); nullopt when
+  // it is not tracked. `open_socket` is set for a namespaced sandbox.
+  std::optional<SandboxEndpoint> endpoint(const std::string& sandbox_id) const;
   // Installs sandboxes tracked by an earlier process of the same host (no backend or store
   // call: the next acquire health-checks them as usual). Ids already tracked are left alone.
   void import_registry(const RegistrySnapshot& snapshot);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +48,18 @@ struct Acquired {
   AcquirePath path = AcquirePath::created;
   std::optional<std::string> user_id;
   std::optional<std::string> thread_id;
+  // Headers every request to sandbox_url carries (a relay's token); DeerFlow's
+  // SandboxInfo.request_headers. Empty for a URL that needs none.
+  std::map<std::string, std::string> request_headers;
+};
+
+// Where a host's relay serves the sandboxes no host address reaches (relay.hpp): their URL and
+// the headers a client sends with each request.
+class SandboxAddressing {
+ public:
+  virtual ~SandboxAddressing() = default;
+  virtual std::string url_for(const std::string& sandbox_id) const = 0;
+  virtual std::map<std::string, std::string> headers_for(const std::string& sandbox_id) const = 0;
 };
 
 struct Released {
@@ -115,13 +128,24 @@ class SandboxService {
 
   Provider& provider() { return provider_; }
 
+  // The relay that serves sandboxes without a host address (nullptr: none, as in a one-shot
+  // command; acquiring such a sandbox is then refused before anything is made). Set before
+  // the first call; it must outlive the service.
+  void set_relay(const SandboxAddressing* relay) { relay_ = relay; }
+
  private:
+  // `tracked`'s URL and headers as a client uses them: the relay's for a namespaced sandbox.
+  void address(const SandboxInfo& info, std::string& url,
+               std::map<std::string, std::string>& headers) const;
+  SandboxView view_of(const TrackedSandbox& tracked) const;
+
   TrackedSandbox require_tracked(const std::string& id) const;
   std::string lease_holder(const std::string& id) const;
 
   Provider& provider_;
   const std::string state_dir_;
   const std::string where_;
+  const SandboxAddressing* relay_ = nullptr;
 };
 
 // Wall-clock seconds since the epoch, as SandboxView::since and lease expiries count them.

@@ -1,0 +1,375 @@
+// sandboxd_relay_bench: what the relay (issue 33) adds to a request, against the same sandbox
+// reached directly (BENCHMARKS.md, "The relay"). The sandbox is a real HTTP server on 127.0.0.1
+// (cpp-httplib) and, for the WebSocket figure, a raw server that answers 101 and echoes; the
+// client is a minimal HTTP/1.1 client over plain sockets, the same for both paths, so the
+// difference is the relay. Figures: per-request latency p50/p99 with a kept-alive connection and
+// with a new connection per request, a 64 MiB download's throughput, and an upgraded pipe's
+// echo round trip. Not a test: speed goals never live in timed unit tests.
+//
+//   sandboxd_relay_bench [--requests N] [--mib M] [--echoes N] [--json]
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "quiet_logger.hpp"
+#include "sandboxd/core/relay.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using sandboxd::core::Relay;
+using sandboxd::core::RelayOptions;
+using sandboxd::core::RelayTokens;
+using sandboxd::core::SandboxEndpoint;
+
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+double percentile(std::vector<double> samples, double p) {
+  if (samples.empty()) return 0;
+  std::sort(samples.begin(), samples.end());
+  const auto index = static_cast<std::size_t>(p * static_cast<double>(samples.size() - 1));
+  return samples[index];
+}
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<unsigned short>(port));
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    throw std::runtime_error("cannot connect to 127.0.0.1:" + std::to_string(port));
+  }
+  const int on = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  return fd;
+}
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n <= 0) throw std::runtime_error("write failed");
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+// One request on `fd`; reads the answer whole (Content-Length bodies only, which is what the
+// bench's sandbox sends). Returns the body's size.
+std::size_t exchange(int fd, const std::string& request) {
+  write_all(fd, request);
+  std::string head;
+  std::vector<char> buffer(1 << 16);
+  std::size_t header_end = std::string::npos;
+  while (header_end == std::string::npos) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n <= 0) throw std::runtime_error("connection closed before the answer's head");
+    head.append(buffer.data(), static_cast<std::size_t>(n));
+    header_end = head.find("\r\n\r\n");
+  }
+  if (head.compare(0, 12, "HTTP/1.1 200") != 0) {
+    throw std::runtime_error("answer: " + head.substr(0, head.find("\r\n")));
+  }
+  std::string lower = head.substr(0, header_end);
+  std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+  const auto length_at = lower.find("content-length:");
+  if (length_at == std::string::npos) throw std::runtime_error("no content-length");
+  const std::size_t length = std::stoull(lower.substr(length_at + 15));
+  std::size_t have = head.size() - header_end - 4;
+  while (have < length) {
+    const ssize_t n = ::read(fd, buffer.data(), std::min(buffer.size(), length - have));
+    if (n <= 0) throw std::runtime_error("connection closed mid-body");
+    have += static_cast<std::size_t>(n);
+  }
+  return length;
+}
+
+// The sandbox: GET /small (64 bytes) and GET /big?mib=M with a Content-Length.
+class BenchSandbox {
+ public:
+  BenchSandbox() {
+    server_.Get("/small", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(64, 's'), "text/plain");
+    });
+    server_.Get("/big", [](const httplib::Request& req, httplib::Response& res) {
+      const std::size_t total = std::stoul(req.get_param_value("mib")) << 20;
+      res.set_content_provider(total, "application/octet-stream",
+                               [](size_t offset, size_t length, httplib::DataSink& sink) {
+                                 static const std::string block(256 * 1024, 'z');
+                                 (void)offset;
+                                 return sink.write(block.data(), std::min(length, block.size()));
+                               });
+    });
+    server_.set_keep_alive_max_count(1000000);
+    server_.set_tcp_nodelay(true);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~BenchSandbox() {
+    server_.stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// Answers one request 101 and echoes every byte after it, per connection.
+class EchoSandbox {
+ public:
+  EchoSandbox() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(fd_, 16) != 0 ||
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      throw std::runtime_error("echo sandbox cannot listen");
+    }
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (client < 0) return;
+        const int on = 1;
+        ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+        std::string head;
+        char byte;
+        while (head.find("\r\n\r\n") == std::string::npos && ::read(client, &byte, 1) == 1) {
+          head += byte;
+        }
+        const std::string answer =
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n";
+        (void)!::write(client, answer.data(), answer.size());
+        char buffer[4096];
+        ssize_t got;
+        while ((got = ::read(client, buffer, sizeof buffer)) > 0) {
+          (void)!::write(client, buffer, static_cast<std::size_t>(got));
+        }
+        ::close(client);
+      }
+    });
+  }
+  ~EchoSandbox() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+struct Path {
+  int port;
+  std::string prefix;  // "" direct; "/s/{id}" through the relay
+  std::string token_header;
+};
+
+std::string request_for(const Path& path, const std::string& target, bool keep_alive) {
+  return "GET " + path.prefix + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\n" + path.token_header +
+         (keep_alive ? "" : "Connection: close\r\n") + "\r\n";
+}
+
+std::vector<double> kept_alive(const Path& path, int requests) {
+  const int fd = connect_to(path.port);
+  const std::string request = request_for(path, "/small", true);
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(requests));
+  for (int i = 0; i < requests; ++i) {
+    const auto start = Clock::now();
+    exchange(fd, request);
+    samples.push_back(micros_since(start));
+  }
+  ::close(fd);
+  return samples;
+}
+
+std::vector<double> new_connections(const Path& path, int requests) {
+  const std::string request = request_for(path, "/small", false);
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(requests));
+  for (int i = 0; i < requests; ++i) {
+    const auto start = Clock::now();
+    const int fd = connect_to(path.port);
+    exchange(fd, request);
+    samples.push_back(micros_since(start));
+    ::close(fd);
+  }
+  return samples;
+}
+
+// MiB/s of the best of three downloads of `mib` MiB.
+double download(const Path& path, int mib) {
+  double best = 0;
+  for (int run = 0; run < 3; ++run) {
+    const int fd = connect_to(path.port);
+    const auto start = Clock::now();
+    const std::size_t got =
+        exchange(fd, request_for(path, "/big?mib=" + std::to_string(mib), false));
+    const double seconds = micros_since(start) / 1e6;
+    ::close(fd);
+    if (got != static_cast<std::size_t>(mib) << 20) throw std::runtime_error("short download");
+    best = std::max(best, mib / seconds);
+  }
+  return best;
+}
+
+std::vector<double> echoes(const Path& path, int count) {
+  const int fd = connect_to(path.port);
+  write_all(fd, "GET " + path.prefix + "/ws HTTP/1.1\r\nHost: 127.0.0.1\r\n" + path.token_header +
+                    "Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n");
+  std::string head;
+  char byte;
+  while (head.find("\r\n\r\n") == std::string::npos && ::read(fd, &byte, 1) == 1) head += byte;
+  if (head.compare(0, 12, "HTTP/1.1 101") != 0) throw std::runtime_error("no upgrade: " + head);
+  const std::string message(32, 'm');
+  std::vector<double> samples;
+  char buffer[64];
+  for (int i = 0; i < count; ++i) {
+    const auto start = Clock::now();
+    write_all(fd, message);
+    std::size_t have = 0;
+    while (have < message.size()) {
+      const ssize_t n = ::read(fd, buffer, message.size() - have);
+      if (n <= 0) throw std::runtime_error("echo pipe closed");
+      have += static_cast<std::size_t>(n);
+    }
+    samples.push_back(micros_since(start));
+  }
+  ::close(fd);
+  return samples;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int requests = 2000, mib = 64, echo_count = 2000;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&] {
+      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+      return std::stoi(argv[++i]);
+    };
+    if (arg == "--requests") {
+      requests = value();
+    } else if (arg == "--mib") {
+      mib = value();
+    } else if (arg == "--echoes") {
+      echo_count = value();
+    } else if (arg == "--json") {
+      json = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: sandboxd_relay_bench [--requests N] [--mib M] [--echoes N] [--json]\n"
+                   "unknown argument: %s\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+
+  BenchSandbox sandbox;
+  EchoSandbox echo;
+  const RelayTokens tokens(std::string(32, 'k'));
+  const std::map<std::string, int> ports = {{"bench", sandbox.port()}, {"echo", echo.port()}};
+  Relay relay(
+      [&](const std::string& id) -> std::optional<SandboxEndpoint> {
+        const auto it = ports.find(id);
+        if (it == ports.end()) return std::nullopt;
+        SandboxEndpoint endpoint;
+        endpoint.host = "127.0.0.1";
+        endpoint.port = it->second;
+        return endpoint;
+      },
+      tokens, RelayOptions{}, std::make_shared<sandboxd::bench::QuietLogger>());
+  relay.start();
+
+  const Path direct{sandbox.port(), "", ""};
+  const Path relayed{
+      relay.port(), "/s/bench",
+      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("bench") + "\r\n"};
+  const Path echo_direct{echo.port(), "", ""};
+  const Path echo_relayed{
+      relay.port(), "/s/echo",
+      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("echo") + "\r\n"};
+
+  kept_alive(direct, 200);  // warm both paths
+  kept_alive(relayed, 200);
+  const auto direct_kept = kept_alive(direct, requests);
+  const auto relay_kept = kept_alive(relayed, requests);
+  const auto direct_new = new_connections(direct, requests);
+  const auto relay_new = new_connections(relayed, requests);
+  const double direct_mibs = download(direct, mib);
+  const double relay_mibs = download(relayed, mib);
+  const auto direct_echo = echoes(echo_direct, echo_count);
+  const auto relay_echo = echoes(echo_relayed, echo_count);
+
+  struct Row {
+    const char* name;
+    const std::vector<double>& direct;
+    const std::vector<double>& relay;
+  };
+  const Row rows[] = {{"kept_alive", direct_kept, relay_kept},
+                      {"new_connection", direct_new, relay_new},
+                      {"websocket_echo", direct_echo, relay_echo}};
+  if (json) {
+    std::printf("{\n");
+    for (const Row& row : rows) {
+      std::printf(
+          "  \"%s\": {\"direct_p50_us\": %.1f, \"direct_p99_us\": %.1f, \"relay_p50_us\": %.1f, "
+          "\"relay_p99_us\": %.1f, \"added_p50_us\": %.1f, \"added_p99_us\": %.1f},\n",
+          row.name, percentile(row.direct, 0.5), percentile(row.direct, 0.99),
+          percentile(row.relay, 0.5), percentile(row.relay, 0.99),
+          percentile(row.relay, 0.5) - percentile(row.direct, 0.5),
+          percentile(row.relay, 0.99) - percentile(row.direct, 0.99));
+    }
+    std::printf(
+        "  \"download\": {\"mib\": %d, \"direct_mib_per_s\": %.0f, \"relay_mib_per_s\": %.0f, "
+        "\"ratio\": %.2f},\n  \"requests\": %d, \"echoes\": %d\n}\n",
+        mib, direct_mibs, relay_mibs, relay_mibs / direct_mibs, requests, echo_count);
+  } else {
+    std::printf("relay bench: %d requests per path, %d echoes, a %d MiB download\n", requests,
+                echo_count, mib);
+    std::printf("%-16s %12s %12s %12s %12s %12s %12s\n", "", "direct p50", "direct p99",
+                "relay p50", "relay p99", "added p50", "added p99");
+    for (const Row& row : rows) {
+      std::printf("%-16s %10.1fus %10.1fus %10.1fus %10.1fus %10.1fus %10.1fus\n", row.name,
+                  percentile(row.direct, 0.5), percentile(row.direct, 0.99),
+                  percentile(row.relay, 0.5), percentile(row.relay, 0.99),
+                  percentile(row.relay, 0.5) - percentile(row.direct, 0.5),
+                  percentile(row.relay, 0.99) - percentile(row.direct, 0.99));
+    }
+    std::printf("download         direct %.0f MiB/s, relay %.0f MiB/s: ratio %.2f\n", direct_mibs,
+                relay_mibs, relay_mibs / direct_mibs);
+  }
+  relay.stop();
+  return 0;
+}

@@ -1,0 +1,94 @@
+// How local_docker keeps sandboxes apart on the network (issue 33; docs/network-isolation.md):
+//
+//  - `open` (DeerFlow's default mode): every sandbox joins one bridge network of ours (or the
+//    operator's `network`), with its engine egress and its published loopback port, and its
+//    port on that bridge is isolated (the kernel bridge's per-port `isolated` flag, set through
+//    rtnetlink right after the container starts, before the sandbox is handed out): isolated
+//    ports exchange no frame with each other, only with the host. A sandbox has no
+//    CAP_NET_ADMIN to route around it. No firewall rule is needed, so it holds on Docker run
+//    with --iptables=false as on podman's CNI, and one network serves any number of sandboxes.
+//  - `isolated`: no network at all (NetworkMode none): the sandbox has only its loopback, and
+//    is reached through a socket made in its network namespace (NamespacedSandboxes), which
+//    the host's relay and readiness probe use.
+//
+// Entering a container's network namespace (setns) and setting a bridge port flag need root
+// in the engine's namespaces; network_preflight() says so when it cannot work.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <sandboxd/host_fs.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace sandboxd::local_docker {
+
+// The network policy of the sandboxes a backend makes: DeerFlow's `sandbox.network`.
+struct NetworkPolicy {
+  std::string mode = "open";  // open | isolated | allowlist
+  bool publish = true;        // open: publish the API on a host loopback port (DeerFlow's way)
+  bool isolate = true;        // open: isolate each sandbox's bridge port
+  std::vector<std::string> allow_domains;
+  std::string approval = "deny";  // deny | prompt
+  int temporary_grant_ttl = 300;
+
+  // What is recorded on each sandbox (label sandboxd.network-policy): "isolated", or "open"
+  // with "+shared" (isolation turned off) and "+unpublished" (no host port) when they apply.
+  std::string label() const;
+  bool namespaced() const { return mode != "open" || !publish; }
+};
+
+// Whether a sandbox made under policy `label` has no host address: its API is reached only
+// from inside its network namespace.
+bool is_namespaced_policy(const std::string& label);
+
+// Makes sockets inside other network namespaces from one thread of its own, which enters a
+// namespace (setns), makes the socket and returns to the process's namespace: a socket keeps
+// the namespace it was made in, and no other thread ever leaves the process's namespace.
+//
+// Lock story: `mutex_` guards the queue and `stopping_`; the worker takes a job out under it
+// and runs it outside. The namespace handles cache has its own mutex (`cache_mutex_`), never
+// held across a setns or an engine call.
+class NetnsSockets {
+ public:
+  NetnsSockets();
+  ~NetnsSockets();
+  NetnsSockets(const NetnsSockets&) = delete;
+  NetnsSockets& operator=(const NetnsSockets&) = delete;
+
+  // A socket(domain, type | SOCK_CLOEXEC, protocol) made in the network namespace of process
+  // `pid` (its /proc/PID/ns/net). Throws std::runtime_error naming the pid and the reason.
+  int socket_in(int pid, int domain, int type, int protocol);
+
+  // The same, for the namespace of container `container_id`, whose process `pid_of` looks up
+  // (asked only when the cached one is gone). Cached per container: a cached handle is used
+  // while its process still has that namespace.
+  int socket_in_container(const std::string& container_id, const std::function<int()>& pid_of,
+                          int domain, int type, int protocol);
+  void forget(const std::string& container_id);
+
+ private:
+  void run();
+
+  host_fs::UniqueFd home_;  // this process's network namespace
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mutex_
+  bool stopping_ = false;                   // guarded by mutex_
+  std::thread worker_;
+
+  std::mutex cache_mutex_;
+  std::map<std::string, int> pids_;  // container id → its process; guarded by cache_mutex_
+};
+
+// The bridge port of the container whose process is `pid`: its eth0's peer in this
+// namespace, isolated (IFLA_BRPORT_ISOLATED) and read back from sysfs. Returns the host
+// interface's name. Throws std::runtime_error naming what failed.
+std::string isolate_bridge_port(NetnsSockets& sockets, int pid);
+
+}  // namespace sandboxd::local_docker
