@@ -35,7 +35,7 @@
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
 //                         [--paused-sandboxes N [--paused-seconds S]]
-//                         [--slot-arrival-seconds S] [--isolation-only]
+//                         [--slot-arrival-seconds S] [--only isolation|slots]
 // and (issue 33) cold acquires without isolation, with each sandbox's bridge port isolated,
 // and in `isolated` mode, and a 64 MiB download and a small GET directly and through the relay.
 #include <curl/curl.h>
@@ -114,7 +114,7 @@ struct Options {
   int paused_sandboxes = 0;  // 0: the paused-CPU figure is not measured
   double paused_seconds = 60;
   double slot_arrival_seconds = 2;
-  bool isolation_only = false;  // --isolation-only: the issue-33 figures alone
+  std::string only;  // --only isolation|slots: that part alone
 };
 
 // CPU time (ns) the cgroup of process `pid` has used, from its cpu accounting: cgroup v1's
@@ -678,8 +678,12 @@ int main(int argc, char** argv) {
       options.paused_sandboxes = std::max(0, std::atoi(argv[++i]));
     } else if (arg == "--paused-seconds" && has_value) {
       options.paused_seconds = std::max(1.0, std::atof(argv[++i]));
-    } else if (arg == "--isolation-only") {
-      options.isolation_only = true;
+    } else if (arg == "--only" && has_value) {
+      options.only = argv[++i];
+      if (options.only != "isolation" && options.only != "slots") {
+        std::fprintf(stderr, "sandboxd_engine_bench: --only takes isolation or slots\n");
+        return 2;
+      }
     } else if (arg == "--slot-arrival-seconds" && has_value) {
       options.slot_arrival_seconds = std::max(0.0, std::atof(argv[++i]));
     } else {
@@ -687,7 +691,7 @@ int main(int argc, char** argv) {
                    "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
                    "[--rounds N] [--jsonl FILE]\n"
                    "                             [--paused-sandboxes N [--paused-seconds S]]\n"
-                   "                             [--slot-arrival-seconds S] [--isolation-only]\n"
+                   "                             [--slot-arrival-seconds S] [--only isolation|slots]\n"
                    "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
                    "warm, then paused (cgroup)\n"
                    "  --paused-seconds S    how long each of those two readings lasts "
@@ -695,7 +699,9 @@ int main(int argc, char** argv) {
                    "  --slot-arrival-seconds S\n"
                    "                        pause between new conversations in the slots' "
                    "hit-rate reading (default 2)\n"
-                   "  --isolation-only      only the network isolation and relay figures\n");
+                   "  --only isolation|slots\n"
+                   "                        only the network isolation and relay figures, or only\n"
+                   "                        the pre-started slots' ones\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }
@@ -706,9 +712,9 @@ int main(int argc, char** argv) {
   curl_global_init(CURL_GLOBAL_DEFAULT);
   try {
     EngineBench bench(options);
-    if (!options.isolation_only) bench.run();
-    bench.isolation();
-    if (!options.isolation_only) bench.slots();
+    if (options.only.empty()) bench.run();
+    if (options.only.empty() || options.only == "isolation") bench.isolation();
+    if (options.only.empty() || options.only == "slots") bench.slots();
     bench.summary();
     if (options.paused_sandboxes > 0) bench.paused_cpu();
   } catch (const std::exception& error) {
