@@ -543,12 +543,16 @@ bool Provider::Impl::makes_namespaced_sandboxes() const {
   return core::makes_namespaced_sandboxes(*backend_);
 }
 
+// An unset policy is DeerFlow's default, open: a sandbox made before policies were recorded, and
+// a backend that records and configures none (both sides "", the load run's loopback_backend).
+std::string Provider::Impl::policy_or_open(const std::string& policy) {
+  return policy.empty() ? "open" : policy;
+}
+
 bool Provider::Impl::network_policy_matches(const SandboxInfo& info) const {
   if (network_policy_ == nullptr) return true;
-  const std::string wanted = network_policy_->configured_network_policy();
-  // A sandbox made before policies were recorded was made open, as DeerFlow's default.
-  const std::string made = info.network_policy.empty() ? "open" : info.network_policy;
-  return made == wanted;
+  return policy_or_open(info.network_policy) ==
+         policy_or_open(network_policy_->configured_network_policy());
 }
 
 SandboxRoute Provider::Impl::route_to(const SandboxInfo& info) const {

@@ -202,7 +202,8 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
       info = std::make_shared<const SandboxInfo>(backend_->create(request));
       if (!network_policy_matches(*info)) {
         throw std::runtime_error("sandbox " + sandbox_id + " was made under network policy '" +
-                                 info->network_policy + "' twice; not handing it out");
+                                 policy_or_open(info->network_policy) +
+                                 "' twice; not handing it out");
       }
     }
   } catch (const MountContractChangedError& changed) {
@@ -303,8 +304,8 @@ bool Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
 }
 
 void Provider::Impl::replace_for_policy(const std::string& sandbox_id, const SandboxInfo& info) {
-  const std::string made = info.network_policy.empty() ? "open" : info.network_policy;
-  const std::string wanted = network_policy_->configured_network_policy();
+  const std::string made = policy_or_open(info.network_policy);
+  const std::string wanted = policy_or_open(network_policy_->configured_network_policy());
   const std::string what = "sandbox " + sandbox_id + ", made under network policy '" + made +
                            "' where the configuration asks for '" + wanted + "'";
   log(LogLevel::info, "Replacing " + what + ": it is never reused under another policy");

@@ -185,6 +185,7 @@ struct Provider::Impl {
   bool makes_namespaced_sandboxes() const;
   // Whether `info` was made under the policy the backend is configured with now (a sandbox
   // found under another is replaced through the fenced destroy path, never reused).
+  static std::string policy_or_open(const std::string& policy);
   bool network_policy_matches(const SandboxInfo& info) const;
   SandboxRoute route_to(const SandboxInfo& info) const;
   // Readiness through the sandbox's route (its namespace, its headers), else the host hook.

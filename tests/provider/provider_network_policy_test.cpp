@@ -133,5 +133,18 @@ TEST_F(ProviderNetworkPolicyTest, ASandboxRecordedBeforePoliciesWereIsOpen) {
       << "an unrecorded policy is DeerFlow's default, open";
 }
 
+// The load run's regression (CI of 6154b59): a backend that records no policy and configures
+// none ("" on both sides, its default) made every acquire fail with "made under network policy
+// '' twice". Unset is open on both sides.
+TEST_F(ProviderNetworkPolicyTest, ABackendThatConfiguresNoPolicyIsOpenOnBothSides) {
+  policies->configure("");
+  provider = make_provider(policies, &store);
+  const auto got = provider->real().acquire_traced("t-1", "alice");
+  EXPECT_EQ(got.path, AcquirePath::created);
+  provider->release(got.sandbox_id);
+  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::reclaimed);
+  EXPECT_EQ(policies->calls().size(), 1u) << "made once, never replaced";
+}
+
 }  // namespace
 }  // namespace sandboxd::testing
