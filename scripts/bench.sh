@@ -24,6 +24,10 @@
 #      (100 with --quick) held by one serve, memory and descriptors per sandbox and per held
 #      relay connection. With --engine, sandboxd_engine_bench also measures cold acquires with
 #      and without isolation and the relay on the engine (its "isolation" rows).
+#   7. (issue 34) sandboxd_egress_bench: the egress proxy beside the same upstreams reached
+#      directly (in process, 127.0.0.1): a plain request's p50/p99, a tunnel's time to first
+#      byte, a 64 MiB download's throughput and the proxy's CPU per GiB, memory while refusing
+#      1,000 requests a second, memory and descriptors per held tunnel (500; 100 with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -93,6 +97,8 @@ echo "== the relay beside the same sandbox reached directly (in process, 127.0.0
 echo "== $relay_sandboxes isolated sandboxes' relays held by one serve (loopback_backend)"
 python3 bench/relay_scale.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --plugin-dir "$build_dir/plugins" --sandboxes "$relay_sandboxes"
+echo "== the egress proxy beside the same upstreams reached directly (in process, 127.0.0.1)"
+"$build_dir/bench/sandboxd_egress_bench" --requests "$relay_requests" --tunnels "$relay_sandboxes"
 
 if [ -n "$engine" ]; then
   started=0

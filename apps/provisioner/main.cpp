@@ -250,6 +250,13 @@ int main(int argc, char** argv) {
   // through it, with the token each answer carries in request_headers.
   std::unique_ptr<core::BackendRelayTargets> relay_targets;
   std::unique_ptr<core::Relay> relay;
+  if (const auto* policy = backend_capability<SandboxNetworkPolicy>(*backend);
+      policy != nullptr && policy->configured_network_policy() == "allowlist") {
+    return fail(3, config.backend_key_path +
+                       ".network.mode: allowlist needs the egress proxy, which sandboxctl serve "
+                       "runs and sandboxd-provisioner does not yet; use isolated (no egress) or "
+                       "open here");
+  }
   if (core::makes_namespaced_sandboxes(*backend)) {
     core::RelayOptions relay_options;
     relay_options.host = config.relay_host;

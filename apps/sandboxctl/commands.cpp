@@ -566,6 +566,8 @@ const std::vector<Command>& commands() {
       {"reconcile", "adopt orphan containers whose leases have lapsed", cmd_reconcile},
       {"reap", "stop sandboxes idle longer than idle_timeout", cmd_reap},
       {"serve", "host one provider and answer an HTTP/JSON control API", cmd_serve},
+      {"egress", "an allowlist sandbox's way out: allowed names, pending requests, grants",
+       cmd_egress},
       {"plugins", "list the plugin classes found on the plugin path", cmd_plugins},
       {"check-config", "validate the config and print it with secrets redacted", cmd_check_config},
   };

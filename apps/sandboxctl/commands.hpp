@@ -49,6 +49,8 @@ void emit(const rapidjson::StringBuffer& buffer);  // one JSON document on stdou
 
 // `sandboxctl serve` (serve.cpp).
 int cmd_serve(GlobalContext& context, const std::vector<std::string>& args);
+// `sandboxctl egress` (egress_command.cpp).
+int cmd_egress(GlobalContext& context, const std::vector<std::string>& args);
 
 // Every subcommand, in the order `sandboxctl --help` lists them.
 const std::vector<Command>& commands();

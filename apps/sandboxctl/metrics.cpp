@@ -103,7 +103,8 @@ void ServeMetrics::record_request(int status) {
 }
 
 std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
-                                 const sandboxd::core::RelayStats* relay) const {
+                                 const sandboxd::core::RelayStats* relay,
+                                 const sandboxd::core::EgressStats* egress) const {
   const auto counts = provider.counts();
   const auto events = provider.event_counts();
   std::ostringstream out;
@@ -234,6 +235,25 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
            "Relayed requests switched to a two-way pipe (WebSocket).", relay->upgraded);
     sample(out, "sandboxd_relay_connections", "gauge", "Client connections open on the relay.",
            relay->open_connections);
+  }
+  if (egress != nullptr) {
+    header(out, "sandboxd_egress_total", "counter",
+           "Connections out of allowlist sandboxes through the egress proxy: tunnels opened "
+           "(CONNECT), plain requests forwarded.");
+    out << "sandboxd_egress_total{kind=\"tunnel\"} " << egress->tunnels << "\n";
+    out << "sandboxd_egress_total{kind=\"plain\"} " << egress->requests << "\n";
+    header(out, "sandboxd_egress_refused_total", "counter",
+           "Requests the egress proxy refused, by reason (domain_not_allowed, ip_literal, "
+           "port_not_allowed, host_mismatch, non_public_address, resolve_failed, sni_mismatch, "
+           "no_sni, ech, not_tls, connect_failed, bad_request, busy).");
+    for (const auto& [reason, count] : egress->refused) {
+      out << "sandboxd_egress_refused_total{reason=\"" << label_value(reason) << "\"} " << count
+          << "\n";
+    }
+    sample(out, "sandboxd_egress_connections", "gauge", "Connections open on the egress proxy.",
+           egress->open_connections);
+    sample(out, "sandboxd_egress_sandboxes", "gauge",
+           "Allowlist sandboxes the egress proxy listens for.", egress->attached_sandboxes);
   }
   return out.str();
 }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "sandboxd/core/egress_proxy.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/relay.hpp"
 
@@ -29,9 +30,11 @@ class ServeMetrics {
   void record_backend_error();  // any request the backend failed
 
   // The whole exposition, provider figures included.
-  // `relay`: the relay's counts (issue 33), when one runs.
+  // `relay`: the relay's counts (issue 33), when one runs; `egress`: the egress proxy's (issue
+  // 34), when one runs.
   std::string render(const sandboxd::core::Provider& provider,
-                     const sandboxd::core::RelayStats* relay = nullptr) const;
+                     const sandboxd::core::RelayStats* relay = nullptr,
+                     const sandboxd::core::EgressStats* egress = nullptr) const;
 
  private:
   mutable std::mutex mutex_;  // guards every member below; held only to add or to copy

@@ -24,6 +24,7 @@
 #include "http_door.hpp"
 #include "listen_address.hpp"
 #include "metrics.hpp"
+#include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/relay.hpp"
@@ -31,6 +32,7 @@
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
+#include "serve_egress.hpp"
 #include "session.hpp"
 
 namespace po = boost::program_options;
@@ -249,9 +251,12 @@ class ControlApi {
     if (path == "/metrics" && method == "GET") {
       route = "/metrics";
       const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
+      const core::EgressStats egress_stats =
+          egress_ ? egress_->proxy().stats() : core::EgressStats{};
       return {200,
               "text/plain; version=0.0.4; charset=utf-8",
-              metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr),
+              metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr,
+                              egress_ ? &egress_stats : nullptr),
               {},
               ""};
     }
@@ -280,6 +285,20 @@ class ControlApi {
     static const std::string kPrefix = "/v1/sandboxes/";
     if (path.rfind(kPrefix, 0) == 0) {
       std::string id = path.substr(kPrefix.size());
+      // The egress routes (issue 34): /v1/sandboxes/ID/egress[/…].
+      if (const std::size_t at = id.find("/egress");
+          at != std::string::npos && (id.size() == at + 7 || id[at + 7] == '/')) {
+        const std::string tail = id.substr(at + 7);
+        id.resize(at);
+        route = kPrefix + "{id}/egress" + tail;
+        if (egress_ == nullptr) {
+          throw core::ServiceError(core::ErrorKind::not_found,
+                                   "this serve runs no egress proxy: the backend's network mode "
+                                   "is not allowlist");
+        }
+        service.get(id);  // tracked here, or 404
+        return document(200, egress_route(*egress_, method, id, tail, request.body));
+      }
       const bool release = id.size() > 8 && id.compare(id.size() - 8, 8, "/release") == 0;
       if (release) id.resize(id.size() - 8);
       if (release && method == "POST") {
@@ -311,6 +330,7 @@ class ControlApi {
 
  public:
   const core::Relay* relay_ = nullptr;  // set before the server runs
+  core::EgressHost* egress_ = nullptr;  // likewise; nullptr unless network mode is allowlist
 };
 
 }  // namespace
@@ -322,7 +342,11 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "                                 [--workers N] [--shutdown-grace SECONDS] [--json]",
       "Hosts one provider in the foreground and answers the HTTP/JSON control API of\n"
       "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
-      "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/health, GET /metrics.\n"
+      "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/health, GET /metrics;\n"
+      "with network mode allowlist also /v1/sandboxes/ID/egress[/events|/deny-pending|/decide].\n"
+      "Sandboxes without a host address (modes isolated, allowlist) are reached through its\n"
+      "relay (--relay-listen) with their token; allowlist sandboxes get its egress proxy as their\n"
+      "only way out (docs/egress.md).\n"
       "It listens on {state dir}/serve.sock (mode 0600) unless --listen says otherwise; a bearer\n"
       "token is required on TCP (and on the socket when one is given), checked as soon as the\n"
       "headers are in. One serve per state directory: a second one exits 6, and so does one\n"
@@ -472,6 +496,21 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       context.logger);
   session.service().set_relay(relay.get());
   control.relay_ = relay.get();
+  // The egress proxy (issue 34), for network mode allowlist: each sandbox's only way out.
+  std::unique_ptr<core::EgressHost> egress;
+  try {
+    if (auto settings =
+            core::egress_settings_from(config.backend.options_json, config.backend.key_path)) {
+      egress =
+          std::make_unique<core::EgressHost>(session.provider(), std::move(*settings), state_dir,
+                                             context.logger, std::make_shared<SystemClock>());
+      egress->start();
+      session.service().set_egress(egress.get());
+      control.egress_ = egress.get();
+    }
+  } catch (const core::ConfigError& e) {
+    throw CliError(ErrorKind::config, e.what());
+  }
 
   std::thread waiter([&server, &stop_signals, logger = context.logger] {
     int signal_number = 0;
@@ -513,6 +552,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   }
   waiter.join();
   relay->stop();
+  if (egress) egress->stop();
   const auto left = session.provider().counts();
   if (on_exit == "destroy") {
     context.logger->info("serve: destroying " + std::to_string(left.active) + " active and " +

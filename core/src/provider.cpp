@@ -286,6 +286,11 @@ bool Provider::namespaced(const SandboxInfo& info) const {
 bool Provider::makes_namespaced_sandboxes() const {
   return impl_->makes_namespaced_sandboxes();
 }
+std::string Provider::configured_network_policy() const {
+  return impl_->network_policy_
+             ? Impl::policy_or_open(impl_->network_policy_->configured_network_policy())
+             : "";
+}
 std::optional<SandboxEndpoint> Provider::endpoint(const std::string& sandbox_id) const {
   return impl_->endpoint(sandbox_id);
 }

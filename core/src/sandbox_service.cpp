@@ -91,6 +91,12 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
         "long-running host; use `sandboxctl serve`, sandboxd-provisioner or a gateway that "
         "embeds the core and runs its Relay");
   }
+  if (egress_ == nullptr && provider_.configured_network_policy() == "allowlist") {
+    throw ServiceError(
+        ErrorKind::config,
+        "network mode allowlist sends a sandbox's egress through the host's proxy, which needs "
+        "a long-running host that runs it: use `sandboxctl serve`");
+  }
   const AcquireResult result = typed([&] {
     return request.cancellation
                ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
@@ -101,6 +107,7 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   acquired.path = result.path;
   if (auto tracked = provider_.find(result.sandbox_id)) {
     address(tracked->info, acquired.sandbox_url, acquired.request_headers);
+    if (egress_ != nullptr) egress_->attach_if_needed(tracked->info);
     if (tracked->conversation) {
       acquired.user_id = tracked->conversation->user_id;
       acquired.thread_id = tracked->conversation->thread_id;
@@ -149,6 +156,7 @@ Destroyed SandboxService::destroy(const std::string& id) {
   const DestroyOutcome outcome = typed([&] { return provider_.destroy(id); });
   switch (outcome) {
     case DestroyOutcome::destroyed:
+      if (egress_ != nullptr) egress_->forget(id);
       return {view_of(before)};
     case DestroyOutcome::refused:
       throw ServiceError(ErrorKind::conflict, "refusing to destroy sandbox " + id +
@@ -257,8 +265,12 @@ Reaped SandboxService::reap(int idle_timeout) {
 
 Health SandboxService::health() {
   const auto counts = provider_.counts();
-  return {provider_.owner_id(), counts.active, counts.warm, counts.paused,
-          provider_.uses_thread_data_mounts()};
+  return {provider_.owner_id(),
+          counts.active,
+          counts.warm,
+          counts.paused,
+          provider_.uses_thread_data_mounts(),
+          provider_.configured_network_policy()};
 }
 
 }  // namespace sandboxd::core

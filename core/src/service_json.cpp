@@ -165,6 +165,7 @@ std::string to_json(const Health& health) {
     w.Uint64(health.paused);
     w.Key("uses_thread_data_mounts");
     w.Bool(health.uses_thread_data_mounts);
+    if (!health.network_mode.empty()) write_json_member(w, "network_mode", health.network_mode);
   });
 }
 

@@ -309,8 +309,8 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   }
 
   // DeerFlow's `sandbox.network` (issue 33), as local_docker reads it: an object whose mode is
-  // open or isolated; allowlist is refused until egress allow-lists arrive; the other keys of
-  // DeerFlow's section are accepted (they belong to allowlist mode or to DeerFlow's proxy).
+  // open or isolated; allowlist is refused (the egress proxy serves local_docker only); the other
+  // keys of DeerFlow's section are accepted (they belong to allowlist mode or to DeerFlow's proxy).
   void read_network(PluginConfig& options) {
     const rapidjson::Value* network = options.raw("network");
     if (network == nullptr || network->IsNull()) return;
@@ -332,8 +332,8 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     }
     if (network_mode_ == "allowlist") {
       options.reject("network.mode",
-                     "allowlist arrives with egress allow-lists; use open or "
-                     "isolated until then");
+                     "allowlist is not offered by the kubernetes backend (its egress proxy "
+                     "runs in sandboxctl serve beside local_docker); use open or isolated");
     }
     if (network_mode_ != "open" && network_mode_ != "isolated") {
       options.reject("network.mode", "must be open or isolated, got '" + network_mode_ + "'");

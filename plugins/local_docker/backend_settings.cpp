@@ -105,11 +105,6 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
     }
     policy.mode = *mode;
   }
-  if (policy.mode == "allowlist") {
-    fail("mode",
-         "\"allowlist\" is not available yet: egress allow-lists arrive with sandboxd's own "
-         "egress proxy; use \"open\" or \"isolated\" (no egress at all)");
-  }
   policy.publish = bool_of("publish", true);
   policy.isolate = bool_of("isolate_sandboxes", true);
   if (const auto it = object.FindMember("allow_domains");
@@ -133,6 +128,13 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
     }
     policy.temporary_grant_ttl = it->value.GetInt();
   }
+  if (const auto it = object.FindMember("test_only_upstreams");
+      it != object.MemberEnd() && !it->value.IsNull()) {
+    policy.test_only_upstreams = true;
+    logger.warning(std::string(kLogPrefix) + at +
+                   ".test_only_upstreams is set: FOR TESTS ONLY, allowed names resolve to the "
+                   "loopback upstreams it lists; never in a deployment");
+  }
   if (string_of("proxy_image")) {
     logger.info(std::string(kLogPrefix) + at +
                 ".proxy_image is not used: sandboxd is its own egress proxy, no sidecar runs");
@@ -141,7 +143,7 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
     const std::string key = it->name.GetString();
     if (key != "mode" && key != "publish" && key != "isolate_sandboxes" && key != "allow_domains" &&
         key != "approval" && key != "temporary_grant_ttl" && key != "proxy_image" &&
-        key != "engine_network") {
+        key != "engine_network" && key != "test_only_upstreams") {
       logger.warning(std::string(kLogPrefix) + "ignoring unknown option " + at + "." + key);
     }
   }
@@ -390,6 +392,28 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
                               : " (isolate_sandboxes false: sandboxes CAN reach each other)") +
             (s.policy.publish ? ", API published on a host loopback port" : ", API not published"),
         policy_source);
+  } else if (s.policy.mode == "allowlist") {
+    shown(
+        "network mode allowlist: no network (NetworkMode none); egress only through the "
+        "host's proxy at " +
+            std::string(kEgressProxyUrl) +
+            " inside the sandbox (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY), to the names the host "
+            "allows; the API is reached only through the host's relay",
+        policy_source);
+    std::string names;
+    for (const auto& name : s.policy.allow_domains) names += (names.empty() ? "" : " ") + name;
+    shown("egress allowed to: " + (names.empty() ? std::string("(no name)") : names) +
+              "; approval " + s.policy.approval +
+              (s.policy.approval == "prompt"
+                   ? ", temporary grants " + std::to_string(s.policy.temporary_grant_ttl) + " s"
+                   : std::string()),
+          policy_source);
+    if (s.policy.test_only_upstreams) {
+      shown(
+          "WARNING network.test_only_upstreams is set: FOR TESTS ONLY (names resolve to "
+          "loopback test upstreams); never in a deployment",
+          policy_source);
+    }
   } else {
     shown("network mode " + s.policy.mode +
               ": no network (NetworkMode none); the API is reached only through the host's "

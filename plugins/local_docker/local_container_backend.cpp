@@ -33,7 +33,24 @@ ContainerCreateBody LocalContainerBackend::create_body(const ContainerSpec& spec
   ContainerCreateBody body;
   body.image = settings_.image;
   body.user = settings_.user;
-  for (const auto& [key, value] : settings_.environment) body.env.push_back(key + "=" + value);
+  const bool through_proxy = settings_.policy.mode == "allowlist";
+  static const char* const kProxyVariables[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                                "http_proxy", "https_proxy", "all_proxy"};
+  const auto proxy_variable = [](const std::string& key) {
+    return key == "NO_PROXY" || key == "no_proxy" ||
+           std::find(std::begin(kProxyVariables), std::end(kProxyVariables), key) !=
+               std::end(kProxyVariables);
+  };
+  for (const auto& [key, value] : settings_.environment) {
+    if (through_proxy && proxy_variable(key)) continue;  // the host's proxy is the way out
+    body.env.push_back(key + "=" + value);
+  }
+  if (through_proxy) {
+    for (const char* key : kProxyVariables)
+      body.env.push_back(std::string(key) + "=" + kEgressProxyUrl);
+    body.env.push_back("NO_PROXY=localhost,127.0.0.1");
+    body.env.push_back("no_proxy=localhost,127.0.0.1");
+  }
   body.labels = spec.labels;
   body.exposed_port = kContainerPort;
   std::string host_ip = settings_.bind_host;

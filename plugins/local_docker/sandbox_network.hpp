@@ -36,6 +36,7 @@ struct NetworkPolicy {
   std::vector<std::string> allow_domains;
   std::string approval = "deny";  // deny | prompt
   int temporary_grant_ttl = 300;
+  bool test_only_upstreams = false;  // `test_only_upstreams` given (the host reads it; tests only)
 
   // What is recorded on each sandbox (label sandboxd.network-policy): "isolated", or "open"
   // with "+shared" (isolation turned off) and "+unpublished" (no host port) when they apply.
@@ -46,6 +47,10 @@ struct NetworkPolicy {
 // Whether a sandbox made under policy `label` has no host address: its API is reached only
 // from inside its network namespace.
 bool is_namespaced_policy(const std::string& label);
+
+// Network mode allowlist: where the host's egress proxy listens inside each sandbox's namespace
+// (the host makes the listener there), as the sandbox's environment names it.
+inline constexpr const char* kEgressProxyUrl = "http://127.0.0.1:3128";
 
 // Makes sockets inside other network namespaces from one thread of its own, which enters a
 // namespace (setns), makes the socket and returns to the process's namespace: a socket keeps

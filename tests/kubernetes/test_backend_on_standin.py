@@ -162,12 +162,12 @@ def test_network_mode_isolated_makes_a_network_policy_the_pod_owns(serving_stand
     sandboxd_done = sandboxctl(config, "destroy", ALICE_T1)
     assert sandboxd_done.returncode == 0
 
-    # allowlist is refused, naming the key, until egress allow-lists arrive.
+    # allowlist is refused, naming the key: the egress proxy serves local_docker only.
     document["sandbox"]["network"] = {"mode": "allowlist"}
     Path(config).write_text(json.dumps(document))
     refused = sandboxctl(config, "acquire", "--user", "alice", "--thread", "t-1", check=False)
     assert refused.returncode == 3, refused.stderr
-    assert "network.mode" in refused.stderr and "allow-lists" in refused.stderr
+    assert "network.mode" in refused.stderr and "not offered by the kubernetes" in refused.stderr
 
 
 def test_a_conversation_back_while_its_old_pod_terminates_gets_a_new_pod(

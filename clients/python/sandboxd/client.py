@@ -112,6 +112,31 @@ class Client:
     def metrics(self) -> str:
         return self._request("GET", "/metrics", None)[1].decode()
 
+    # ── egress (network mode allowlist): DeerFlow's network-policy calls ──
+    def egress(self, sandbox_id: str) -> dict[str, Any]:
+        """The sandbox's allow-list, pending requests and grants."""
+        return self._call("GET", f"/v1/sandboxes/{sandbox_id}/egress")
+
+    def consume_network_policy_events(self, sandbox_id: str) -> list[dict[str, Any]]:
+        """Refused requests waiting for a decision, each handed out once:
+        ``{"request_id", "host", "port", "method"}``."""
+        return self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/events")["events"]
+
+    def deny_pending_network_policy_events(self, sandbox_id: str) -> bool:
+        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/deny-pending")["ok"])
+
+    def decide_network_policy_request(self, sandbox_id: str, request_id: str,
+                                      decision: str) -> bool:
+        """``decision``: ``deny``, ``allow_temporary`` or ``allow_sandbox``. False when there is
+        no such pending request."""
+        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/decide",
+                               {"request_id": request_id, "decision": decision})["ok"])
+
+    def decide_network_domain(self, sandbox_id: str, domain: str, decision: str) -> bool:
+        """The same decision for a name, pending or not (an operator's grant ahead of need)."""
+        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/decide",
+                               {"domain": domain, "decision": decision})["ok"])
+
     # ── plumbing ──
     def _new_connection(self) -> http.client.HTTPConnection:
         if self._url:

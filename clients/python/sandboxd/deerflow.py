@@ -95,6 +95,18 @@ def _setting(section: Any, key: str) -> str | None:
     return str(value) if value else None
 
 
+def _temporary_grant_ttl(section: Any) -> int:
+    """DeerFlow's sandbox.network.temporary_grant_ttl (300 when unset), as serve enforces it."""
+    network = getattr(section, "network", None) if section is not None else None
+    value = getattr(network, "temporary_grant_ttl", None) if network is not None else None
+    if value is None and isinstance(network, dict):
+        value = network.get("temporary_grant_ttl")
+    try:
+        return int(value) if value is not None else 300
+    except (TypeError, ValueError):
+        return 300
+
+
 class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
     """DeerFlow's SandboxProvider contract over one ``sandboxctl serve`` daemon."""
 
@@ -126,6 +138,7 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
                 socket_path = None if url else os.environ.get("SANDBOXD_SOCKET")
             client = Client(socket_path, url=url, token=token)
         self._client = client
+        self._temporary_grant_ttl = _temporary_grant_ttl(_deerflow_sandbox_section())
         self._lock = threading.Lock()  # guards _sandboxes
         self._sandboxes: dict[str, Any] = {}
         self._mounts: bool | None = None
@@ -199,6 +212,39 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
             except Exception:  # the daemon reaps what it cannot be told about
                 pass
         self._client.close()
+
+    # ── DeerFlow's network-policy calls (its sandbox.network modes) ──
+    def sandbox_network_mode(self) -> str:
+        return str(self._client.health().get("network_mode") or "open")
+
+    def sandbox_network_temporary_grant_ttl(self) -> int:
+        return self._temporary_grant_ttl
+
+    def consume_network_policy_events(self, sandbox_id: str) -> list[dict[str, object]]:
+        if self.sandbox_network_mode() != "allowlist":
+            return []
+        return self._client.consume_network_policy_events(sandbox_id)
+
+    async def consume_network_policy_events_async(self, sandbox_id: str) -> list[dict[str, object]]:
+        return await asyncio.to_thread(self.consume_network_policy_events, sandbox_id)
+
+    def deny_pending_network_policy_events(self, sandbox_id: str) -> bool:
+        if self.sandbox_network_mode() != "allowlist":
+            return True
+        return self._client.deny_pending_network_policy_events(sandbox_id)
+
+    async def deny_pending_network_policy_events_async(self, sandbox_id: str) -> bool:
+        return await asyncio.to_thread(self.deny_pending_network_policy_events, sandbox_id)
+
+    def decide_network_policy_request(self, sandbox_id: str, request_id: str, decision: str) -> bool:
+        if decision not in ("deny", "allow_temporary", "allow_sandbox"):
+            return False
+        return self._client.decide_network_policy_request(sandbox_id, request_id, decision)
+
+    async def decide_network_policy_request_async(self, sandbox_id: str, request_id: str,
+                                                  decision: str) -> bool:
+        return await asyncio.to_thread(self.decide_network_policy_request, sandbox_id, request_id,
+                                       decision)
 
     @property
     def uses_thread_data_mounts(self) -> bool:  # type: ignore[override]

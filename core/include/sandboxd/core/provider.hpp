@@ -319,6 +319,9 @@ class Provider final {
   bool namespaced(const SandboxInfo& info) const;
   // Whether the sandboxes the backend makes now are such sandboxes.
   bool makes_namespaced_sandboxes() const;
+  // The backend's configured network policy ("open", "isolated", "allowlist"…; "" when the
+  // backend has no SandboxNetworkPolicy).
+  std::string configured_network_policy() const;
   // How a relay reaches the API of a sandbox tracked here (active or released); nullopt when
   // it is not tracked. `open_socket` is set for a namespaced sandbox.
   std::optional<SandboxEndpoint> endpoint(const std::string& sandbox_id) const;

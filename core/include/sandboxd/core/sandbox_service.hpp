@@ -62,6 +62,15 @@ class SandboxAddressing {
   virtual std::map<std::string, std::string> headers_for(const std::string& sandbox_id) const = 0;
 };
 
+// What a host runs for sandboxes whose egress goes through its proxy (network mode allowlist,
+// issue 34; egress_host.hpp): told of each sandbox it hands out and each it destroys.
+class SandboxEgress {
+ public:
+  virtual ~SandboxEgress() = default;
+  virtual void attach_if_needed(const SandboxInfo& info) = 0;
+  virtual void forget(const std::string& sandbox_id) = 0;
+};
+
 struct Released {
   SandboxView sandbox;  // now warm
   std::string result;   // "released" or "already warm"
@@ -103,6 +112,7 @@ struct Health {
   std::size_t warm = 0;
   std::size_t paused = 0;
   bool uses_thread_data_mounts = false;
+  std::string network_mode;  // the backend's configured policy ("open", "isolated", …); "" unknown
 };
 
 class SandboxService {
@@ -132,6 +142,10 @@ class SandboxService {
   // command; acquiring such a sandbox is then refused before anything is made). Set before
   // the first call; it must outlive the service.
   void set_relay(const SandboxAddressing* relay) { relay_ = relay; }
+  // The host's egress proxy for allowlist sandboxes (nullptr: none; acquiring under allowlist
+  // is then refused before anything is made). Set before the first call; it must outlive the
+  // service.
+  void set_egress(SandboxEgress* egress) { egress_ = egress; }
 
  private:
   // `tracked`'s URL and headers as a client uses them: the relay's for a namespaced sandbox.
@@ -146,6 +160,7 @@ class SandboxService {
   const std::string state_dir_;
   const std::string where_;
   const SandboxAddressing* relay_ = nullptr;
+  SandboxEgress* egress_ = nullptr;
 };
 
 // Wall-clock seconds since the epoch, as SandboxView::since and lease expiries count them.

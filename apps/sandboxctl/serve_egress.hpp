@@ -1,0 +1,24 @@
+// serve's egress routes (issue 34), over the host's egress proxy (core/egress_host.hpp):
+//   GET  /v1/sandboxes/ID/egress               mode, allow-list, pending requests, grants
+//   POST /v1/sandboxes/ID/egress/events        pending requests not handed out before, now
+//                                              handed out (DeerFlow's
+//                                              consume_network_policy_events)
+//   POST /v1/sandboxes/ID/egress/deny-pending  denies those not handed out yet
+//   POST /v1/sandboxes/ID/egress/decide        {"request_id" | "domain", "decision":
+//                                              "deny" | "allow_temporary" | "allow_sandbox"}
+// Each answers one JSON document; a bad body is invalid_argument naming the key.
+#pragma once
+
+#include <string>
+
+#include "sandboxd/core/egress_host.hpp"
+
+namespace sandboxctl {
+
+// `tail` is what follows "/v1/sandboxes/ID/egress" ("", "/events", …); the sandbox is tracked.
+// The answer's JSON, or throws core::ServiceError (not_found for an unknown tail or method).
+std::string egress_route(sandboxd::core::EgressHost& egress, const std::string& method,
+                         const std::string& sandbox_id, const std::string& tail,
+                         const std::string& body);
+
+}  // namespace sandboxctl

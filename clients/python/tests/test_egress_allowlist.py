@@ -1,0 +1,201 @@
+"""Issue 34: network mode ``allowlist`` through a real ``sandboxctl serve`` on the engine. The
+sandbox has no network of its own: its only way out is serve's egress proxy, which listens inside
+its network namespace (HTTP_PROXY names it) and lets through only the names allowed or granted.
+The test's upstream is an HTTP server on 127.0.0.7 that a test-only configuration key
+(``network.test_only_upstreams``) names; nothing leaves this host. Inside the sandbox, busybox
+``wget`` is the client, as any tool honouring HTTP_PROXY would be. DeerFlow's network-policy
+calls decide a pending request through sandboxd's DeerFlow provider, and a serve restart keeps
+the grants."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from conftest import ENGINE_SOCKET, IMAGE
+
+import sandboxd
+from sandboxd import deerflow as sandboxd_deerflow
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.7: what "allowed.test" and "later.test" resolve to."""
+
+    def __init__(self) -> None:
+        seen = self.seen = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                seen.append((self.headers.get("Host"), self.path))
+                body = f"upstream saw {self.headers.get('Host')}{self.path}\n".encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.7", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def engine_exec(container: str, command: list[str]) -> tuple[int, str]:
+    """Runs `command` in the container (its environment, HTTP_PROXY included); exit code and
+    output."""
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(ENGINE_SOCKET)
+
+    conn = Conn("engine", timeout=60)
+    conn.request("POST", f"/containers/{container}/exec",
+                 json.dumps({"Cmd": command, "AttachStdout": True, "AttachStderr": True}),
+                 {"Content-Type": "application/json"})
+    exec_id = json.loads(conn.getresponse().read())["Id"]
+    conn = Conn("engine", timeout=60)
+    conn.request("POST", f"/exec/{exec_id}/start", json.dumps({"Detach": False, "Tty": False}),
+                 {"Content-Type": "application/json"})
+    raw = conn.getresponse().read()
+    output = b""
+    while len(raw) >= 8:  # the engine's multiplexed stream: 8-byte frame headers
+        size = int.from_bytes(raw[4:8], "big")
+        output += raw[8:8 + size]
+        raw = raw[8 + size:]
+    conn = Conn("engine", timeout=60)
+    conn.request("GET", f"/exec/{exec_id}/json")
+    code = json.loads(conn.getresponse().read())["ExitCode"]
+    return code, output.decode(errors="replace")
+
+
+def wget(container: str, url: str, *extra: str) -> tuple[int, str]:
+    # (busybox wget -T crashes through a proxy: busybox timeout bounds it instead.)
+    return engine_exec(container, ["timeout", "10", "wget", "-q", "-O", "-", *extra, url])
+
+
+def allowlist_section(prefix: str, state, upstream: Upstream) -> dict:
+    target = f"127.0.0.7:{upstream.port}"
+    return {
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix, "memory": "256m", "cpus": 1},
+        "network": {"mode": "allowlist", "allow_domains": ["allowed.test"],
+                    "approval": "prompt", "temporary_grant_ttl": 60,
+                    "test_only_upstreams": {"allowed.test": target, "later.test": target}},
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(state / "leases.db")},
+        "base_dir": str(state),
+    }
+
+
+@pytest.fixture
+def upstream():
+    server = Upstream()
+    yield server
+    server.close()
+
+
+def test_an_allowlist_sandbox_reaches_only_allowed_names_through_the_proxy(
+        engine_required, make_serve, tmp_path, prefix, upstream):
+    state = tmp_path / "state"
+    served = make_serve("state", "--on-exit", "leave",
+                        section=allowlist_section(prefix, state, upstream))
+    client = served.client()
+    assert client.health()["network_mode"] == "allowlist"
+    box = client.acquire("t-1", user_id="alice")
+    name = f"{prefix}-{box.sandbox_id}"
+
+    code, out = wget(name, "http://allowed.test/hello?q=1")
+    assert code == 0 and out == "upstream saw allowed.test/hello?q=1\n", out
+    assert upstream.seen == [("allowed.test", "/hello?q=1")]
+
+    # Not allowed: refused at the proxy, never sent.
+    code, out = wget(name, "http://later.test/")
+    assert code != 0 and "403" in out, out
+    code, out = wget(name, "http://10.0.0.5/")
+    assert code != 0 and "403" in out, out
+    assert len(upstream.seen) == 1
+    # No way around the proxy: no network at all but the sandbox's own loopback.
+    code, out = wget(name, f"http://127.0.0.7:{upstream.port}/direct", "-Y", "off")
+    assert code != 0, out
+    code, out = engine_exec(name, ["cat", "/proc/net/dev"])
+    assert "eth0" not in out, out
+    # The sandbox's /etc/hosts is its own business: the proxy resolves names itself.
+    engine_exec(name, ["sh", "-c", "echo '10.0.0.5 allowed.test' >> /etc/hosts"])
+    code, out = wget(name, "http://allowed.test/after-hosts")
+    assert code == 0 and "after-hosts" in out, out
+
+    # DeerFlow's calls through sandboxd's provider: the refused name is a pending request.
+    provider = sandboxd_deerflow.SandboxdProvider(client=client)
+    assert provider.sandbox_network_mode() == "allowlist"
+    events = provider.consume_network_policy_events(box.sandbox_id)
+    assert [(e["host"], e["port"], e["method"]) for e in events] == [("later.test", 80, "GET")]
+    assert provider.consume_network_policy_events(box.sandbox_id) == [], "handed out twice"
+    assert provider.decide_network_policy_request(box.sandbox_id, events[0]["request_id"],
+                                                  "allow_sandbox")
+    code, out = wget(name, "http://later.test/granted")
+    assert code == 0 and "later.test/granted" in out, out
+    view = client.egress(box.sandbox_id)
+    assert view["allow_domains"] == ["allowed.test"]
+    assert view["grants"] == [{"domain": "later.test", "expires": None}]
+    metrics = client.metrics()
+    assert 'sandboxd_egress_refused_total{reason="domain_not_allowed"} 1' in metrics, metrics
+    assert 'sandboxd_egress_refused_total{reason="ip_literal"} 1' in metrics
+    assert 'sandboxd_egress_total{kind="plain"} 3' in metrics
+
+    # A restart keeps the sandbox's way out and its grants.
+    assert served.stop() == 0
+    again = make_serve("state", "--on-exit", "destroy",
+                       section=allowlist_section(prefix, state, upstream))
+    code, out = wget(name, "http://later.test/after-restart")
+    assert code == 0 and "after-restart" in out, out
+
+    # The operator's door: sandboxctl egress, through the serve that runs the proxy.
+    import subprocess
+    from conftest import SANDBOXCTL
+
+    def egress(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SANDBOXCTL, "--config", str(again.config), "egress",
+                               box.sandbox_id, *words], capture_output=True, text=True,
+                              timeout=60)
+    shown = egress("--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["grants"] == [{"domain": "later.test", "expires": None}]
+    assert egress("deny", "later.test").returncode == 0
+    code, out = wget(name, "http://later.test/denied-again")
+    assert code != 0 and "403" in out, out
+    listed = egress()
+    assert "pending:" in listed.stdout and "GET later.test:80" in listed.stdout, listed.stdout
+    assert egress("decide", "0000000000000000", "allow_sandbox").returncode == 5
+    again.client().destroy(box.sandbox_id)
+
+
+def test_the_one_shot_cli_refuses_allowlist_naming_serve(engine_required, tmp_path, prefix,
+                                                         upstream):
+    import subprocess
+    from conftest import SANDBOXCTL, engine_containers
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    config = tmp_path / "allowlist.json"
+    config.write_text(json.dumps({"sandbox": allowlist_section(prefix, state, upstream)}))
+    done = subprocess.run([SANDBOXCTL, "--config", str(config), "acquire", "--user", "alice",
+                           "--thread", "t-1"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done.stderr
+    assert "sandboxctl serve" in done.stderr
+    assert engine_containers(prefix) == []
+
+    # check-config shows the allowed names and warns that the test-only key is set.
+    shown = subprocess.run([SANDBOXCTL, "--config", str(config), "check-config"],
+                           capture_output=True, text=True, timeout=60)
+    assert "egress allowed to: allowed.test" in shown.stdout, shown.stdout + shown.stderr
+    assert "test_only_upstreams is set: FOR TESTS ONLY" in shown.stdout, shown.stdout

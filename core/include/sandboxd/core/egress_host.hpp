@@ -1,0 +1,80 @@
+// What a long-running host (sandboxctl serve) runs for network mode `allowlist` (issue 34): the
+// egress proxy, with each allowlist sandbox's listener made in its network namespace and
+// attached when the sandbox is handed out (and again after a restart, by the sync pass), closed
+// when the sandbox goes; the gateway's grants kept in the state directory
+// (`egress-grants.json`, 0600) so that a restart keeps them, and dropped with their sandbox.
+//
+// Lock story: the proxy has its own (egress_proxy.hpp); `mutex_` guards the sync thread's stop
+// flag and the last save's error, never held across a backend or engine call.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <condition_variable>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "sandboxd/clock.hpp"
+#include "sandboxd/core/egress_proxy.hpp"
+#include "sandboxd/core/sandbox_service.hpp"
+#include "sandboxd/logger.hpp"
+
+namespace sandboxd::core {
+
+class Provider;
+
+// DeerFlow's `sandbox.network` for allowlist mode, as the proxy enforces it.
+struct EgressSettings {
+  EgressPolicy policy;
+  // FOR TESTS ONLY (`network.test_only_upstreams`: {"name": "127.0.0.x:PORT"}): names resolved
+  // to these loopback upstreams instead of through DNS (test_upstream_network).
+  std::map<std::string, boost::asio::ip::tcp::endpoint> test_only_upstreams;
+};
+
+// The settings in the backend's options (its "network" object), or nullopt when its mode is not
+// allowlist. Throws ConfigError naming the key (`{key_path}.network.allow_domains[2]`, …):
+// allow_domains must be names or *.suffix, approval deny or prompt, temporary_grant_ttl 30 to
+// 3600 seconds.
+std::optional<EgressSettings> egress_settings_from(const std::string& backend_options_json,
+                                                   const std::string& key_path);
+
+class EgressHost final : public SandboxEgress {
+ public:
+  EgressHost(Provider& provider, EgressSettings settings, std::filesystem::path state_dir,
+             std::shared_ptr<Logger> logger, std::shared_ptr<Clock> clock);
+  ~EgressHost() override;  // stop()
+
+  // The proxy, the grants kept from the last run, a sync pass, and the sync thread (every
+  // `sync_interval`).
+  void start(std::chrono::milliseconds sync_interval = std::chrono::milliseconds(2000));
+  void stop();
+
+  // SandboxEgress: the sandbox's listener, if it is an allowlist one not attached yet.
+  void attach_if_needed(const SandboxInfo& info) override;
+  void forget(const std::string& sandbox_id) override;
+
+  // One pass: tracked allowlist sandboxes attached, gone ones detached.
+  void sync();
+
+  EgressProxy& proxy() { return *proxy_; }
+  const EgressSettings& settings() const { return settings_; }
+  // After a decision: the grants written to the state directory (a failure is logged).
+  void save_grants();
+
+ private:
+  Provider& provider_;
+  const EgressSettings settings_;
+  const std::filesystem::path state_dir_;
+  std::shared_ptr<Logger> logger_;
+  std::unique_ptr<EgressProxy> proxy_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;  // guarded by mutex_
+  std::thread sync_thread_;
+};
+
+}  // namespace sandboxd::core

@@ -1,0 +1,988 @@
+// The egress proxy (egress_proxy.hpp). Thread model: one I/O thread owns every listener, socket,
+// timer and parser; name resolution (which blocks) runs on a small pool and posts its answer
+// back. Pending requests and grants are asked and decided from other threads (the doors):
+// `mutex` guards them and the refusal counts, and is never held across I/O.
+//
+// One connection from a sandbox:
+//   head (deadline, bounded) → method, port, name checked against the list and the grants →
+//   resolved on the pool; every address must be public → CONNECT: 200, then the ClientHello
+//   (deadline, bounded) must name the same host and hide nothing, then dial and pipe both ways;
+//   plain: the body read whole (bounded), dial, the request written in origin form with
+//   `Connection: close`, and the answer piped back until the upstream closes.
+#include "sandboxd/core/egress_proxy.hpp"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <openssl/rand.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http.hpp>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "relay/hop_by_hop.hpp"
+#include "sandboxd/json.hpp"
+
+namespace sandboxd::core {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+// What one splice moves at most, and the pipe's capacity asked for (the kernel's default is
+// 64 KiB; a larger pipe halves the system calls of a long transfer; kept when refused).
+constexpr std::size_t kPipeBytes = 256 * 1024;
+
+// A kernel pipe between two sockets (EgressSession::move), made when bytes flow and closed when
+// they stop. Owned by one session, used on the I/O thread only.
+struct SplicePipe {
+  int read_end = -1;
+  int write_end = -1;
+  std::size_t held = 0;  // bytes in the pipe, not yet written on
+
+  SplicePipe() = default;
+  SplicePipe(const SplicePipe&) = delete;
+  SplicePipe& operator=(const SplicePipe&) = delete;
+  ~SplicePipe() { release(); }
+
+  bool open() {
+    if (read_end >= 0) return true;
+    int ends[2];
+    if (::pipe2(ends, O_NONBLOCK | O_CLOEXEC) != 0) return false;
+    read_end = ends[0];
+    write_end = ends[1];
+    (void)::fcntl(write_end, F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+    return true;
+  }
+  void release() {
+    if (read_end >= 0) ::close(read_end);
+    if (write_end >= 0) ::close(write_end);
+    read_end = write_end = -1;
+    held = 0;
+  }
+};
+constexpr std::size_t kMaxHelloBytes = 16 * 1024 + 5;  // one TLS record
+
+class SystemEgressNetwork final : public EgressNetwork {
+ public:
+  std::vector<tcp::endpoint> resolve(const std::string& name, std::uint16_t port) override {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    std::vector<tcp::endpoint> out;
+    if (::getaddrinfo(name.c_str(), nullptr, &hints, &found) != 0) return out;
+    for (addrinfo* at = found; at != nullptr; at = at->ai_next) {
+      if (at->ai_family == AF_INET) {
+        const auto* v4 = reinterpret_cast<const sockaddr_in*>(at->ai_addr);
+        out.emplace_back(asio::ip::address_v4(ntohl(v4->sin_addr.s_addr)), port);
+      } else if (at->ai_family == AF_INET6) {
+        const auto* v6 = reinterpret_cast<const sockaddr_in6*>(at->ai_addr);
+        asio::ip::address_v6::bytes_type bytes;
+        std::memcpy(bytes.data(), v6->sin6_addr.s6_addr, bytes.size());
+        out.emplace_back(asio::ip::address_v6(bytes), port);
+      }
+    }
+    ::freeaddrinfo(found);
+    return out;
+  }
+  std::string refusal(const asio::ip::address& address) const override {
+    return egress::non_public_reason(address);
+  }
+};
+
+class TestUpstreamNetwork final : public EgressNetwork {
+ public:
+  explicit TestUpstreamNetwork(std::map<std::string, tcp::endpoint> upstreams)
+      : upstreams_(std::move(upstreams)) {}
+  std::vector<tcp::endpoint> resolve(const std::string& name, std::uint16_t) override {
+    const auto it = upstreams_.find(name);
+    if (it == upstreams_.end()) return {};
+    return {it->second};
+  }
+  std::string refusal(const asio::ip::address& address) const override {
+    for (const auto& [name, endpoint] : upstreams_) {
+      if (endpoint.address() == address) return "";
+    }
+    return egress::non_public_reason(address);
+  }
+
+ private:
+  const std::map<std::string, tcp::endpoint> upstreams_;
+};
+
+// Pending requests (by "domain:port") and grants of one sandbox.
+struct SandboxEgress {
+  std::map<std::string, EgressRequest> pending;
+  std::map<std::string, double> grants;  // domain → expires (0: the sandbox's life)
+};
+
+std::string random_request_id() {
+  unsigned char bytes[8];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes");
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<EgressDecision> egress_decision_from(const std::string& text) {
+  if (text == "deny") return EgressDecision::deny;
+  if (text == "allow_temporary") return EgressDecision::allow_temporary;
+  if (text == "allow_sandbox") return EgressDecision::allow_sandbox;
+  return std::nullopt;
+}
+
+const char* to_string(EgressDecision decision) {
+  switch (decision) {
+    case EgressDecision::deny:
+      return "deny";
+    case EgressDecision::allow_temporary:
+      return "allow_temporary";
+    case EgressDecision::allow_sandbox:
+      return "allow_sandbox";
+  }
+  return "deny";
+}
+
+std::shared_ptr<EgressNetwork> system_egress_network() {
+  return std::make_shared<SystemEgressNetwork>();
+}
+
+std::shared_ptr<EgressNetwork> test_upstream_network(
+    std::map<std::string, tcp::endpoint> upstreams) {
+  return std::make_shared<TestUpstreamNetwork>(std::move(upstreams));
+}
+
+class EgressSession;
+
+struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
+  Impl(EgressPolicy p, std::shared_ptr<EgressNetwork> n, EgressOptions o, std::shared_ptr<Logger> l,
+       std::shared_ptr<Clock> c)
+      : policy(std::move(p)),
+        network(std::move(n)),
+        options(std::move(o)),
+        logger(std::move(l)),
+        clock(std::move(c)) {}
+
+  const EgressPolicy policy;
+  const std::shared_ptr<EgressNetwork> network;
+  const EgressOptions options;
+  const std::shared_ptr<Logger> logger;
+  const std::shared_ptr<Clock> clock;
+
+  asio::io_context io{1};
+  // Keeps the I/O thread running with no listener yet; reset by stop() on the I/O thread.
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  asio::thread_pool resolvers{2};
+  std::thread thread;
+  std::atomic<bool> started{false}, stopped{false};
+
+  // I/O thread only.
+  struct Listener {
+    std::unique_ptr<tcp::acceptor> acceptor;
+    std::uint64_t generation = 0;
+  };
+  std::map<std::string, Listener> listeners;
+  std::map<std::uint64_t, std::shared_ptr<EgressSession>> sessions;
+  std::map<std::string, std::size_t> open_per_sandbox;
+  std::uint64_t next_id = 0;
+
+  // Guarded by `mutex`; asked and decided from any thread.
+  mutable std::mutex mutex;
+  std::map<std::string, SandboxEgress> sandboxes;
+  std::map<std::string, std::uint64_t> refused;
+  std::vector<std::string> attached_ids;
+  // Log lines about refusals: at most kLogBurst a second, the rest counted.
+  double log_window = 0;
+  int logged_in_window = 0;
+  std::uint64_t unlogged = 0;
+  static constexpr int kLogBurst = 20;
+
+  std::atomic<std::uint64_t> tunnels{0}, requests{0}, open_connections{0};
+
+  void accept(const std::string& sandbox_id, std::uint64_t generation);
+  void forget(std::uint64_t id, const std::string& sandbox_id) {
+    if (sessions.erase(id) > 0) {
+      --open_connections;
+      if (--open_per_sandbox[sandbox_id] == 0) open_per_sandbox.erase(sandbox_id);
+    }
+  }
+
+  // Whether `domain` may be reached by `sandbox_id` now; a refused one is recorded as pending
+  // under approval `prompt`.
+  bool allowed(const std::string& sandbox_id, const std::string& domain, int port,
+               const std::string& method) {
+    if (policy.allow.allows(domain)) return true;
+    std::lock_guard lock(mutex);
+    auto& state = sandboxes[sandbox_id];
+    const double now = clock->wall_now();
+    if (auto it = state.grants.find(domain); it != state.grants.end()) {
+      if (it->second == 0 || it->second > now) return true;
+      state.grants.erase(it);
+    }
+    if (policy.prompt) {
+      const std::string key = domain + ":" + std::to_string(port);
+      auto it = state.pending.find(key);
+      if (it == state.pending.end()) {
+        if (state.pending.size() >= options.max_pending_per_sandbox) return false;
+        EgressRequest request;
+        request.request_id = random_request_id();
+        request.domain = domain;
+        request.port = port;
+        request.method = method;
+        request.first_seen = now;
+        it = state.pending.emplace(key, std::move(request)).first;
+      }
+      it->second.last_seen = now;
+      ++it->second.count;
+    }
+    return false;
+  }
+
+  void count_refusal(const std::string& reason, const std::string& sandbox_id,
+                     const std::string& what) {
+    bool log_it = false;
+    std::uint64_t skipped = 0;
+    {
+      std::lock_guard lock(mutex);
+      ++refused[reason];
+      const double now = clock->monotonic_now();
+      if (now - log_window >= 1.0) {
+        log_window = now;
+        logged_in_window = 0;
+      }
+      if (logged_in_window < kLogBurst) {
+        ++logged_in_window;
+        log_it = true;
+        skipped = unlogged;
+        unlogged = 0;
+      } else {
+        ++unlogged;
+      }
+    }
+    if (log_it && logger) {
+      logger->log(LogLevel::info, "egress: sandbox " + sandbox_id + ": refused " + what +
+                                      (skipped > 0 ? " (" + std::to_string(skipped) +
+                                                         " earlier refusals not logged)"
+                                                   : std::string()));
+    }
+  }
+};
+
+// One connection from a sandbox. Every member is touched on the I/O thread only, but for the
+// resolution, whose thread only calls the network and posts its answer back.
+class EgressSession : public std::enable_shared_from_this<EgressSession> {
+ public:
+  EgressSession(std::shared_ptr<EgressProxy::Impl> impl, tcp::socket client, std::uint64_t id,
+                std::string sandbox_id)
+      : impl_(std::move(impl)),
+        client_(std::move(client)),
+        upstream_(impl_->io),
+        timer_(impl_->io),
+        id_(id),
+        sandbox_id_(std::move(sandbox_id)),
+        client_buffer_(impl_->options.max_header_bytes + impl_->options.max_plain_body_bytes +
+                       kMaxHelloBytes) {}
+
+  void start() {
+    arm(impl_->options.head_timeout);
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(impl_->options.max_header_bytes));
+    parser_->body_limit(impl_->options.max_plain_body_bytes);
+    http::async_read_header(client_, client_buffer_, *parser_,
+                            [self = shared_from_this()](const boost::system::error_code& ec,
+                                                        std::size_t) { self->on_head(ec); });
+  }
+
+  const std::string& sandbox_id() const { return sandbox_id_; }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    timer_.cancel();
+    boost::system::error_code ignored;
+    client_.shutdown(tcp::socket::shutdown_both, ignored);
+    client_.close(ignored);
+    upstream_.close(ignored);
+    to_upstream_.release();
+    to_client_.release();
+    impl_->forget(id_, sandbox_id_);
+  }
+
+ private:
+  void arm(std::chrono::milliseconds limit) {
+    ++generation_;
+    timer_.expires_after(limit);
+    timer_.async_wait(
+        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
+          if (ec || generation != self->generation_ || self->closed_) return;
+          self->close();
+        });
+  }
+
+  void on_head(const boost::system::error_code& ec) {
+    if (closed_) return;
+    if (ec) {
+      if (ec == http::error::header_limit) return refuse(431, "bad_request", "headers too large");
+      if (ec == http::error::end_of_stream || ec == asio::error::eof ||
+          ec == asio::error::operation_aborted || ec == asio::error::connection_reset) {
+        return close();
+      }
+      return refuse(400, "bad_request", "malformed HTTP request");
+    }
+    auto& message = parser_->get();
+    const std::string target(message.target());
+    std::string host;
+    int port = 0;
+    if (message.method() == http::verb::connect) {
+      tunnel_ = true;
+      const std::size_t colon = target.rfind(':');
+      if (colon == std::string::npos || colon == 0 || target.front() == '[') {
+        return refuse(400, "bad_request", "CONNECT needs host:port");
+      }
+      host = target.substr(0, colon);
+      port = parse_port(target.substr(colon + 1));
+      if (port != 443) return refuse(403, "port_not_allowed", "port not allowed: " + target);
+    } else {
+      // Absolute form, http only: "http://host[:port]/path".
+      if (target.rfind("http://", 0) != 0) {
+        return refuse(target.rfind("https://", 0) == 0 ? 400 : 405, "bad_request",
+                      target.rfind("https://", 0) == 0
+                          ? "use CONNECT for https"
+                          : "only CONNECT host:443 and absolute http:// requests pass");
+      }
+      const std::size_t authority_end = target.find_first_of("/?#", 7);
+      const std::string authority = target.substr(7, authority_end - 7);
+      path_ = authority_end == std::string::npos ? "/" : target.substr(authority_end);
+      if (path_.front() != '/') path_ = "/" + path_;
+      if (authority.find('@') != std::string::npos) {
+        return refuse(400, "bad_request", "credentials in the URL are not passed");
+      }
+      const std::size_t colon = authority.rfind(':');
+      const bool bracketed = !authority.empty() && authority.front() == '[';
+      if (colon != std::string::npos && !(bracketed && authority.back() == ']')) {
+        host = authority.substr(0, colon);
+        port = parse_port(authority.substr(colon + 1));
+      } else {
+        host = authority;
+        port = 80;
+      }
+      if (port != 80) return refuse(403, "port_not_allowed", "port not allowed: " + authority);
+    }
+    shown_ = (tunnel_ ? "CONNECT " : std::string(message.method_string()) + " http://") + host +
+             (tunnel_ ? ":443" : "");  // never the path or the query
+    if (egress::is_ip_literal(host)) {
+      return refuse(403, "ip_literal", "IP address not allowed: " + host);
+    }
+    const auto domain = egress::normalize_domain(host);
+    if (!domain) return refuse(400, "bad_request", "not a host name: " + host);
+    domain_ = *domain;
+    if (!tunnel_) {
+      const auto named = message.find(http::field::host);
+      std::string named_host = named == message.end() ? "" : std::string(named->value());
+      if (const std::size_t colon = named_host.rfind(':');
+          colon != std::string::npos && named_host.find(']') == std::string::npos) {
+        named_host = named_host.substr(0, colon);
+      }
+      const auto host_header = egress::normalize_domain(named_host);
+      if (!host_header || *host_header != domain_) {
+        return refuse(403, "host_mismatch",
+                      "Host header does not name " + domain_ + ": " + named_host);
+      }
+    }
+    if (!impl_->allowed(sandbox_id_, domain_, port,
+                        tunnel_ ? "CONNECT" : std::string(message.method_string()))) {
+      return refuse(403, "domain_not_allowed", "domain not allowed: " + domain_);
+    }
+    port_ = static_cast<std::uint16_t>(port);
+    if (!tunnel_) {
+      // The body, whole and bounded, before anything is dialled.
+      arm(impl_->options.progress_timeout);
+      http::async_read(
+          client_, client_buffer_, *parser_,
+          [self = shared_from_this()](const boost::system::error_code& read_ec, std::size_t) {
+            if (self->closed_) return;
+            if (read_ec == http::error::body_limit) {
+              return self->refuse(413, "bad_request", "request body too large");
+            }
+            if (read_ec) return self->close();
+            self->resolve();
+          });
+      return;
+    }
+    resolve();
+  }
+
+  static int parse_port(const std::string& text) {
+    if (text.empty() || text.size() > 5 ||
+        text.find_first_not_of("0123456789") != std::string::npos) {
+      return -1;
+    }
+    return std::stoi(text);
+  }
+
+  // ── the name, resolved by the proxy itself ──
+  void resolve() {
+    arm(impl_->options.connect_timeout);
+    auto self = shared_from_this();
+    asio::post(impl_->resolvers, [self, network = impl_->network, domain = domain_, port = port_] {
+      std::vector<tcp::endpoint> endpoints = network->resolve(domain, port);
+      const bool resolved = !endpoints.empty();
+      std::string refusal;
+      for (const auto& endpoint : endpoints) {
+        if (const std::string why = network->refusal(endpoint.address()); !why.empty()) {
+          refusal = why + ": " + endpoint.address().to_string();
+          break;  // every answer must be public: one that is not spoils the name
+        }
+      }
+      asio::post(self->impl_->io, [self, endpoints = std::move(endpoints), refusal, resolved] {
+        if (self->closed_) return;
+        if (!resolved) {
+          return self->refuse(502, "resolve_failed", "cannot resolve " + self->domain_);
+        }
+        if (!refusal.empty()) return self->refuse(403, "non_public_address", refusal);
+        self->endpoints_ = endpoints;
+        if (self->tunnel_) {
+          self->accept_tunnel();
+        } else {
+          self->dial();
+        }
+      });
+    });
+  }
+
+  // ── CONNECT: 200, then the ClientHello must say the same host ──
+  void accept_tunnel() {
+    static const std::string kEstablished = "HTTP/1.1 200 Connection Established\r\n\r\n";
+    arm(impl_->options.progress_timeout);
+    asio::async_write(
+        client_, asio::buffer(kEstablished),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          self->arm(self->impl_->options.hello_timeout);
+          self->read_hello();
+        });
+  }
+
+  void read_hello() {
+    egress::ClientHello hello;
+    const auto data = client_buffer_.data();
+    const std::string_view bytes(static_cast<const char*>(data.data()), data.size());
+    switch (egress::parse_client_hello(bytes, hello)) {
+      case egress::HelloParse::complete:
+        break;
+      case egress::HelloParse::not_tls:
+        return refuse_tunnel("not_tls", "not a TLS ClientHello");
+      case egress::HelloParse::need_more:
+        if (bytes.size() >= kMaxHelloBytes) {
+          return refuse_tunnel("not_tls", "ClientHello too large");
+        }
+        client_.async_read_some(
+            client_buffer_.prepare(kMaxHelloBytes - bytes.size()),
+            [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+              if (self->closed_) return;
+              if (ec) return self->close();
+              self->client_buffer_.commit(n);
+              self->read_hello();
+            });
+        return;
+    }
+    if (hello.encrypted_client_hello) {
+      return refuse_tunnel("ech", "Encrypted Client Hello hides the host");
+    }
+    if (!hello.server_name) return refuse_tunnel("no_sni", "no server name in the ClientHello");
+    const auto named = egress::normalize_domain(*hello.server_name);
+    if (!named || *named != domain_) {
+      return refuse_tunnel("sni_mismatch", "ClientHello names " + *hello.server_name);
+    }
+    dial();
+  }
+
+  // ── the upstream ──
+  void dial() {
+    arm(impl_->options.connect_timeout);
+    asio::async_connect(
+        upstream_, endpoints_,
+        [self = shared_from_this()](const boost::system::error_code& ec, const tcp::endpoint&) {
+          if (self->closed_) return;
+          if (ec) {
+            return self->refuse(502, "connect_failed", "cannot connect to " + self->domain_);
+          }
+          boost::system::error_code ignored;
+          self->upstream_.set_option(tcp::no_delay(true), ignored);
+          if (self->tunnel_) {
+            ++self->impl_->tunnels;
+            self->pipe_both();
+          } else {
+            ++self->impl_->requests;
+            self->forward_request();
+          }
+        });
+  }
+
+  void forward_request() {
+    auto& message = parser_->get();
+    request_ = std::make_shared<http::request<http::string_body>>(message.method(), path_,
+                                                                  message.version());
+    for (const auto& field : message) request_->set(field.name_string(), field.value());
+    strip_hop_by_hop(*request_);
+    request_->set(http::field::connection, "close");
+    request_->body() = std::move(message.body());
+    request_->prepare_payload();
+    arm(impl_->options.progress_timeout);
+    http::async_write(
+        upstream_, *request_,
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          // One request per connection: the answer, then nothing more.
+          self->pipe(self->upstream_, self->client_, self->to_client_);
+        });
+  }
+
+  void pipe_both() {
+    arm(impl_->options.tunnel_idle_timeout);
+    // The ClientHello (and anything after it) goes first.
+    const auto data = client_buffer_.data();
+    std::string hello(static_cast<const char*>(data.data()), data.size());
+    client_buffer_.consume(client_buffer_.size());
+    client_buffer_.shrink_to_fit();  // a held tunnel keeps no buffer
+    parser_.reset();
+    auto held = std::make_shared<std::string>(std::move(hello));
+    asio::async_write(
+        upstream_, asio::buffer(*held),
+        [self = shared_from_this(), held](const boost::system::error_code& ec, std::size_t) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          self->pipe(self->client_, self->upstream_, self->to_upstream_);
+          self->pipe(self->upstream_, self->client_, self->to_client_);
+        });
+  }
+
+  // Bytes move socket to socket through a kernel pipe (splice), never through this process's
+  // memory: a held tunnel costs its two sockets and no buffer, and a transfer is not copied
+  // through user space. The pipe exists only while bytes flow: made when the source has data,
+  // closed when it has none left to give.
+  void pipe(tcp::socket& from, tcp::socket& to, SplicePipe& through) {
+    boost::system::error_code ignored;
+    from.native_non_blocking(true, ignored);
+    to.native_non_blocking(true, ignored);
+    move(from, to, through);
+  }
+
+  void move(tcp::socket& from, tcp::socket& to, SplicePipe& through) {
+    // At most this many pipe-fulls before yielding the I/O thread to other connections.
+    for (int round = 0; round < 16; ++round) {
+      if (!through.open()) return close();
+      const ssize_t got = ::splice(from.native_handle(), nullptr, through.write_end, nullptr,
+                                   kPipeBytes, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (got == 0) return close();  // either side's end ends the connection
+      if (got < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return close();
+        through.release();
+        from.async_wait(tcp::socket::wait_read, [self = shared_from_this(), &from, &to,
+                                                 &through](const boost::system::error_code& ec) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          self->move(from, to, through);
+        });
+        return;
+      }
+      through.held = static_cast<std::size_t>(got);
+      arm(tunnel_ ? impl_->options.tunnel_idle_timeout : impl_->options.progress_timeout);
+      if (!drain(from, to, through)) return;  // waiting for `to`, or closed
+    }
+    asio::post(impl_->io, [self = shared_from_this(), &from, &to, &through] {
+      if (!self->closed_) self->move(from, to, through);
+    });
+  }
+
+  // Empties the pipe into `to`: true when it is empty; false when it waits for `to` to take more
+  // (and moves on from there) or the connection closed.
+  bool drain(tcp::socket& from, tcp::socket& to, SplicePipe& through) {
+    while (through.held > 0) {
+      const ssize_t sent = ::splice(through.read_end, nullptr, to.native_handle(), nullptr,
+                                    through.held, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (sent > 0) {
+        through.held -= static_cast<std::size_t>(sent);
+        continue;
+      }
+      if (sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        to.async_wait(tcp::socket::wait_write, [self = shared_from_this(), &from, &to,
+                                                &through](const boost::system::error_code& ec) {
+          if (self->closed_) return;
+          if (ec) return self->close();
+          self->arm(self->tunnel_ ? self->impl_->options.tunnel_idle_timeout
+                                  : self->impl_->options.progress_timeout);
+          if (self->drain(from, to, through)) self->move(from, to, through);
+        });
+        return false;
+      }
+      close();
+      return false;
+    }
+    return true;
+  }
+
+  // ── refusals ──
+  void refuse(int status, const std::string& reason, const std::string& line) {
+    impl_->count_refusal(reason, sandbox_id_,
+                         (shown_.empty() ? "a request" : shown_) + " (" + line + ")");
+    const char* text = status == 400   ? "Bad Request"
+                       : status == 403 ? "Forbidden"
+                       : status == 405 ? "Method Not Allowed"
+                       : status == 413 ? "Content Too Large"
+                       : status == 431 ? "Request Header Fields Too Large"
+                       : status == 502 ? "Bad Gateway"
+                                       : "Service Unavailable";
+    answer_ = "HTTP/1.1 " + std::to_string(status) + " " + text +
+              "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(line.size() + 1) +
+              "\r\nConnection: close\r\n\r\n" + line + "\n";
+    arm(impl_->options.progress_timeout);
+    asio::async_write(client_, asio::buffer(answer_),
+                      [self = shared_from_this()](const boost::system::error_code&, std::size_t) {
+                        self->close();
+                      });
+  }
+  void refuse_tunnel(const std::string& reason, const std::string& line) {
+    impl_->count_refusal(reason, sandbox_id_, shown_ + " (" + line + ")");
+    close();  // the 200 is out: the tunnel just ends
+  }
+
+  std::shared_ptr<EgressProxy::Impl> impl_;
+  tcp::socket client_;
+  tcp::socket upstream_;
+  asio::steady_timer timer_;
+  const std::uint64_t id_;
+  const std::string sandbox_id_;
+  beast::flat_buffer client_buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<http::request<http::string_body>> request_;
+  std::vector<tcp::endpoint> endpoints_;
+  SplicePipe to_upstream_, to_client_;
+  std::string domain_, path_, shown_, answer_;
+  std::uint16_t port_ = 0;
+  bool tunnel_ = false;
+  bool closed_ = false;
+  std::uint64_t generation_ = 0;
+};
+
+void EgressProxy::Impl::accept(const std::string& sandbox_id, std::uint64_t generation) {
+  auto it = listeners.find(sandbox_id);
+  if (it == listeners.end() || it->second.generation != generation) return;
+  it->second.acceptor->async_accept([self = shared_from_this(), sandbox_id, generation](
+                                        const boost::system::error_code& ec, tcp::socket socket) {
+    if (self->stopped.load()) return;
+    const auto listener = self->listeners.find(sandbox_id);
+    if (listener == self->listeners.end() || listener->second.generation != generation) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors: the connection waits in the backlog; try again shortly.
+      auto retry = std::make_shared<asio::steady_timer>(self->io, std::chrono::milliseconds(100));
+      retry->async_wait([self, retry, sandbox_id, generation](const boost::system::error_code&) {
+        if (!self->stopped.load()) self->accept(sandbox_id, generation);
+      });
+      return;
+    }
+    boost::system::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    if (self->sessions.size() >= self->options.max_connections ||
+        self->open_per_sandbox[sandbox_id] >= self->options.max_connections_per_sandbox) {
+      self->count_refusal("busy", sandbox_id, "a connection (too many open)");
+      static const std::string kBusy =
+          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
+      socket.non_blocking(true, ignored);
+      ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      socket.close(ignored);
+    } else {
+      const std::uint64_t id = ++self->next_id;
+      auto session = std::make_shared<EgressSession>(self, std::move(socket), id, sandbox_id);
+      self->sessions.emplace(id, session);
+      ++self->open_per_sandbox[sandbox_id];
+      ++self->open_connections;
+      session->start();
+    }
+    self->accept(sandbox_id, generation);
+  });
+}
+
+EgressProxy::EgressProxy(EgressPolicy policy, std::shared_ptr<EgressNetwork> network,
+                         EgressOptions options, std::shared_ptr<Logger> logger,
+                         std::shared_ptr<Clock> clock)
+    : impl_(std::make_shared<Impl>(std::move(policy), std::move(network), std::move(options),
+                                   std::move(logger), std::move(clock))) {}
+
+EgressProxy::~EgressProxy() {
+  stop();
+}
+
+void EgressProxy::start() {
+  if (impl_->started.exchange(true)) return;
+  impl_->work.emplace(impl_->io.get_executor());
+  impl_->thread = std::thread([impl = impl_] {
+    while (true) {
+      try {
+        impl->io.run();
+        return;
+      } catch (const std::exception& e) {
+        if (impl->logger) {
+          impl->logger->log(LogLevel::error,
+                            std::string("egress: I/O handler failed: ") + e.what());
+        }
+      }
+    }
+  });
+}
+
+void EgressProxy::stop() {
+  if (!impl_->started.load() || impl_->stopped.exchange(true)) return;
+  asio::post(impl_->io, [impl = impl_] {
+    boost::system::error_code ignored;
+    for (auto& [id, listener] : impl->listeners) listener.acceptor->close(ignored);
+    impl->listeners.clear();
+    std::vector<std::shared_ptr<EgressSession>> open;
+    for (const auto& [id, session] : impl->sessions) open.push_back(session);
+    for (const auto& session : open) session->close();
+    impl->work.reset();
+  });
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->resolvers.join();
+  // What a resolver posted after the I/O thread ended: run it now, so nothing it holds stays.
+  impl_->io.restart();
+  impl_->io.run();
+}
+
+void EgressProxy::attach(const std::string& sandbox_id, int listening_fd) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (std::find(impl_->attached_ids.begin(), impl_->attached_ids.end(), sandbox_id) ==
+        impl_->attached_ids.end()) {
+      impl_->attached_ids.push_back(sandbox_id);
+    }
+  }
+  asio::post(impl_->io, [impl = impl_, sandbox_id, listening_fd] {
+    auto acceptor = std::make_unique<tcp::acceptor>(impl->io);
+    boost::system::error_code ec;
+    acceptor->assign(tcp::v4(), listening_fd, ec);
+    if (ec) {
+      ::close(listening_fd);
+      if (impl->logger) {
+        impl->logger->log(LogLevel::error,
+                          "egress: cannot serve sandbox " + sandbox_id + ": " + ec.message());
+      }
+      return;
+    }
+    auto& listener = impl->listeners[sandbox_id];
+    boost::system::error_code ignored;
+    if (listener.acceptor) listener.acceptor->close(ignored);
+    listener.acceptor = std::move(acceptor);
+    ++listener.generation;
+    impl->accept(sandbox_id, listener.generation);
+  });
+}
+
+void EgressProxy::detach(const std::string& sandbox_id) {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->sandboxes.erase(sandbox_id);
+    impl_->attached_ids.erase(
+        std::remove(impl_->attached_ids.begin(), impl_->attached_ids.end(), sandbox_id),
+        impl_->attached_ids.end());
+  }
+  asio::post(impl_->io, [impl = impl_, sandbox_id] {
+    const auto it = impl->listeners.find(sandbox_id);
+    if (it != impl->listeners.end()) {
+      boost::system::error_code ignored;
+      it->second.acceptor->close(ignored);
+      impl->listeners.erase(it);
+    }
+    std::vector<std::shared_ptr<EgressSession>> theirs;
+    for (const auto& [id, session] : impl->sessions) {
+      if (session->sandbox_id() == sandbox_id) theirs.push_back(session);
+    }
+    for (const auto& session : theirs) session->close();
+  });
+}
+
+std::vector<std::string> EgressProxy::attached() const {
+  std::lock_guard lock(impl_->mutex);
+  return impl_->attached_ids;
+}
+
+std::vector<EgressRequest> EgressProxy::pending(const std::string& sandbox_id) const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<EgressRequest> out;
+  const auto it = impl_->sandboxes.find(sandbox_id);
+  if (it == impl_->sandboxes.end()) return out;
+  for (const auto& [domain, request] : it->second.pending) out.push_back(request);
+  return out;
+}
+
+std::vector<EgressGrant> EgressProxy::grants(const std::string& sandbox_id) const {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<EgressGrant> out;
+  const auto it = impl_->sandboxes.find(sandbox_id);
+  if (it == impl_->sandboxes.end()) return out;
+  const double now = impl_->clock->wall_now();
+  for (const auto& [domain, expires] : it->second.grants) {
+    if (expires == 0 || expires > now) out.push_back({domain, expires});
+  }
+  return out;
+}
+
+void EgressProxy::decide(const std::string& sandbox_id, const std::string& domain,
+                         EgressDecision decision) {
+  const auto normalized = egress::normalize_domain(domain);
+  if (!normalized) throw std::invalid_argument("'" + domain + "' is not a domain name");
+  std::lock_guard lock(impl_->mutex);
+  auto& state = impl_->sandboxes[sandbox_id];
+  for (auto it = state.pending.begin(); it != state.pending.end();) {
+    it = it->second.domain == *normalized ? state.pending.erase(it) : std::next(it);
+  }
+  switch (decision) {
+    case EgressDecision::deny:
+      state.grants.erase(*normalized);
+      break;
+    case EgressDecision::allow_temporary:
+      state.grants[*normalized] = impl_->clock->wall_now() + impl_->policy.temporary_grant_ttl;
+      break;
+    case EgressDecision::allow_sandbox:
+      state.grants[*normalized] = 0;
+      break;
+  }
+}
+
+bool EgressProxy::decide_request(const std::string& sandbox_id, const std::string& request_id,
+                                 EgressDecision decision) {
+  std::string domain;
+  {
+    std::lock_guard lock(impl_->mutex);
+    const auto found = impl_->sandboxes.find(sandbox_id);
+    if (found == impl_->sandboxes.end()) return false;
+    for (const auto& [key, request] : found->second.pending) {
+      if (request.request_id == request_id) domain = request.domain;
+    }
+  }
+  if (domain.empty()) return false;
+  decide(sandbox_id, domain, decision);
+  return true;
+}
+
+std::vector<EgressRequest> EgressProxy::consume_events(const std::string& sandbox_id) {
+  std::lock_guard lock(impl_->mutex);
+  std::vector<EgressRequest> out;
+  const auto found = impl_->sandboxes.find(sandbox_id);
+  if (found == impl_->sandboxes.end()) return out;
+  for (auto& [key, request] : found->second.pending) {
+    if (request.surfaced) continue;
+    request.surfaced = true;
+    out.push_back(request);
+  }
+  return out;
+}
+
+void EgressProxy::deny_pending(const std::string& sandbox_id) {
+  std::lock_guard lock(impl_->mutex);
+  const auto found = impl_->sandboxes.find(sandbox_id);
+  if (found == impl_->sandboxes.end()) return;
+  auto& pending = found->second.pending;
+  for (auto it = pending.begin(); it != pending.end();) {
+    it = it->second.surfaced ? std::next(it) : pending.erase(it);
+  }
+}
+
+std::string EgressProxy::grants_json() const {
+  std::lock_guard lock(impl_->mutex);
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  for (const auto& [sandbox_id, state] : impl_->sandboxes) {
+    if (state.grants.empty()) continue;
+    w.Key(sandbox_id.c_str());
+    w.StartObject();
+    for (const auto& [domain, expires] : state.grants) {
+      w.Key(domain.c_str());
+      w.Double(expires);
+    }
+    w.EndObject();
+  }
+  w.EndObject();
+  return buffer.GetString();
+}
+
+void EgressProxy::restore_grants(const std::string& json) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, json) || !doc.IsObject()) return;
+  std::lock_guard lock(impl_->mutex);
+  for (const auto& sandbox : doc.GetObject()) {
+    if (!sandbox.value.IsObject()) continue;
+    auto& state = impl_->sandboxes[sandbox.name.GetString()];
+    for (const auto& grant : sandbox.value.GetObject()) {
+      const auto domain = egress::normalize_domain(grant.name.GetString());
+      if (domain && grant.value.IsNumber()) state.grants[*domain] = grant.value.GetDouble();
+    }
+  }
+}
+
+EgressStats EgressProxy::stats() const {
+  EgressStats out;
+  out.tunnels = impl_->tunnels.load();
+  out.requests = impl_->requests.load();
+  out.open_connections = impl_->open_connections.load();
+  std::lock_guard lock(impl_->mutex);
+  out.refused = impl_->refused;
+  out.attached_sandboxes = impl_->attached_ids.size();
+  return out;
+}
+
+const EgressPolicy& EgressProxy::policy() const {
+  return impl_->policy;
+}
+
+int make_egress_listener(const std::function<int()>& open_socket) {
+  const int fd = open_socket();
+  if (fd < 0) throw std::runtime_error("no socket in the sandbox's namespace");
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(kEgressProxyPort));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(fd, 128) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error(std::string("cannot listen at ") + kEgressProxyHost + ":" +
+                             std::to_string(kEgressProxyPort) + " in the sandbox: " + why +
+                             " (something in it holds the port)");
+  }
+  return fd;
+}
+
+}  // namespace sandboxd::core
