@@ -81,7 +81,9 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
   const CommandHelp help{
       "sandboxctl [--config FILE] plugins [--json]",
       "Lists every plugin class found on the plugin path, one per line:\n"
-      "  module:Class  kind  abi=N  path\n"
+      "  module:Class  kind  abi=N  version=V  path\n"
+      "V is the plugin's own version (sandboxd_add_plugin's VERSION, by default its project's;\n"
+      "\"unknown\" for a plugin built before versions were recorded).\n"
       "The path is the config's plugin_dirs (with --config), then SANDBOXD_PLUGIN_PATH, the\n"
       "install directory, then the build tree. Exit 1 when no plugin is found.\n\n"
       "Example:\n  sandboxctl plugins --json\n"};
@@ -107,6 +109,7 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
       write_json_member(w, "kind", c.problem.empty() ? to_string(c.kind) : "unusable");
       w.Key("abi");
       w.Uint(c.abi_version);
+      write_json_member(w, "version", c.version);
       write_json_member(w, "path", c.path);
       write_json_member(w, "description", c.description);
       if (!c.problem.empty()) write_json_member(w, "problem", c.problem);
@@ -123,8 +126,9 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
     throw CliError(ErrorKind::internal, "no plugins found; searched:" + searched);
   }
   for (const auto& c : classes) {
-    std::printf("%-45s  %-9s  abi=%u  %s%s\n", c.use_string().c_str(),
-                c.problem.empty() ? to_string(c.kind) : "unusable", c.abi_version, c.path.c_str(),
+    std::printf("%-45s  %-9s  abi=%u  version=%s  %s%s\n", c.use_string().c_str(),
+                c.problem.empty() ? to_string(c.kind) : "unusable", c.abi_version,
+                c.version.empty() ? "unknown" : c.version.c_str(), c.path.c_str(),
                 c.problem.empty() ? "" : ("  (" + c.problem + ")").c_str());
   }
   return kOk;

@@ -167,6 +167,7 @@ std::vector<PluginClassInfo> PluginLoader::list() const {
           }
         } else {
           info.abi_version = record->second.abi_version;
+          info.version = record->second.version;
           if (record->second.abi_version != kSdkAbiVersion) {
             info.problem = "built for SDK ABI " + std::to_string(record->second.abi_version) +
                            ", this host uses ABI " + std::to_string(kSdkAbiVersion);
@@ -238,9 +239,11 @@ ResolvedClass resolve(const std::vector<std::string>& search_path, const std::st
     for (const PluginMetadata& record : read_plugin_metadata(path)) {
       if (record.class_name == use.class_name && record.abi_version != kSdkAbiVersion) {
         throw PluginLoadError(
-            where + ": plugin '" + use_text + "' (" + path + ") was built for sandboxd SDK ABI " +
-            std::to_string(record.abi_version) + ", but this host uses ABI " +
-            std::to_string(kSdkAbiVersion) + "; rebuild the plugin against this SDK");
+            where + ": plugin '" + use_text + "' (" + path +
+            (record.version.empty() ? std::string() : ", version " + record.version) +
+            ") was built for sandboxd SDK ABI " + std::to_string(record.abi_version) +
+            ", but this host uses ABI " + std::to_string(kSdkAbiVersion) +
+            "; rebuild the plugin against this SDK");
       }
     }
   } catch (const PluginLoadError&) {

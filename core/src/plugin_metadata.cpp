@@ -68,6 +68,8 @@ std::vector<PluginMetadata> parse_plugin_metadata(const std::string& section) {
       record.kind = value;
     } else if (key == "description") {
       record.description = value;
+    } else if (key == "version") {
+      record.version = value;
     } else if (key == "abi") {
       std::uint32_t abi = 0;
       bool digits = !value.empty() && value.size() <= 9;

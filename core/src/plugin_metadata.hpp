@@ -15,6 +15,7 @@ struct PluginMetadata {
   std::string kind;  // "backend" or "ownership_store"
   std::uint32_t abi_version = 0;
   std::string description;
+  std::string version;  // "" when the record has none (built before versions were recorded)
 };
 
 // The records of `path`'s metadata section, in order; an empty vector when the library has no

@@ -19,9 +19,9 @@ contains() { grep -qE -- "$2" <<<"$1"; }
 # plugins: both stores and the out-of-tree example backend, one line each.
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins 2>&1); rc=$?
 check "plugins exits 0" $rc "$out"
-for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=3 +/' \
-            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=3 +/' \
-            'process_backend:ProcessSandboxBackend +backend +abi=3 +.*process_backend.so'; do
+for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=3 +version=[0-9]+\.[0-9]+\.[0-9]+ +/' \
+            'ownership_sqlite:SqliteOwnershipStore +ownership +abi=3 +version=[0-9]+\.[0-9]+\.[0-9]+ +/' \
+            'process_backend:ProcessSandboxBackend +backend +abi=3 +version=0\.1\.0 +.*process_backend.so'; do
   contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
 done
 # Listing reads the libraries' own metadata: a plugin whose static initialiser writes a file is
@@ -32,6 +32,7 @@ contains "$out" 'static_init:MarkerBackend +backend +abi=3'; check "plugins list
 [ ! -e "$work/static-init-ran" ]; check "listing ran no plugin code" $? "$(cat "$work/static-init-ran" 2>&1)"
 out=$(SANDBOXD_PLUGIN_PATH="$example_dir" "$ctl" plugins --json 2>&1)
 contains "$out" '"use": "process_backend:ProcessSandboxBackend"'; check "plugins --json" $? "$out"
+contains "$out" '"version": "0.1.0"'; check "plugins --json names the example's own version" $? "$out"
 
 # check-config: resolved settings, secrets redacted, plugins constructed.
 export SANDBOXCTL_TEST_SECRET="s3cr3t-value-from-env"

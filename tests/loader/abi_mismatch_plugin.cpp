@@ -24,7 +24,7 @@ BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_FutureBackend, sandboxd_plugin_Fut
 extern "C" __attribute__((used, section("sandboxd_meta")))
 const char sandboxd_meta_FutureBackend[] =
     "sandboxd-plugin\0abi=999\0kind=backend\0class=FutureBackend\0description=built against a "
-    "future SDK\0";
+    "future SDK\0version=7.1.0\0";
 
 // A plugin from before metadata records: a descriptor only. Listing says so without loading it.
 extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend;

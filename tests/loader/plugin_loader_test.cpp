@@ -150,6 +150,19 @@ TEST(PluginLoaderTest, AbiMismatchIsRefusedBeforeTheFactoryRuns) {
   EXPECT_THAT(message, AllOf(HasSubstr("built for sandboxd SDK ABI 999"),
                              HasSubstr("this host uses ABI " + std::to_string(kSdkAbiVersion)),
                              HasSubstr("abi_mismatch.so"), HasSubstr("rebuild")));
+  EXPECT_THAT(message, HasSubstr("abi_mismatch.so, version 7.1.0)"))
+      << "the error names the plugin's own version, from its metadata record";
+}
+
+// A plugin's version is its metadata's (sandboxd_add_plugin defines it from the project's
+// version); one built before versions were recorded has none, and says so.
+TEST(PluginLoaderTest, ListingShowsEachPluginsOwnVersion) {
+  const PluginLoader loader({kFixtureDir});
+  std::map<std::string, std::string> versions;
+  for (const auto& info : loader.list()) versions[info.class_name] = info.version;
+  EXPECT_EQ(versions["FutureBackend"], "7.1.0");
+  EXPECT_EQ(versions["AbiTwoBackend"], "") << "a record without a version";
+  EXPECT_EQ(versions["TinyStore"], SANDBOXD_PROJECT_VERSION) << "sandboxd_add_plugin's default";
 }
 
 // The ABI bump of issue 33 (2 → 3): a plugin of the previous SDK is refused in one sentence

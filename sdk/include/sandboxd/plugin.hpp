@@ -77,14 +77,22 @@ inline constexpr const char* kDescriptorSection = "sandboxd";
 
 }  // namespace sandboxd
 
+// The plugin's own version, recorded beside its ABI (`sandboxctl plugins` shows it, load errors
+// name it). sandboxd_add_plugin(... VERSION x.y.z) defines it; a plugin built without it says
+// "unversioned". Not part of the ABI: hosts that do not know the field skip it.
+#ifndef SANDBOXD_PLUGIN_VERSION
+#define SANDBOXD_PLUGIN_VERSION "unversioned"
+#endif
+
 #define SANDBOXD_DETAIL_TEXT2(x) #x
 #define SANDBOXD_DETAIL_TEXT(x) SANDBOXD_DETAIL_TEXT2(x)
-// One metadata record: "sandboxd-plugin\0abi=N\0kind=K\0class=C\0description=D\0".
+// One metadata record:
+// "sandboxd-plugin\0abi=N\0kind=K\0class=C\0description=D\0version=V\0".
 #define SANDBOXD_DETAIL_METADATA(Class, KindText, Description)                                    \
   extern "C" __attribute__((used, section("sandboxd_meta"), aligned(1)))                          \
   const char sandboxd_meta_##Class[] = "sandboxd-plugin\0abi=" SANDBOXD_DETAIL_TEXT(              \
       SANDBOXD_SDK_ABI_VERSION) "\0kind=" KindText "\0class=" #Class "\0description=" Description \
-                                "\0";
+                                "\0version=" SANDBOXD_PLUGIN_VERSION "\0";
 
 #define SANDBOXD_DETAIL_EXPORT(Class, KindValue, Description, BackendFactory, StoreFactory) \
   extern "C" const ::sandboxd::PluginDescriptor sandboxd_descriptor_##Class;                \

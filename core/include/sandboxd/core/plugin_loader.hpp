@@ -38,6 +38,7 @@ struct PluginClassInfo {
   std::string class_name;
   PluginKind kind = PluginKind::backend;
   std::uint32_t abi_version = 0;
+  std::string version;  // the plugin's own ("unversioned", or "" from a record without one)
   std::string description;
   std::string path;     // the library file
   std::string problem;  // non-empty when the descriptor could not be used (why)
