@@ -250,6 +250,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
       out << "sandboxd_egress_refused_total{reason=\"" << label_value(reason) << "\"} " << count
           << "\n";
     }
+    sample(out, "sandboxd_egress_secrets_injected_total", "counter",
+           "Plain requests the egress proxy put a secret into (network.secrets).",
+           egress->secrets_injected);
     sample(out, "sandboxd_egress_connections", "gauge", "Connections open on the egress proxy.",
            egress->open_connections);
     sample(out, "sandboxd_egress_sandboxes", "gauge",

@@ -424,7 +424,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     context.logger = std::make_shared<ProgressAwareLogger>(
         std::make_shared<core::StderrLogger>(LogLevel::info), context.progress, LogLevel::info);
   }
-  const core::SandboxConfig config = load_command_config(context.config_file);
+  core::SandboxConfig config = load_command_config(context.config_file);
   const auto state_dir = core::resolve_base_dir(config.base_dir);
   core::ensure_private_dir(state_dir);
   const ServeLock lock(state_dir);
@@ -483,6 +483,20 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return ready;
   };
+  // The egress proxy's settings (issue 34, network mode allowlist) are read before the backend
+  // is made: each secret's placeholder goes into the sandboxes' environment.
+  std::optional<core::EgressSettings> egress_settings;
+  try {
+    egress_settings =
+        core::egress_settings_from(config.backend.options_json, config.backend.key_path);
+    if (egress_settings) {
+      core::assign_secret_placeholders(*egress_settings, state_dir);
+      config.backend.options_json = core::with_secret_placeholders(
+          config.backend.options_json, *egress_settings, config.backend.key_path);
+    }
+  } catch (const core::ConfigError& e) {
+    throw CliError(ErrorKind::config, e.what());
+  }
   // Creations queued for a slot (overflow_policy wait) hold a worker each: at most half of the
   // workers may, so a release that frees a slot always finds one.
   Session session(config, context.logger, std::move(hooks), SessionKind::daemon,
@@ -498,18 +512,13 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   control.relay_ = relay.get();
   // The egress proxy (issue 34), for network mode allowlist: each sandbox's only way out.
   std::unique_ptr<core::EgressHost> egress;
-  try {
-    if (auto settings =
-            core::egress_settings_from(config.backend.options_json, config.backend.key_path)) {
-      egress =
-          std::make_unique<core::EgressHost>(session.provider(), std::move(*settings), state_dir,
-                                             context.logger, std::make_shared<SystemClock>());
-      egress->start();
-      session.service().set_egress(egress.get());
-      control.egress_ = egress.get();
-    }
-  } catch (const core::ConfigError& e) {
-    throw CliError(ErrorKind::config, e.what());
+  if (egress_settings) {
+    egress = std::make_unique<core::EgressHost>(session.provider(), std::move(*egress_settings),
+                                                state_dir, context.logger,
+                                                std::make_shared<SystemClock>());
+    egress->start();
+    session.service().set_egress(egress.get());
+    control.egress_ = egress.get();
   }
 
   std::thread waiter([&server, &stop_signals, logger = context.logger] {

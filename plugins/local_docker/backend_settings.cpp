@@ -135,6 +135,23 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
                    ".test_only_upstreams is set: FOR TESTS ONLY, allowed names resolve to the "
                    "loopback upstreams it lists; never in a deployment");
   }
+  if (const auto it = object.FindMember("secrets");
+      it != object.MemberEnd() && it->value.IsArray()) {
+    for (const auto& entry : it->value.GetArray()) {
+      if (!entry.IsObject()) continue;
+      const auto text = [](const rapidjson::Value& object, const char* key) {
+        const auto found = object.FindMember(key);
+        return found != object.MemberEnd() && found->value.IsString()
+                   ? std::string(found->value.GetString())
+                   : std::string("?");
+      };
+      const auto inject = entry.FindMember("inject");
+      const bool has_inject = inject != entry.MemberEnd() && inject->value.IsObject();
+      policy.secrets_shown.push_back(text(entry, "name") + " → " +
+                                     (has_inject ? text(inject->value, "header") : "?") + " to " +
+                                     (has_inject ? text(inject->value, "host") : "?"));
+    }
+  }
   if (string_of("proxy_image")) {
     logger.info(std::string(kLogPrefix) + at +
                 ".proxy_image is not used: sandboxd is its own egress proxy, no sidecar runs");
@@ -143,7 +160,8 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
     const std::string key = it->name.GetString();
     if (key != "mode" && key != "publish" && key != "isolate_sandboxes" && key != "allow_domains" &&
         key != "approval" && key != "temporary_grant_ttl" && key != "proxy_image" &&
-        key != "engine_network" && key != "test_only_upstreams") {
+        key != "engine_network" && key != "test_only_upstreams" && key != "secrets" &&
+        key != "inject_tls_ca") {
       logger.warning(std::string(kLogPrefix) + "ignoring unknown option " + at + "." + key);
     }
   }
@@ -408,6 +426,17 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
                    ? ", temporary grants " + std::to_string(s.policy.temporary_grant_ttl) + " s"
                    : std::string()),
           policy_source);
+    if (!s.policy.secrets_shown.empty()) {
+      std::string secrets;
+      for (const auto& shown_secret : s.policy.secrets_shown) {
+        secrets += (secrets.empty() ? "" : ", ") + shown_secret;
+      }
+      shown(
+          "secrets the sandbox never holds (a placeholder in its environment, the secret put "
+          "in by serve's proxy): " +
+              secrets,
+          policy_source);
+    }
     if (s.policy.test_only_upstreams) {
       shown(
           "WARNING network.test_only_upstreams is set: FOR TESTS ONLY (names resolve to "

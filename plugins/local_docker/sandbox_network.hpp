@@ -34,9 +34,13 @@ struct NetworkPolicy {
   bool publish = true;        // open: publish the API on a host loopback port (DeerFlow's way)
   bool isolate = true;        // open: isolate each sandbox's bridge port
   std::vector<std::string> allow_domains;
-  std::string approval = "deny";  // deny | prompt
+  std::string approval = "prompt";  // deny | prompt (DeerFlow's default, as the host's proxy)
   int temporary_grant_ttl = 300;
-  bool test_only_upstreams = false;  // `test_only_upstreams` given (the host reads it; tests only)
+  bool test_only_upstreams = false;
+  // `secrets`, as check-config shows them ("TOKEN → Authorization to api.example"); serve's
+  // egress host reads and checks them and puts each placeholder in the environment.
+  std::vector<std::string>
+      secrets_shown;  // `test_only_upstreams` given (the host reads it; tests only)
 
   // What is recorded on each sandbox (label sandboxd.network-policy): "isolated", or "open"
   // with "+shared" (isolation turned off) and "+unpublished" (no host port) when they apply.

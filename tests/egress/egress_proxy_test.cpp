@@ -173,6 +173,7 @@ class EgressProxyTest : public ::testing::Test {
     policy.allow = core::egress::DomainAllowlist(allow);
     policy.prompt = prompt;
     policy.temporary_grant_ttl = 300;
+    policy.secrets = secrets_;
     if (!network) {
       network = core::test_upstream_network(
           {{"allowed.test", tcp::endpoint(make_address("127.0.0.1"), http_port_)},
@@ -213,6 +214,7 @@ class EgressProxyTest : public ::testing::Test {
     return seen_headers_;
   }
 
+  std::vector<core::EgressSecret> secrets_;  // the next start()'s
   std::shared_ptr<CapturingLogger> logger_ = std::make_shared<CapturingLogger>();
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   EgressOptions options_;
@@ -344,6 +346,48 @@ TEST_F(EgressProxyTest, ATunnelCarriesALongTransferBothWaysIntact) {
   ::close(fd);
   EXPECT_EQ(echoed.size(), sent.size());
   EXPECT_TRUE(echoed == sent) << "the bytes arrived changed or out of order";
+}
+
+// A secret the sandbox never holds: its placeholder becomes the secret in its header, in a
+// request to its host, and nowhere else; nothing the proxy logs holds it.
+TEST_F(EgressProxyTest, ASecretReplacesItsPlaceholderOnlyInItsHeaderToItsHost) {
+  const std::string secret = "s3cr3t-value";
+  const std::string placeholder = "sandboxd-placeholder-0123456789abcdef0123456789abcdef";
+  core::EgressSecret token;
+  token.name = "TOKEN";
+  token.domain = "allowed.test";
+  token.header = "Authorization";
+  token.format = "Bearer {}";
+  token.placeholder = placeholder;
+  token.value = secret;
+  secrets_ = {token};
+  start({"allowed.test", "other.test"});
+  const auto ask_with = [&](const std::string& host, const std::string& header) {
+    return ask("GET http://" + host + "/api?x=1 HTTP/1.1\r\nHost: " + host + "\r\n" + header +
+               "\r\n\r\n");
+  };
+
+  EXPECT_NE(ask_with("allowed.test", "Authorization: " + placeholder).find("hello"),
+            std::string::npos);
+  EXPECT_NE(seen_headers().find("Authorization: Bearer " + secret + "\n"), std::string::npos)
+      << "the header holding only the placeholder is the format, filled: " << seen_headers();
+  ask_with("allowed.test", "authorization: token " + placeholder + " " + placeholder);
+  EXPECT_NE(seen_headers().find("token " + secret + " " + secret + "\n"), std::string::npos)
+      << "within a longer value, each placeholder becomes the secret: " << seen_headers();
+  ask_with("allowed.test", "X-Other: " + placeholder);
+  EXPECT_EQ(seen_headers().find(secret), std::string::npos) << "another header: " << seen_headers();
+  EXPECT_NE(seen_headers().find("X-Other: " + placeholder), std::string::npos);
+  ask_with("other.test", "Authorization: " + placeholder);
+  EXPECT_EQ(seen_headers().find(secret), std::string::npos) << "another host: " << seen_headers();
+  EXPECT_EQ(proxy_->stats().secrets_injected, 2u);
+
+  // Refused requests carrying it are logged without it.
+  ask_with("denied.test", "Authorization: " + placeholder);
+  ask("CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\nAuthorization: " +
+      placeholder + "\r\n\r\n");
+  for (const auto& line : logger_->lines()) {
+    EXPECT_EQ(line.message.find(secret), std::string::npos) << line.message;
+  }
 }
 
 TEST_F(EgressProxyTest, ANameThatResolvesToANonPublicAddressIsRefusedWhateverTheSandboxBelieves) {

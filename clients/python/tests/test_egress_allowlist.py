@@ -28,10 +28,12 @@ class Upstream:
 
     def __init__(self) -> None:
         seen = self.seen = []
+        authorizations = self.authorizations = []
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 seen.append((self.headers.get("Host"), self.path))
+                authorizations.append(self.headers.get("Authorization"))
                 body = f"upstream saw {self.headers.get('Host')}{self.path}\n".encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -199,3 +201,103 @@ def test_the_one_shot_cli_refuses_allowlist_naming_serve(engine_required, tmp_pa
                            capture_output=True, text=True, timeout=60)
     assert "egress allowed to: allowed.test" in shown.stdout, shown.stdout + shown.stderr
     assert "test_only_upstreams is set: FOR TESTS ONLY" in shown.stdout, shown.stdout
+
+
+SECRET = "ghp_s3cr3t-never-in-the-sandbox"
+
+
+def test_a_secret_reaches_only_its_destination_header_and_never_the_sandbox(
+        engine_required, make_serve, tmp_path, prefix, upstream):
+    state = tmp_path / "state"
+    secret_file = tmp_path / "gh-token"
+    secret_file.write_text(SECRET + "\n")
+    secret_file.chmod(0o600)
+    section = allowlist_section(prefix, state, upstream)
+    section["network"]["secrets"] = [{
+        "name": "GITHUB_TOKEN", "secret_file": str(secret_file),
+        "inject": {"host": "allowed.test", "header": "Authorization", "format": "Bearer {}",
+                   "scheme": "http"}}]
+    served = make_serve("state", "--on-exit", "leave", section=section)
+    client = served.client()
+    box = client.acquire("t-1", user_id="alice")
+    name = f"{prefix}-{box.sandbox_id}"
+
+    # check-config names the secret and its destination, never its value.
+    import subprocess
+    from conftest import SANDBOXCTL
+    shown = subprocess.run([SANDBOXCTL, "--config", str(served.config), "check-config"],
+                           capture_output=True, text=True, timeout=60)
+    assert "GITHUB_TOKEN → Authorization to allowed.test" in shown.stdout, shown.stdout
+    assert SECRET not in shown.stdout + shown.stderr
+
+    # The sandbox holds a placeholder, never the secret.
+    code, out = engine_exec(name, ["sh", "-c", "echo $GITHUB_TOKEN"])
+    placeholder = out.strip()
+    assert code == 0 and placeholder.startswith("sandboxd-placeholder-"), out
+    code, out = engine_exec(name, ["env"])
+    assert SECRET not in out
+
+    # To its host, in its header: the secret, formatted. Both spellings a client would use.
+    for header in (f"Authorization: {placeholder}", f"Authorization: Bearer {placeholder}"):
+        code, out = wget(name, "http://allowed.test/api", "--header", header)
+        assert code == 0, out
+        assert upstream.authorizations[-1] == f"Bearer {SECRET}", upstream.authorizations
+    # In another header, or to another host (granted for this test): the placeholder as sent.
+    code, out = wget(name, "http://allowed.test/other", "--header", f"X-Token: {placeholder}")
+    assert code == 0 and upstream.authorizations[-1] is None, out
+    client.decide_network_domain(box.sandbox_id, "later.test", "allow_sandbox")
+    code, out = wget(name, "http://later.test/elsewhere", "--header",
+                     f"Authorization: Bearer {placeholder}")
+    assert code == 0, out
+    assert upstream.authorizations[-1] == f"Bearer {placeholder}", upstream.authorizations
+    assert "sandboxd_egress_secrets_injected_total 2" in client.metrics()
+
+    # The same placeholder after a restart (sandboxes made before keep working), and the secret
+    # is nowhere in the state directory (serve's log included).
+    assert served.stop() == 0
+    again = make_serve("state", "--on-exit", "destroy", section=section)
+    code, out = wget(name, "http://allowed.test/after", "--header",
+                     f"Authorization: {placeholder}")
+    assert code == 0 and upstream.authorizations[-1] == f"Bearer {SECRET}", out
+    for path in state.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), f"the secret is in {path}"
+    again.client().destroy(box.sandbox_id)
+
+
+def test_secrets_are_refused_at_config_time_for_https_and_unsafe_files(
+        engine_required, make_serve, tmp_path, prefix, upstream):
+    import subprocess
+    from conftest import SANDBOXCTL
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    secret_file = tmp_path / "token"
+    secret_file.write_text(SECRET)
+    secret_file.chmod(0o600)
+
+    def serve_with(inject: dict, file=secret_file) -> subprocess.CompletedProcess:
+        section = allowlist_section(prefix, state, upstream)
+        section["network"]["secrets"] = [{"name": "TOKEN", "secret_file": str(file),
+                                          "inject": inject}]
+        config = tmp_path / "secrets.json"
+        config.write_text(json.dumps({"sandbox": section}))
+        return subprocess.run([SANDBOXCTL, "--config", str(config), "serve", "--listen",
+                               f"unix:{tmp_path / 'serve.sock'}"], capture_output=True,
+                              text=True, timeout=60)
+
+    https = serve_with({"host": "allowed.test", "header": "Authorization"})
+    assert https.returncode == 3, https.stderr
+    assert "secrets[0].inject.scheme" in https.stderr and "https" in https.stderr, https.stderr
+    secret_file.chmod(0o644)
+    readable = serve_with({"host": "allowed.test", "header": "Authorization", "scheme": "http"})
+    assert readable.returncode == 3 and "chmod 600" in readable.stderr, readable.stderr
+    assert SECRET not in readable.stderr
+    secret_file.chmod(0o600)
+    elsewhere = serve_with({"host": "other.test", "header": "Authorization", "scheme": "http"})
+    assert elsewhere.returncode == 3 and "not in allow_domains" in elsewhere.stderr
+    assert engine_containers_of(prefix) == []
+
+
+def engine_containers_of(prefix: str) -> list:
+    from conftest import engine_containers
+    return engine_containers(prefix)

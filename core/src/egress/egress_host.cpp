@@ -1,7 +1,14 @@
 // EgressHost and egress_settings_from (egress_host.hpp).
 #include "sandboxd/core/egress_host.hpp"
 
+#include <fcntl.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -18,8 +25,140 @@ namespace {
 
 constexpr const char* kGrantsFile = "egress-grants.json";
 
+constexpr const char* kPlaceholdersFile = "egress-placeholders.json";
+constexpr std::size_t kMaxSecretBytes = 4096;
+
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw ConfigError(path + ": " + what);
+}
+
+bool is_env_name(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0]))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+bool is_header_name(const std::string& name) {
+  static const std::string extra = "!#$%&'*+-.^_`|~";
+  return !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || extra.find(c) != std::string::npos;
+  });
+}
+
+std::string lowercase(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
+}
+
+// The secret in `file` (absolute; its last component never a link): a regular file of ours that
+// nobody else can read, one line of at most 4 KiB (a final newline dropped). Errors name the
+// file and what is wrong with it, never what it holds.
+std::string read_secret_file(const std::string& file, const std::string& where) {
+  const std::filesystem::path path(file);
+  if (!path.is_absolute() || !path.has_filename()) {
+    bad(where, "expected an absolute path to a file, got \"" + file + "\"");
+  }
+  try {
+    const host_fs::UniqueFd dir = host_fs::open_trusted_dir(path.parent_path());
+    const host_fs::UniqueFd in =
+        host_fs::open_file(dir.get(), path.filename().string(), O_RDONLY, 0, path);
+    const struct stat st = host_fs::stat_of(in.get(), path);
+    if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+      bad(where, file +
+                     " must belong to this process's user and be readable by nobody else (mode " +
+                     host_fs::octal_mode(st.st_mode) + ", owner " +
+                     host_fs::describe_uid(st.st_uid) + "); chmod 600 it");
+    }
+    std::string value(kMaxSecretBytes + 2, '\0');
+    std::size_t have = 0;
+    while (have < value.size()) {
+      const ssize_t got = ::read(in.get(), value.data() + have, value.size() - have);
+      if (got < 0 && errno == EINTR) continue;
+      if (got < 0) bad(where, "cannot read " + file + ": " + std::strerror(errno));
+      if (got == 0) break;
+      have += static_cast<std::size_t>(got);
+    }
+    value.resize(have);
+    if (!value.empty() && value.back() == '\n') value.pop_back();
+    if (!value.empty() && value.back() == '\r') value.pop_back();
+    if (value.empty()) bad(where, file + " is empty");
+    if (value.size() > kMaxSecretBytes) bad(where, file + " holds more than 4 KiB");
+    if (value.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+      bad(where, file + " holds more than one line (a header value cannot)");
+    }
+    return value;
+  } catch (const std::filesystem::filesystem_error& e) {
+    bad(where, e.what());
+  } catch (const host_fs::UnsafePathError& e) {
+    bad(where, e.what());
+  }
+}
+
+// One entry of `network.secrets`.
+EgressSecret secret_from(const rapidjson::Value& entry, const std::string& where,
+                         const egress::DomainAllowlist& allow) {
+  if (!entry.IsObject()) {
+    bad(where, "expected {\"name\", \"secret_file\", \"inject\": {\"host\", \"header\"}}");
+  }
+  const auto text = [&](const rapidjson::Value& object, const char* key, const std::string& at,
+                        bool required) -> std::string {
+    const auto it = object.FindMember(key);
+    if (it == object.MemberEnd() || it->value.IsNull()) {
+      if (required) bad(at + "." + key, "is required");
+      return "";
+    }
+    if (!it->value.IsString()) bad(at + "." + key, "expected a string");
+    return it->value.GetString();
+  };
+  EgressSecret secret;
+  secret.name = text(entry, "name", where, true);
+  if (!is_env_name(secret.name)) {
+    bad(where + ".name", "\"" + secret.name + "\" is not an environment variable name");
+  }
+  const auto inject = entry.FindMember("inject");
+  if (inject == entry.MemberEnd() || !inject->value.IsObject()) {
+    bad(where + ".inject", "expected {\"host\", \"header\", \"format\", \"scheme\"}");
+  }
+  const std::string at = where + ".inject";
+  const std::string host = text(inject->value, "host", at, true);
+  const auto domain = egress::normalize_domain(host);
+  if (!domain || egress::is_ip_literal(host)) {
+    bad(at + ".host", "\"" + host + "\" is not a host name");
+  }
+  if (!allow.allows(*domain)) {
+    bad(at + ".host", *domain + " is not in allow_domains: the secret could never be sent");
+  }
+  secret.domain = *domain;
+  secret.header = text(inject->value, "header", at, true);
+  const std::string header = lowercase(secret.header);
+  if (!is_header_name(secret.header) || header == "host" || header == "content-length" ||
+      header == "transfer-encoding" || header == "connection" || header.rfind("proxy-", 0) == 0) {
+    bad(at + ".header", "\"" + secret.header + "\" is not a header a secret can go into");
+  }
+  if (const std::string format = text(inject->value, "format", at, false); !format.empty()) {
+    const std::size_t first = format.find("{}");
+    if (first == std::string::npos || format.find("{}", first + 2) != std::string::npos ||
+        format.find_first_of("\r\n") != std::string::npos) {
+      bad(at + ".format",
+          "expected one line with one {} where the secret goes, got \"" + format + "\"");
+    }
+    secret.format = format;
+  }
+  const std::string scheme = text(inject->value, "scheme", at, false);
+  if (scheme != "http") {
+    // The proxy sees inside plain HTTP only; HTTPS would need TLS terminated in the proxy with
+    // a CA the image trusts, which is not built.
+    bad(at + ".scheme",
+        (scheme.empty() ? std::string("not given (an https destination)") : "\"" + scheme + "\"") +
+            ": the proxy can put a secret only into requests it can read, plain HTTP; an "
+            "https destination needs TLS terminated in the proxy with a CA the image trusts "
+            "(inject_tls_ca), which this version does not do. Declare scheme: http for a "
+            "plain-HTTP destination, or keep this secret out of sandboxd");
+  }
+  secret.value = read_secret_file(text(entry, "secret_file", where, true), where + ".secret_file");
+  return secret;
 }
 
 }  // namespace
@@ -73,6 +212,26 @@ std::optional<EgressSettings> egress_settings_from(const std::string& backend_op
     }
     out.policy.temporary_grant_ttl = ttl->value.GetDouble();
   }
+  if (const auto ca = section.FindMember("inject_tls_ca");
+      ca != section.MemberEnd() && !ca->value.IsNull()) {
+    bad(base + ".inject_tls_ca",
+        "terminating TLS to put secrets into https requests is not done by this version; "
+        "secrets go into plain-HTTP requests only (docs/egress.md)");
+  }
+  if (const auto secrets = section.FindMember("secrets");
+      secrets != section.MemberEnd() && !secrets->value.IsNull()) {
+    if (!secrets->value.IsArray()) bad(base + ".secrets", "expected a list");
+    std::set<std::string> names;
+    std::size_t index = 0;
+    for (const auto& entry : secrets->value.GetArray()) {
+      const std::string where = base + ".secrets[" + std::to_string(index++) + "]";
+      EgressSecret secret = secret_from(entry, where, out.policy.allow);
+      if (!names.insert(secret.name).second) {
+        bad(where + ".name", secret.name + " is declared twice");
+      }
+      out.policy.secrets.push_back(std::move(secret));
+    }
+  }
   if (const auto upstreams = section.FindMember("test_only_upstreams");
       upstreams != section.MemberEnd() && !upstreams->value.IsNull()) {
     if (!upstreams->value.IsObject()) {
@@ -101,6 +260,77 @@ std::optional<EgressSettings> egress_settings_from(const std::string& backend_op
     }
   }
   return out;
+}
+
+void assign_secret_placeholders(EgressSettings& settings, const std::filesystem::path& state_dir) {
+  if (settings.policy.secrets.empty()) return;
+  const std::filesystem::path shown = state_dir / kPlaceholdersFile;
+  const host_fs::UniqueFd dir = host_fs::open_trusted_dir(state_dir);
+  rapidjson::Document kept;
+  kept.SetObject();
+  try {
+    const host_fs::UniqueFd in =
+        host_fs::open_file(dir.get(), kPlaceholdersFile, O_RDONLY, 0, shown);
+    std::string text(64 * 1024, '\0');
+    const ssize_t got = ::read(in.get(), text.data(), text.size());
+    text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    if (!parse_json(kept, text) || !kept.IsObject()) {
+      throw ConfigError(shown.string() +
+                        " is not a JSON object; delete it and new placeholders "
+                        "are made (sandboxes made before hold the old ones)");
+    }
+  } catch (const std::filesystem::filesystem_error& e) {
+    if (e.code() != std::errc::no_such_file_or_directory) throw;
+  }
+  bool added = false;
+  for (EgressSecret& secret : settings.policy.secrets) {
+    const auto it = kept.FindMember(secret.name.c_str());
+    if (it != kept.MemberEnd() && it->value.IsString()) {
+      secret.placeholder = it->value.GetString();
+      continue;
+    }
+    unsigned char bytes[16];
+    if (RAND_bytes(bytes, sizeof bytes) != 1) {
+      throw std::runtime_error("cannot make a secret placeholder: no randomness from OpenSSL");
+    }
+    static const char* hex = "0123456789abcdef";
+    secret.placeholder = "sandboxd-placeholder-";
+    for (const unsigned char byte : bytes) {
+      secret.placeholder += hex[byte >> 4];
+      secret.placeholder += hex[byte & 15];
+    }
+    kept.AddMember(rapidjson::Value(secret.name.c_str(), kept.GetAllocator()),
+                   rapidjson::Value(secret.placeholder.c_str(), kept.GetAllocator()),
+                   kept.GetAllocator());
+    added = true;
+  }
+  if (added)
+    host_fs::replace_file_at(dir.get(), kPlaceholdersFile, json_to_string(kept), 0600, shown);
+}
+
+std::string with_secret_placeholders(const std::string& backend_options_json,
+                                     const EgressSettings& settings, const std::string& key_path) {
+  if (settings.policy.secrets.empty()) return backend_options_json;
+  rapidjson::Document doc;
+  if (!parse_json(doc, backend_options_json) || !doc.IsObject()) return backend_options_json;
+  auto& alloc = doc.GetAllocator();
+  auto environment = doc.FindMember("environment");
+  if (environment == doc.MemberEnd() || environment->value.IsNull()) {
+    doc.RemoveMember("environment");
+    doc.AddMember("environment", rapidjson::Value(rapidjson::kObjectType), alloc);
+    environment = doc.FindMember("environment");
+  }
+  if (!environment->value.IsObject()) return backend_options_json;  // the backend names it
+  for (const EgressSecret& secret : settings.policy.secrets) {
+    if (environment->value.HasMember(secret.name.c_str())) {
+      throw ConfigError(key_path + ".environment." + secret.name +
+                        ": also declared in network.secrets; the sandbox gets the placeholder "
+                        "there, so give it one or the other");
+    }
+    environment->value.AddMember(rapidjson::Value(secret.name.c_str(), alloc),
+                                 rapidjson::Value(secret.placeholder.c_str(), alloc), alloc);
+  }
+  return json_to_string(doc);
 }
 
 EgressHost::EgressHost(Provider& provider, EgressSettings settings, std::filesystem::path state_dir,

@@ -223,7 +223,7 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   std::uint64_t unlogged = 0;
   static constexpr int kLogBurst = 20;
 
-  std::atomic<std::uint64_t> tunnels{0}, requests{0}, open_connections{0};
+  std::atomic<std::uint64_t> tunnels{0}, requests{0}, secrets_injected{0}, open_connections{0};
 
   void accept(const std::string& sandbox_id, std::uint64_t generation);
   void forget(std::uint64_t id, const std::string& sandbox_id) {
@@ -552,6 +552,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
                                                                   message.version());
     for (const auto& field : message) request_->set(field.name_string(), field.value());
     strip_hop_by_hop(*request_);
+    if (inject_secrets(*request_)) ++impl_->secrets_injected;
     request_->set(http::field::connection, "close");
     request_->body() = std::move(message.body());
     request_->prepare_payload();
@@ -583,6 +584,31 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
           self->pipe(self->client_, self->upstream_, self->to_upstream_);
           self->pipe(self->upstream_, self->client_, self->to_client_);
         });
+  }
+
+  // The secrets bound to this request's host: each one's placeholder, in its header only,
+  // becomes the secret. True when one was put in.
+  bool inject_secrets(http::request<http::string_body>& request) const {
+    bool injected = false;
+    for (const EgressSecret& secret : impl_->policy.secrets) {
+      if (secret.domain != domain_) continue;
+      const auto field = request.find(secret.header);
+      if (field == request.end()) continue;
+      std::string value(field->value());
+      if (value.find(secret.placeholder) == std::string::npos) continue;
+      if (value == secret.placeholder) {
+        value = secret.format;
+        value.replace(value.find("{}"), 2, secret.value);
+      } else {
+        for (std::size_t at = value.find(secret.placeholder); at != std::string::npos;
+             at = value.find(secret.placeholder, at + secret.value.size())) {
+          value.replace(at, secret.placeholder.size(), secret.value);
+        }
+      }
+      request.set(secret.header, value);
+      injected = true;
+    }
+    return injected;
   }
 
   // Bytes move socket to socket through a kernel pipe (splice), never through this process's
@@ -954,6 +980,7 @@ EgressStats EgressProxy::stats() const {
   EgressStats out;
   out.tunnels = impl_->tunnels.load();
   out.requests = impl_->requests.load();
+  out.secrets_injected = impl_->secrets_injected.load();
   out.open_connections = impl_->open_connections.load();
   std::lock_guard lock(impl_->mutex);
   out.refused = impl_->refused;

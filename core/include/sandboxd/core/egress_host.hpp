@@ -38,9 +38,20 @@ struct EgressSettings {
 // The settings in the backend's options (its "network" object), or nullopt when its mode is not
 // allowlist. Throws ConfigError naming the key (`{key_path}.network.allow_domains[2]`, …):
 // allow_domains must be names or *.suffix, approval deny or prompt, temporary_grant_ttl 30 to
-// 3600 seconds.
+// 3600 seconds; each of `secrets` names an environment variable, a secret file of ours that
+// nobody else can read, and a plain-HTTP destination on the allow-list (its file is read here;
+// its placeholder comes from assign_secret_placeholders).
 std::optional<EgressSettings> egress_settings_from(const std::string& backend_options_json,
                                                    const std::string& key_path);
+
+// Secrets (network.secrets): each one's placeholder, kept in the state directory
+// (`egress-placeholders.json`, 0600) so that sandboxes made before a restart still hold the
+// right one; a new name gets a new random placeholder.
+void assign_secret_placeholders(EgressSettings& settings, const std::filesystem::path& state_dir);
+// The backend's options with each secret's placeholder in its `environment` (what the sandbox
+// sees instead of the secret). Throws ConfigError when the environment names it too.
+std::string with_secret_placeholders(const std::string& backend_options_json,
+                                     const EgressSettings& settings, const std::string& key_path);
 
 class EgressHost final : public SandboxEgress {
  public:

@@ -72,8 +72,23 @@ std::shared_ptr<EgressNetwork> system_egress_network();
 std::shared_ptr<EgressNetwork> test_upstream_network(
     std::map<std::string, boost::asio::ip::tcp::endpoint> upstreams);
 
+// A secret the sandbox never holds (`network.secrets`): the sandbox's environment variable
+// `name` holds `placeholder`; in a plain-HTTP request to `domain` the proxy replaces the
+// placeholder in header `header` with `format` ("{}" standing for the secret; a header whose
+// value is more than the placeholder has just the placeholder replaced by the secret). Nowhere
+// else, for no other host. `value` is never logged, shown or written anywhere.
+struct EgressSecret {
+  std::string name;
+  std::string domain;  // normalized
+  std::string header;
+  std::string format = "{}";
+  std::string placeholder;
+  std::string value;
+};
+
 struct EgressPolicy {
   egress::DomainAllowlist allow;
+  std::vector<EgressSecret> secrets;
   bool prompt = false;               // approval `prompt`: refusals wait for the gateway's word
   double temporary_grant_ttl = 300;  // seconds a temporary grant lasts
 };
@@ -117,6 +132,7 @@ const char* to_string(EgressDecision decision);
 struct EgressStats {
   std::uint64_t tunnels = 0;                     // CONNECT tunnels opened
   std::uint64_t requests = 0;                    // plain requests forwarded
+  std::uint64_t secrets_injected = 0;            // requests a secret was put into
   std::map<std::string, std::uint64_t> refused;  // by reason (domain_not_allowed, …)
   std::uint64_t open_connections = 0;
   std::uint64_t attached_sandboxes = 0;
