@@ -146,6 +146,9 @@ class ScriptedNetwork final : public core::EgressNetwork {
 class EgressProxyTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    http_.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(32u << 20, 'b'), "application/octet-stream");
+    });
     http_.Get(R"(/.*)", [this](const httplib::Request& req, httplib::Response& res) {
       std::lock_guard lock(mutex_);
       seen_target_ = req.target;
@@ -383,11 +386,37 @@ TEST_F(EgressProxyTest, ASecretReplacesItsPlaceholderOnlyInItsHeaderToItsHost) {
 
   // Refused requests carrying it are logged without it.
   ask_with("denied.test", "Authorization: " + placeholder);
-  ask("CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\nAuthorization: " +
-      placeholder + "\r\n\r\n");
+  ask("CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test:443\r\nAuthorization: " + placeholder +
+      "\r\n\r\n");
   for (const auto& line : logger_->lines()) {
     EXPECT_EQ(line.message.find(secret), std::string::npos) << line.message;
   }
+}
+
+// A sandbox that hangs up in the middle of an answer (a reset, or a FIN the proxy's next bytes
+// meet with a reset) ends its own connection and nothing else: the proxy serves on. (A splice
+// into a socket raises SIGPIPE when it fails with EPIPE; the I/O thread blocks that signal, so
+// no order of errors can end the process hosting the proxy either.)
+TEST_F(EgressProxyTest, ASandboxHangingUpMidAnswerEndsOnlyItsConnection) {
+  start({"allowed.test"});
+  for (int round = 0; round < 6; ++round) {
+    const int fd = connect_to(proxy_port_);
+    send_all(fd, "GET http://allowed.test/big HTTP/1.1\r\nHost: allowed.test\r\n\r\n");
+    char buffer[4096];
+    ASSERT_GT(::recv(fd, buffer, sizeof buffer, 0), 0);
+    if (round % 2 == 0) {
+      const linger abort_on_close{1, 0};  // close with a reset, answer unread
+      ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort_on_close, sizeof abort_on_close);
+    } else {
+      ::shutdown(fd, SHUT_RDWR);  // a FIN; the proxy's next bytes meet a reset
+      std::this_thread::sleep_for(100ms);
+    }
+    ::close(fd);
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_NE(get("http://allowed.test/after", "allowed.test").find("hello from the upstream"),
+            std::string::npos)
+      << "the proxy serves on";
 }
 
 TEST_F(EgressProxyTest, ANameThatResolvesToANonPublicAddressIsRefusedWhateverTheSandboxBelieves) {

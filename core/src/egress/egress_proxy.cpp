@@ -15,8 +15,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <openssl/rand.h>
+#include <pthread.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -772,6 +774,13 @@ void EgressProxy::start() {
   if (impl_->started.exchange(true)) return;
   impl_->work.emplace(impl_->io.get_executor());
   impl_->thread = std::thread([impl = impl_] {
+    // splice(2) into a socket has no MSG_NOSIGNAL: a write that fails with EPIPE also raises
+    // SIGPIPE, whose default ends the process hosting the proxy. The session ends on the error
+    // either way; the signal, directed at this thread, stays blocked here.
+    sigset_t pipe_signal;
+    sigemptyset(&pipe_signal);
+    sigaddset(&pipe_signal, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
     while (true) {
       try {
         impl->io.run();
