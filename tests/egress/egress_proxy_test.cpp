@@ -252,6 +252,26 @@ TEST_F(EgressProxyTest, AnAllowedNameIsReachedInOriginFormWithNothingOfTheProxys
   }
 }
 
+// Header lines are passed on as the sandbox sent them, repeated ones included; a second Host
+// line is refused: the proxy checks one name and must not forward another the upstream might
+// route by.
+TEST_F(EgressProxyTest, RepeatedHeadersPassButASecondHostIsRefused) {
+  start({"allowed.test"});
+  const std::string answer =
+      ask("GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\nX-Tag: one\r\n"
+          "X-Tag: two\r\n\r\n");
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  EXPECT_NE(seen_headers().find("X-Tag: one\n"), std::string::npos) << seen_headers();
+  EXPECT_NE(seen_headers().find("X-Tag: two\n"), std::string::npos) << seen_headers();
+
+  const std::string twice =
+      ask("GET http://allowed.test/ HTTP/1.1\r\nHost: allowed.test\r\n"
+          "Host: internal.example\r\n\r\n");
+  EXPECT_EQ(twice.rfind("HTTP/1.1 400", 0), 0u) << twice;
+  EXPECT_NE(twice.find("more than one Host"), std::string::npos) << twice;
+  EXPECT_EQ(proxy_->stats().requests, 1u) << "nothing was dialled for it";
+}
+
 TEST_F(EgressProxyTest, EveryPlainRefusalIsA403WithItsReasonAndCounted) {
   start({"allowed.test"});
   std::string answer = get("http://other.test/", "other.test");

@@ -405,6 +405,10 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     if (!domain) return refuse(400, "bad_request", "not a host name: " + host);
     domain_ = *domain;
     if (!tunnel_) {
+      if (const auto [first, end] = message.equal_range(http::field::host);
+          first != end && std::next(first) != end) {
+        return refuse(400, "bad_request", "more than one Host header");
+      }
       const auto named = message.find(http::field::host);
       std::string named_host = named == message.end() ? "" : std::string(named->value());
       if (const std::size_t colon = named_host.rfind(':');
@@ -552,7 +556,9 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     auto& message = parser_->get();
     request_ = std::make_shared<http::request<http::string_body>>(message.method(), path_,
                                                                   message.version());
-    for (const auto& field : message) request_->set(field.name_string(), field.value());
+    for (const auto& field : message) {
+      request_->insert(field.name(), field.name_string(), field.value());
+    }
     strip_hop_by_hop(*request_);
     if (inject_secrets(*request_)) ++impl_->secrets_injected;
     request_->set(http::field::connection, "close");
@@ -594,20 +600,27 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     bool injected = false;
     for (const EgressSecret& secret : impl_->policy.secrets) {
       if (secret.domain != domain_) continue;
-      const auto field = request.find(secret.header);
-      if (field == request.end()) continue;
-      std::string value(field->value());
-      if (value.find(secret.placeholder) == std::string::npos) continue;
-      if (value == secret.placeholder) {
-        value = secret.format;
-        value.replace(value.find("{}"), 2, secret.value);
-      } else {
-        for (std::size_t at = value.find(secret.placeholder); at != std::string::npos;
-             at = value.find(secret.placeholder, at + secret.value.size())) {
-          value.replace(at, secret.placeholder.size(), secret.value);
-        }
+      // Every line of that header, in order: each holding the placeholder gets the secret.
+      std::vector<std::string> values;
+      bool holds = false;
+      for (auto [it, end] = request.equal_range(secret.header); it != end; ++it) {
+        values.emplace_back(it->value());
+        holds = holds || values.back().find(secret.placeholder) != std::string::npos;
       }
-      request.set(secret.header, value);
+      if (!holds) continue;
+      request.erase(secret.header);
+      for (std::string& value : values) {
+        if (value == secret.placeholder) {
+          value = secret.format;
+          value.replace(value.find("{}"), 2, secret.value);
+        } else {
+          for (std::size_t at = value.find(secret.placeholder); at != std::string::npos;
+               at = value.find(secret.placeholder, at + secret.value.size())) {
+            value.replace(at, secret.placeholder.size(), secret.value);
+          }
+        }
+        request.insert(secret.header, value);
+      }
       injected = true;
     }
     return injected;
