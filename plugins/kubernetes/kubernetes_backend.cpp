@@ -340,18 +340,13 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     }
   }
 
-  // network mode isolated: the sandbox's NetworkPolicy, owned by its pod like its Service (so
-  // the cluster collects it with the pod): ingress to its port only from pods labelled as a
-  // relay (the provisioner, a gateway), and no egress at all.
-  void ensure_network_policy(const std::string& id, const std::string& pod_name,
-                             const std::string& pod_uid) {
-    rapidjson::StringBuffer buffer;
-    Writer w(buffer);
-    w.StartObject();
-    w.Key("apiVersion"), w.String("networking.k8s.io/v1"), w.Key("kind"), w.String("NetworkPolicy");
+  // An object's `metadata`: its name, the sandbox's labels and, once the pod's uid is known, the
+  // pod as its owner (so the cluster collects it with the pod).
+  void owned_metadata(Writer& w, const std::string& id, const std::string& name,
+                      const std::string& pod_name, const std::string& pod_uid) const {
     w.Key("metadata");
     w.StartObject();
-    w.Key("name"), w.String((pod_name + "-netpol").c_str());
+    w.Key("name"), w.String(name.c_str());
     labels(w, id);
     if (!pod_uid.empty()) {
       w.Key("ownerReferences");
@@ -363,6 +358,18 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
       w.EndArray();
     }
     w.EndObject();
+  }
+
+  // network mode isolated: the sandbox's NetworkPolicy, owned by its pod like its Service (so
+  // the cluster collects it with the pod): ingress to its port only from pods labelled as a
+  // relay (the provisioner, a gateway), and no egress at all.
+  void ensure_network_policy(const std::string& id, const std::string& pod_name,
+                             const std::string& pod_uid) {
+    rapidjson::StringBuffer buffer;
+    Writer w(buffer);
+    w.StartObject();
+    w.Key("apiVersion"), w.String("networking.k8s.io/v1"), w.Key("kind"), w.String("NetworkPolicy");
+    owned_metadata(w, id, pod_name + "-netpol", pod_name, pod_uid);
     w.Key("spec");
     w.StartObject();
     w.Key("podSelector");
@@ -565,20 +572,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     Writer w(buffer);
     w.StartObject();
     w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Service");
-    w.Key("metadata");
-    w.StartObject();
-    w.Key("name"), w.String((pod_name + "-svc").c_str());
-    labels(w, id);
-    if (!pod_uid.empty()) {
-      w.Key("ownerReferences");
-      w.StartArray();
-      w.StartObject();
-      w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
-      w.Key("name"), w.String(pod_name.c_str()), w.Key("uid"), w.String(pod_uid.c_str());
-      w.EndObject();
-      w.EndArray();
-    }
-    w.EndObject();
+    owned_metadata(w, id, pod_name + "-svc", pod_name, pod_uid);
     w.Key("spec");
     w.StartObject();
     w.Key("type"), w.String(url_mode_ == "node_port" ? "NodePort" : "ClusterIP");
