@@ -41,12 +41,12 @@ for entry in entries:
         failed += 1
         print(f"thread_safety: {os.path.relpath(path)}:\n{done.stderr}", file=sys.stderr)
 # The pass must be able to fail: a read of guarded state without its lock is an error.
-probe = """#include "thread_annotations.hpp"
+probe = """#include "sandboxd/core/thread_annotations.hpp"
 struct Probe { sandboxd::core::Mutex m; int value GUARDED_BY(m) = 0; };
 int unguarded(Probe& p) { return p.value; }
 """
-core_src = os.path.join(os.getcwd(), "core", "src")
-done = subprocess.run(["clang++", "-std=c++20", "-I", core_src, "-x", "c++", "-", "-fsyntax-only",
+core_include = os.path.join(os.getcwd(), "core", "include")
+done = subprocess.run(["clang++", "-std=c++20", "-I", core_include, "-x", "c++", "-", "-fsyntax-only",
                        "-Wthread-safety", "-Werror"], input=probe, capture_output=True, text=True)
 if done.returncode == 0 or "requires holding mutex" not in done.stderr:
     print("thread_safety: an unguarded read was not caught; the analysis is not running",

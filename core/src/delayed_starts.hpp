@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-#include "thread_annotations.hpp"
+#include "sandboxd/core/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

@@ -178,12 +178,7 @@ void SlotPool::read_kept_shape() {
   std::string text;
   try {
     const UniqueFd root = open_trusted_dir(options_.root);
-    UniqueFd file = open_file(root.get(), "shape", O_RDONLY, 0, options_.root / "shape");
-    char chunk[4096];
-    ssize_t got;
-    while ((got = ::read(file.get(), chunk, sizeof chunk)) > 0 && text.size() < 65536) {
-      text.append(chunk, static_cast<std::size_t>(got));
-    }
+    text = read_file_at(root.get(), "shape", 65536, options_.root / "shape");
   } catch (const std::exception&) {
     return;  // none kept yet
   }
@@ -537,12 +532,7 @@ std::optional<ClaimRecord> SlotPool::read_record(const fs::path& root,
   std::string text;
   try {
     const UniqueFd claims = open_trusted_dir(dir);
-    UniqueFd file = open_file(claims.get(), sandbox_id + ".json", O_RDONLY, 0, dir / sandbox_id);
-    char chunk[4096];
-    ssize_t got;
-    while ((got = ::read(file.get(), chunk, sizeof chunk)) > 0 && text.size() < 65536) {
-      text.append(chunk, static_cast<std::size_t>(got));
-    }
+    text = read_file_at(claims.get(), sandbox_id + ".json", 65536, dir / sandbox_id);
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -22,6 +22,7 @@
 #include "fs_fixtures.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/host_fs.hpp"
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -310,6 +311,25 @@ TEST_F(HostIntegrityTest, TheCredentialWalkIsBoundedAndSaysWhereItStopped) {
   fs::remove_all(root / "data");
   fs::create_directories(root / "data");
   EXPECT_TRUE(paths().ensure_lark_cli_credential_tree("alice").complete);
+}
+
+// host_fs::read_file_at: the file whole within its bound, never a link, never read in part.
+TEST_F(HostIntegrityTest, AStateFileIsReadWholeWithinItsBoundAndNeverThroughALink) {
+  fs::create_directories(base());
+  std::ofstream(base() / "small") << "twelve bytes";
+  std::ofstream(base() / "large") << std::string(5000, 'x');
+  fs::create_symlink(outside() / "secret", base() / "link");
+  const host_fs::UniqueFd dir = host_fs::open_trusted_dir(base());
+  EXPECT_EQ(host_fs::read_file_at(dir.get(), "small", 12, base() / "small"), "twelve bytes");
+  try {
+    host_fs::read_file_at(dir.get(), "large", 4096, base() / "large");
+    FAIL() << "a file over its bound was read";
+  } catch (const fs::filesystem_error& e) {
+    EXPECT_EQ(e.code(), std::errc::file_too_large);
+    EXPECT_THAT(e.what(), HasSubstr("more than 4096 bytes"));
+  }
+  EXPECT_THROW(host_fs::read_file_at(dir.get(), "link", 4096, base() / "link"),
+               host_fs::UnsafePathError);
 }
 
 }  // namespace

@@ -9,9 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -27,6 +25,7 @@ constexpr const char* kGrantsFile = "egress-grants.json";
 
 constexpr const char* kPlaceholdersFile = "egress-placeholders.json";
 constexpr std::size_t kMaxSecretBytes = 4096;
+constexpr std::size_t kMaxStateFileBytes = 16 * 1024 * 1024;  // the grants of 10,000 sandboxes fit
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
   throw ConfigError(path + ": " + what);
@@ -71,16 +70,7 @@ std::string read_secret_file(const std::string& file, const std::string& where) 
                      host_fs::octal_mode(st.st_mode) + ", owner " +
                      host_fs::describe_uid(st.st_uid) + "); chmod 600 it");
     }
-    std::string value(kMaxSecretBytes + 2, '\0');
-    std::size_t have = 0;
-    while (have < value.size()) {
-      const ssize_t got = ::read(in.get(), value.data() + have, value.size() - have);
-      if (got < 0 && errno == EINTR) continue;
-      if (got < 0) bad(where, "cannot read " + file + ": " + std::strerror(errno));
-      if (got == 0) break;
-      have += static_cast<std::size_t>(got);
-    }
-    value.resize(have);
+    std::string value = host_fs::read_fd(in.get(), kMaxSecretBytes + 2, path);
     if (!value.empty() && value.back() == '\n') value.pop_back();
     if (!value.empty() && value.back() == '\r') value.pop_back();
     if (value.empty()) bad(where, file + " is empty");
@@ -269,11 +259,8 @@ void assign_secret_placeholders(EgressSettings& settings, const std::filesystem:
   rapidjson::Document kept;
   kept.SetObject();
   try {
-    const host_fs::UniqueFd in =
-        host_fs::open_file(dir.get(), kPlaceholdersFile, O_RDONLY, 0, shown);
-    std::string text(64 * 1024, '\0');
-    const ssize_t got = ::read(in.get(), text.data(), text.size());
-    text.resize(got > 0 ? static_cast<std::size_t>(got) : 0);
+    const std::string text =
+        host_fs::read_file_at(dir.get(), kPlaceholdersFile, kMaxStateFileBytes, shown);
     if (!parse_json(kept, text) || !kept.IsObject()) {
       throw ConfigError(shown.string() +
                         " is not a JSON object; delete it and new placeholders "
@@ -356,23 +343,29 @@ EgressHost::~EgressHost() {
 
 void EgressHost::start(std::chrono::milliseconds sync_interval) {
   proxy_->start();
-  std::ifstream in(state_dir_ / kGrantsFile);
-  if (in) {
-    std::stringstream text;
-    text << in.rdbuf();
-    proxy_->restore_grants(text.str());
+  try {
+    const host_fs::UniqueFd dir = host_fs::open_trusted_dir(state_dir_);
+    proxy_->restore_grants(host_fs::read_file_at(dir.get(), kGrantsFile, kMaxStateFileBytes,
+                                                 state_dir_ / kGrantsFile));
+  } catch (const std::filesystem::filesystem_error& e) {
+    if (e.code() != std::errc::no_such_file_or_directory) {
+      logger_->warning(std::string("egress: the grants of the last run are lost: ") + e.what());
+    }
   }
   sync();
   sync_thread_ = std::thread([this, sync_interval] {
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, sync_interval, [this] { return stopping_; })) {
-      lock.unlock();
+    while (true) {
+      {
+        MutexLock lock(mutex_);
+        if (lock.wait_for(wake_, sync_interval, [this]() REQUIRES(mutex_) { return stopping_; })) {
+          return;
+        }
+      }
       try {
         sync();
       } catch (const std::exception& e) {
         logger_->warning(std::string("egress: sync pass failed: ") + e.what());
       }
-      lock.lock();
     }
   });
   const auto entries = settings_.policy.allow.entries();
@@ -386,7 +379,7 @@ void EgressHost::start(std::chrono::milliseconds sync_interval) {
 
 void EgressHost::stop() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -396,9 +389,7 @@ void EgressHost::stop() {
 }
 
 void EgressHost::attach_if_needed(const SandboxInfo& info) {
-  if (info.network_policy != "allowlist") return;
-  const auto attached = proxy_->attached();
-  if (std::find(attached.begin(), attached.end(), info.sandbox_id) != attached.end()) return;
+  if (info.network_policy != "allowlist" || proxy_->is_attached(info.sandbox_id)) return;
   const std::optional<SandboxEndpoint> endpoint = provider_.endpoint(info.sandbox_id);
   if (!endpoint || !endpoint->open_socket || endpoint->paused) return;  // the next pass
   try {
@@ -431,6 +422,7 @@ void EgressHost::sync() {
 }
 
 void EgressHost::save_grants() {
+  MutexLock saving(save_mutex_);
   try {
     const host_fs::UniqueFd dir = host_fs::open_trusted_dir(state_dir_);
     host_fs::replace_file_at(dir.get(), kGrantsFile, proxy_->grants_json() + "\n", 0600,

@@ -36,9 +36,11 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "relay/hop_by_hop.hpp"
+#include "sandboxd/core/thread_annotations.hpp"
 #include "sandboxd/json.hpp"
 
 namespace sandboxd::core {
@@ -214,15 +216,16 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   std::map<std::string, std::size_t> open_per_sandbox;
   std::uint64_t next_id = 0;
 
-  // Guarded by `mutex`; asked and decided from any thread.
-  mutable std::mutex mutex;
-  std::map<std::string, SandboxEgress> sandboxes;
-  std::map<std::string, std::uint64_t> refused;
-  std::vector<std::string> attached_ids;
+  // Asked and decided from any thread (the doors, the I/O thread); never held across I/O or a
+  // resolution.
+  mutable Mutex mutex;
+  std::map<std::string, SandboxEgress> sandboxes GUARDED_BY(mutex);
+  std::map<std::string, std::uint64_t> refused GUARDED_BY(mutex);
+  std::set<std::string> attached_ids GUARDED_BY(mutex);
   // Log lines about refusals: at most kLogBurst a second, the rest counted.
-  double log_window = 0;
-  int logged_in_window = 0;
-  std::uint64_t unlogged = 0;
+  double log_window GUARDED_BY(mutex) = 0;
+  int logged_in_window GUARDED_BY(mutex) = 0;
+  std::uint64_t unlogged GUARDED_BY(mutex) = 0;
   static constexpr int kLogBurst = 20;
 
   std::atomic<std::uint64_t> tunnels{0}, requests{0}, secrets_injected{0}, open_connections{0};
@@ -240,7 +243,7 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   bool allowed(const std::string& sandbox_id, const std::string& domain, int port,
                const std::string& method) {
     if (policy.allow.allows(domain)) return true;
-    std::lock_guard lock(mutex);
+    MutexLock lock(mutex);
     auto& state = sandboxes[sandbox_id];
     const double now = clock->wall_now();
     if (auto it = state.grants.find(domain); it != state.grants.end()) {
@@ -271,7 +274,7 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
     bool log_it = false;
     std::uint64_t skipped = 0;
     {
-      std::lock_guard lock(mutex);
+      MutexLock lock(mutex);
       ++refused[reason];
       const double now = clock->monotonic_now();
       if (now - log_window >= 1.0) {
@@ -828,11 +831,8 @@ void EgressProxy::stop() {
 
 void EgressProxy::attach(const std::string& sandbox_id, int listening_fd) {
   {
-    std::lock_guard lock(impl_->mutex);
-    if (std::find(impl_->attached_ids.begin(), impl_->attached_ids.end(), sandbox_id) ==
-        impl_->attached_ids.end()) {
-      impl_->attached_ids.push_back(sandbox_id);
-    }
+    MutexLock lock(impl_->mutex);
+    impl_->attached_ids.insert(sandbox_id);
   }
   asio::post(impl_->io, [impl = impl_, sandbox_id, listening_fd] {
     auto acceptor = std::make_unique<tcp::acceptor>(impl->io);
@@ -857,11 +857,9 @@ void EgressProxy::attach(const std::string& sandbox_id, int listening_fd) {
 
 void EgressProxy::detach(const std::string& sandbox_id) {
   {
-    std::lock_guard lock(impl_->mutex);
+    MutexLock lock(impl_->mutex);
     impl_->sandboxes.erase(sandbox_id);
-    impl_->attached_ids.erase(
-        std::remove(impl_->attached_ids.begin(), impl_->attached_ids.end(), sandbox_id),
-        impl_->attached_ids.end());
+    impl_->attached_ids.erase(sandbox_id);
   }
   asio::post(impl_->io, [impl = impl_, sandbox_id] {
     const auto it = impl->listeners.find(sandbox_id);
@@ -879,12 +877,17 @@ void EgressProxy::detach(const std::string& sandbox_id) {
 }
 
 std::vector<std::string> EgressProxy::attached() const {
-  std::lock_guard lock(impl_->mutex);
-  return impl_->attached_ids;
+  MutexLock lock(impl_->mutex);
+  return {impl_->attached_ids.begin(), impl_->attached_ids.end()};
+}
+
+bool EgressProxy::is_attached(const std::string& sandbox_id) const {
+  MutexLock lock(impl_->mutex);
+  return impl_->attached_ids.count(sandbox_id) > 0;
 }
 
 std::vector<EgressRequest> EgressProxy::pending(const std::string& sandbox_id) const {
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   std::vector<EgressRequest> out;
   const auto it = impl_->sandboxes.find(sandbox_id);
   if (it == impl_->sandboxes.end()) return out;
@@ -893,7 +896,7 @@ std::vector<EgressRequest> EgressProxy::pending(const std::string& sandbox_id) c
 }
 
 std::vector<EgressGrant> EgressProxy::grants(const std::string& sandbox_id) const {
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   std::vector<EgressGrant> out;
   const auto it = impl_->sandboxes.find(sandbox_id);
   if (it == impl_->sandboxes.end()) return out;
@@ -908,7 +911,7 @@ void EgressProxy::decide(const std::string& sandbox_id, const std::string& domai
                          EgressDecision decision) {
   const auto normalized = egress::normalize_domain(domain);
   if (!normalized) throw std::invalid_argument("'" + domain + "' is not a domain name");
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   auto& state = impl_->sandboxes[sandbox_id];
   for (auto it = state.pending.begin(); it != state.pending.end();) {
     it = it->second.domain == *normalized ? state.pending.erase(it) : std::next(it);
@@ -930,7 +933,7 @@ bool EgressProxy::decide_request(const std::string& sandbox_id, const std::strin
                                  EgressDecision decision) {
   std::string domain;
   {
-    std::lock_guard lock(impl_->mutex);
+    MutexLock lock(impl_->mutex);
     const auto found = impl_->sandboxes.find(sandbox_id);
     if (found == impl_->sandboxes.end()) return false;
     for (const auto& [key, request] : found->second.pending) {
@@ -943,7 +946,7 @@ bool EgressProxy::decide_request(const std::string& sandbox_id, const std::strin
 }
 
 std::vector<EgressRequest> EgressProxy::consume_events(const std::string& sandbox_id) {
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   std::vector<EgressRequest> out;
   const auto found = impl_->sandboxes.find(sandbox_id);
   if (found == impl_->sandboxes.end()) return out;
@@ -956,7 +959,7 @@ std::vector<EgressRequest> EgressProxy::consume_events(const std::string& sandbo
 }
 
 void EgressProxy::deny_pending(const std::string& sandbox_id) {
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   const auto found = impl_->sandboxes.find(sandbox_id);
   if (found == impl_->sandboxes.end()) return;
   auto& pending = found->second.pending;
@@ -966,7 +969,7 @@ void EgressProxy::deny_pending(const std::string& sandbox_id) {
 }
 
 std::string EgressProxy::grants_json() const {
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartObject();
@@ -987,7 +990,7 @@ std::string EgressProxy::grants_json() const {
 void EgressProxy::restore_grants(const std::string& json) {
   rapidjson::Document doc;
   if (!parse_json(doc, json) || !doc.IsObject()) return;
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   for (const auto& sandbox : doc.GetObject()) {
     if (!sandbox.value.IsObject()) continue;
     auto& state = impl_->sandboxes[sandbox.name.GetString()];
@@ -1004,7 +1007,7 @@ EgressStats EgressProxy::stats() const {
   out.requests = impl_->requests.load();
   out.secrets_injected = impl_->secrets_injected.load();
   out.open_connections = impl_->open_connections.load();
-  std::lock_guard lock(impl_->mutex);
+  MutexLock lock(impl_->mutex);
   out.refused = impl_->refused;
   out.attached_sandboxes = impl_->attached_ids.size();
   return out;

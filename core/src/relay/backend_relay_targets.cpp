@@ -16,7 +16,7 @@ std::optional<SandboxEndpoint> BackendRelayTargets::lookup(const std::string& sa
   if (access_ == nullptr) return std::nullopt;
   const double now = clock_->monotonic_now();
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     const auto it = cache_.find(sandbox_id);
     if (it != cache_.end() && it->second.expires > now) return it->second.endpoint;
   }
@@ -33,7 +33,7 @@ std::optional<SandboxEndpoint> BackendRelayTargets::lookup(const std::string& sa
     paused.paused = true;
     return paused;
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (cache_.size() >= kMaxCached) {
     for (auto it = cache_.begin(); it != cache_.end();) {
       it = it->second.expires <= now ? cache_.erase(it) : std::next(it);
@@ -45,7 +45,7 @@ std::optional<SandboxEndpoint> BackendRelayTargets::lookup(const std::string& sa
 }
 
 void BackendRelayTargets::forget(const std::string& sandbox_id) {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   cache_.erase(sandbox_id);
 }
 

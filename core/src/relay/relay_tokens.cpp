@@ -50,15 +50,13 @@ std::string read_secret(int dirfd, const std::filesystem::path& shown) {
                              "); a relay secret others can "
                              "read lets them reach every sandbox");
   }
-  std::string secret(256, '\0');
-  const ssize_t got = ::read(file.get(), secret.data(), secret.size());
-  if (got < static_cast<ssize_t>(kRelaySecretBytes)) {
+  const std::string secret = host_fs::read_fd(file.get(), 256, shown);
+  if (secret.size() < kRelaySecretBytes) {
     throw std::runtime_error(shown.string() + " holds fewer than " +
                              std::to_string(kRelaySecretBytes) +
                              " bytes; delete it and a new secret is made (every relay token "
                              "changes)");
   }
-  secret.resize(static_cast<std::size_t>(got));
   return secret;
 }
 

@@ -230,6 +230,33 @@ inline UniqueFd open_file(int dirfd, const std::string& name, int flags, mode_t 
   return file;
 }
 
+// What the open file `fd` holds, read whole; a file of more than `max_bytes` is refused
+// (std::filesystem::filesystem_error, EFBIG, naming `shown`) rather than read in part.
+inline std::string read_fd(int fd, std::size_t max_bytes, const std::filesystem::path& shown) {
+  std::string text;
+  char chunk[4096];
+  while (true) {
+    const ssize_t got = ::read(fd, chunk, sizeof chunk);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_errno("cannot read", shown, errno);
+    if (got == 0) return text;
+    if (text.size() + static_cast<std::size_t>(got) > max_bytes) {
+      const std::string what =
+          "refusing to read more than " + std::to_string(max_bytes) + " bytes of";
+      throw_errno(what.c_str(), shown, EFBIG);
+    }
+    text.append(chunk, static_cast<std::size_t>(got));
+  }
+}
+
+// The regular file `name` under `dirfd` (no link followed, as open_file), read whole: at most
+// `max_bytes`.
+inline std::string read_file_at(int dirfd, const std::string& name, std::size_t max_bytes,
+                                const std::filesystem::path& shown) {
+  const UniqueFd file = open_file(dirfd, name, O_RDONLY, 0, shown);
+  return read_fd(file.get(), max_bytes, shown);
+}
+
 // Replaces the regular file `name` under `dirfd` with `content` so that a crash leaves the old
 // file or the new one, never a part of either: written under a fresh temporary name beside
 // it (O_EXCL, no link followed), fsync'ed, renamed over `name`, and then the directory

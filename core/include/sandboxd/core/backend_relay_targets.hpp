@@ -17,6 +17,7 @@
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
+#include "sandboxd/core/thread_annotations.hpp"
 
 namespace sandboxd::core {
 
@@ -42,8 +43,8 @@ class BackendRelayTargets {
   NamespacedSandboxes* const access_;
   const std::shared_ptr<Clock> clock_;
   const double ttl_seconds_;
-  std::mutex mutex_;
-  std::map<std::string, Cached> cache_;  // guarded by mutex_
+  Mutex mutex_;
+  std::map<std::string, Cached> cache_ GUARDED_BY(mutex_);
 };
 
 }  // namespace sandboxd::core

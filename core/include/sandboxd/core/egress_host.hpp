@@ -4,8 +4,10 @@
 // when the sandbox goes; the gateway's grants kept in the state directory
 // (`egress-grants.json`, 0600) so that a restart keeps them, and dropped with their sandbox.
 //
-// Lock story: the proxy has its own (egress_proxy.hpp); `mutex_` guards the sync thread's stop
-// flag and the last save's error, never held across a backend or engine call.
+// Lock story: the proxy has its own (egress_proxy.hpp). `mutex_` guards the sync thread's stop
+// flag only. `save_mutex_` is held across one save of the grants, from taking the proxy's
+// snapshot to its rename into place, so that saves from the doors and the sync thread land in
+// the order their snapshots were taken (file I/O under it, nothing else).
 #pragma once
 
 #include <boost/asio/ip/tcp.hpp>
@@ -21,6 +23,7 @@
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_proxy.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
+#include "sandboxd/core/thread_annotations.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::core {
@@ -82,9 +85,10 @@ class EgressHost final : public SandboxEgress {
   const std::filesystem::path state_dir_;
   std::shared_ptr<Logger> logger_;
   std::unique_ptr<EgressProxy> proxy_;
-  std::mutex mutex_;
+  Mutex mutex_;
+  Mutex save_mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;  // guarded by mutex_
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::thread sync_thread_;
 };
 

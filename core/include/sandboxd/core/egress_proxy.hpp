@@ -154,7 +154,8 @@ class EgressProxy {
   void attach(const std::string& sandbox_id, int listening_fd);
   // Its listener and connections closed; its pending requests and grants forgotten.
   void detach(const std::string& sandbox_id);
-  std::vector<std::string> attached() const;
+  std::vector<std::string> attached() const;  // in id order
+  bool is_attached(const std::string& sandbox_id) const;
 
   std::vector<EgressRequest> pending(const std::string& sandbox_id) const;
   std::vector<EgressGrant> grants(const std::string& sandbox_id) const;  // unexpired ones

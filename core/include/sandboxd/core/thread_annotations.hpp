@@ -2,7 +2,10 @@
 // thread_annotations.h is the model). On other compilers the macros expand to nothing.
 //
 // libstdc++'s std::mutex and std::lock_guard carry no annotations, so the core's guarded state
-// is locked through Mutex and MutexLock below, which do.
+// is locked through Mutex and MutexLock below, which do. Installed with the core's headers so
+// that a public class with a lock (EgressHost, BackendRelayTargets) states its lock story in
+// annotations too; a macro an including program already defines (abseil's older names) is
+// left as it is.
 #pragma once
 
 #include <condition_variable>
@@ -14,19 +17,45 @@
 #define SANDBOXD_THREAD_ANNOTATION(x)
 #endif
 
+#ifndef CAPABILITY
 #define CAPABILITY(x) SANDBOXD_THREAD_ANNOTATION(capability(x))
+#endif
+#ifndef SCOPED_CAPABILITY
 #define SCOPED_CAPABILITY SANDBOXD_THREAD_ANNOTATION(scoped_lockable)
+#endif
+#ifndef GUARDED_BY
 #define GUARDED_BY(x) SANDBOXD_THREAD_ANNOTATION(guarded_by(x))
+#endif
+#ifndef PT_GUARDED_BY
 #define PT_GUARDED_BY(x) SANDBOXD_THREAD_ANNOTATION(pt_guarded_by(x))
+#endif
+#ifndef REQUIRES
 #define REQUIRES(...) SANDBOXD_THREAD_ANNOTATION(requires_capability(__VA_ARGS__))
+#endif
+#ifndef EXCLUDES
 #define EXCLUDES(...) SANDBOXD_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#endif
+#ifndef ACQUIRED_BEFORE
 #define ACQUIRED_BEFORE(...) SANDBOXD_THREAD_ANNOTATION(acquired_before(__VA_ARGS__))
+#endif
+#ifndef ACQUIRED_AFTER
 #define ACQUIRED_AFTER(...) SANDBOXD_THREAD_ANNOTATION(acquired_after(__VA_ARGS__))
+#endif
+#ifndef ACQUIRE
 #define ACQUIRE(...) SANDBOXD_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
+#endif
+#ifndef RELEASE
 #define RELEASE(...) SANDBOXD_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
+#endif
+#ifndef TRY_ACQUIRE
 #define TRY_ACQUIRE(...) SANDBOXD_THREAD_ANNOTATION(try_acquire_capability(__VA_ARGS__))
+#endif
+#ifndef RETURN_CAPABILITY
 #define RETURN_CAPABILITY(x) SANDBOXD_THREAD_ANNOTATION(lock_returned(x))
+#endif
+#ifndef NO_THREAD_SAFETY_ANALYSIS
 #define NO_THREAD_SAFETY_ANALYSIS SANDBOXD_THREAD_ANNOTATION(no_thread_safety_analysis)
+#endif
 
 namespace sandboxd::core {
 
