@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -466,6 +467,46 @@ TEST_F(RelayTest, AHeadThatNeverEndsIsClosedAtItsDeadline) {
   const auto took = std::chrono::steady_clock::now() - started;
   EXPECT_EQ(answer, "");
   EXPECT_LT(took, 4000ms) << "the trickling head held its connection";
+}
+
+// The relay asks where a sandbox is off its I/O thread: sandboxd-provisioner's lookup inspects
+// the container (an engine call), and one that waits must not stop every other sandbox's
+// traffic behind it.
+TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
+  FakeSandbox fast("fast");
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  const RelayTokens tokens(std::string(32, 'k'));
+  Relay relay(
+      [&](const std::string& id) -> std::optional<core::SandboxEndpoint> {
+        if (id == "slow") released.wait();  // an engine that takes its time
+        core::SandboxEndpoint endpoint;
+        endpoint.host = "127.0.0.1";
+        endpoint.port = fast.port();
+        return endpoint;
+      },
+      tokens, RelayOptions{}, logger_);
+  relay.start();
+  httplib::Client slow_client("127.0.0.1", relay.port());
+  slow_client.set_read_timeout(30, 0);
+  auto slow = std::async(std::launch::async, [&] {
+    return slow_client.Get("/s/slow/v1/sandbox",
+                           {{core::kRelayTokenHeader, tokens.token_for("slow")}});
+  });
+  std::this_thread::sleep_for(100ms);  // the slow lookup has started
+
+  httplib::Client fast_client("127.0.0.1", relay.port());
+  fast_client.set_read_timeout(5, 0);
+  const auto answer =
+      fast_client.Get("/s/fast/v1/sandbox", {{core::kRelayTokenHeader, tokens.token_for("fast")}});
+  const bool answered_while_waiting =
+      answer && answer->status == 200 && slow.wait_for(0ms) == std::future_status::timeout;
+  release.set_value();
+  EXPECT_TRUE(answered_while_waiting) << "a waiting lookup held another sandbox's request";
+  const auto late = slow.get();
+  ASSERT_TRUE(late);
+  EXPECT_EQ(late->status, 200);
+  relay.stop();
 }
 
 }  // namespace

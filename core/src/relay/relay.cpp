@@ -108,7 +108,7 @@ struct Relay::Impl : std::enable_shared_from_this<Relay::Impl> {
 };
 
 // One client connection. Every member is touched on the I/O thread only, but for the dial,
-// whose thread only makes a socket and posts it back.
+// whose thread only looks the sandbox up, makes a socket and posts both back.
 class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
  public:
   RelayConnection(std::shared_ptr<Relay::Impl> impl, tcp::socket client, std::uint64_t id)
@@ -209,21 +209,6 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
       return;
     }
     vouched_ = true;
-    std::optional<SandboxEndpoint> endpoint;
-    try {
-      endpoint = impl_->targets(sandbox_id_);
-    } catch (const std::exception& e) {
-      impl_->log(LogLevel::warning, "looking up sandbox " + sandbox_id_ + ": " + e.what());
-    }
-    if (!endpoint) {
-      ++impl_->unknown_sandbox;
-      refuse(404, "sandbox " + sandbox_id_ + " is not tracked by this host");
-      return;
-    }
-    if (endpoint->paused) {
-      refuse(409, "sandbox " + sandbox_id_ + " is paused; acquire it to resume it");
-      return;
-    }
     client_keep_alive_ = message.keep_alive();
     upgrade_ = lists_token(view(message[http::field::connection]), "upgrade") &&
                !message[http::field::upgrade].empty();
@@ -239,17 +224,27 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
     } else {
       message.set(http::field::connection, "close");
     }
-    dial(std::move(*endpoint));
+    dial();
   }
 
   // ── the sandbox ──
-  void dial(SandboxEndpoint endpoint) {
+  // Which sandbox, and a socket to it, are found on a dialer thread: the lookup may ask the
+  // backend (sandboxd-provisioner's targets inspect the container) and a socket in a network
+  // namespace may wait for the namespace's helper; the I/O thread never waits for either.
+  void dial() {
     arm(impl_->options.connect_timeout);
     auto self = shared_from_this();
-    auto done = [self](int fd, std::string error, tcp::endpoint target) {
-      asio::post(self->impl_->io, [self, fd, error, target] {
+    // `refusal` set: answered with it, nothing dialled; else `fd` is the socket (or -1, `error`).
+    auto done = [self](int fd, std::string error, tcp::endpoint target,
+                       std::optional<std::pair<int, std::string>> refusal) {
+      asio::post(self->impl_->io, [self, fd, error, target, refusal] {
         if (self->closed_) {
           if (fd >= 0) ::close(fd);
+          return;
+        }
+        if (refusal) {
+          if (refusal->first == 404) ++self->impl_->unknown_sandbox;
+          self->refuse(refusal->first, refusal->second);
           return;
         }
         if (fd < 0) {
@@ -276,27 +271,37 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
         });
       });
     };
-    // A socket in a network namespace is made on a dialer thread (it may wait for the
-    // namespace's helper); an ordinary one here, without the two thread hops.
-    asio::post(endpoint.open_socket ? asio::any_io_executor(impl_->dialers.get_executor())
-                                    : asio::any_io_executor(impl_->io.get_executor()),
-               [endpoint = std::move(endpoint), done]() {
-                 boost::system::error_code ec;
-                 const auto address = asio::ip::make_address(endpoint.host, ec);
-                 if (ec) {
-                   done(-1, "its address " + endpoint.host + " is not numeric", {});
-                   return;
-                 }
-                 const tcp::endpoint target(address, static_cast<unsigned short>(endpoint.port));
-                 try {
-                   const int fd = endpoint.open_socket ? endpoint.open_socket()
-                                                       : ::socket(target.protocol().family(),
-                                                                  SOCK_STREAM | SOCK_CLOEXEC, 0);
-                   done(fd, fd < 0 ? std::string(std::strerror(errno)) : std::string(), target);
-                 } catch (const std::exception& e) {
-                   done(-1, e.what(), target);
-                 }
-               });
+    asio::post(impl_->dialers, [impl = impl_, id = sandbox_id_, done]() {
+      std::optional<SandboxEndpoint> endpoint;
+      try {
+        endpoint = impl->targets(id);
+      } catch (const std::exception& e) {
+        impl->log(LogLevel::warning, "looking up sandbox " + id + ": " + e.what());
+      }
+      if (!endpoint) {
+        done(-1, "", {}, std::pair(404, "sandbox " + id + " is not tracked by this host"));
+        return;
+      }
+      if (endpoint->paused) {
+        done(-1, "", {}, std::pair(409, "sandbox " + id + " is paused; acquire it to resume it"));
+        return;
+      }
+      boost::system::error_code ec;
+      const auto address = asio::ip::make_address(endpoint->host, ec);
+      if (ec) {
+        done(-1, "its address " + endpoint->host + " is not numeric", {}, std::nullopt);
+        return;
+      }
+      const tcp::endpoint target(address, static_cast<unsigned short>(endpoint->port));
+      try {
+        const int fd = endpoint->open_socket
+                           ? endpoint->open_socket()
+                           : ::socket(target.protocol().family(), SOCK_STREAM | SOCK_CLOEXEC, 0);
+        done(fd, fd < 0 ? std::string(std::strerror(errno)) : std::string(), target, std::nullopt);
+      } catch (const std::exception& e) {
+        done(-1, e.what(), target, std::nullopt);
+      }
+    });
   }
 
   void write_request_head() {

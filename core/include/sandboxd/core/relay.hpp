@@ -35,7 +35,9 @@ namespace sandboxd::core {
 
 class Provider;
 
-// The sandboxes a relay serves: nullopt for one it must not reach (not tracked here).
+// The sandboxes a relay serves: nullopt for one it must not reach (not tracked here). Asked on
+// one of the relay's dialer threads, never its I/O thread, so it may block (an engine inspect):
+// a slow answer holds that one request.
 using RelayTargets = std::function<std::optional<SandboxEndpoint>(const std::string& sandbox_id)>;
 
 struct RelayOptions {
