@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
 namespace sandboxd::local_docker {
@@ -165,6 +166,11 @@ void NetnsSockets::run() {
 }
 
 int NetnsSockets::socket_in(int pid, int domain, int type, int protocol) {
+  return socket_in_namespace(pid, nullptr, nullptr, domain, type, protocol);
+}
+
+int NetnsSockets::socket_in_namespace(int pid, const Namespace* expected, Namespace* seen,
+                                      int domain, int type, int protocol) {
   if (!home_) {
     throw std::runtime_error("cannot open this process's network namespace: " + errno_text(errno));
   }
@@ -174,6 +180,16 @@ int NetnsSockets::socket_in(int pid, int domain, int type, int protocol) {
     throw std::runtime_error("cannot open " + path +
                              " (the sandbox's network namespace): " + errno_text(errno));
   }
+  struct stat st {};
+  if (::fstat(target.get(), &st) != 0) {
+    throw std::runtime_error("cannot inspect " + path + ": " + errno_text(errno));
+  }
+  const Namespace found{st.st_dev, st.st_ino};
+  if (expected != nullptr && !(found == *expected)) {
+    throw std::runtime_error("process " + std::to_string(pid) +
+                             " no longer has the sandbox's network namespace");
+  }
+  if (seen != nullptr) *seen = found;
   auto done = std::make_shared<std::promise<int>>();
   std::future<int> result = done->get_future();
   const int target_fd = target.get();
@@ -215,24 +231,25 @@ int NetnsSockets::socket_in(int pid, int domain, int type, int protocol) {
 int NetnsSockets::socket_in_container(const std::string& container_id,
                                       const std::function<int()>& pid_of, int domain, int type,
                                       int protocol) {
-  int pid = 0;
+  std::optional<Cached> cached;
   {
     std::lock_guard lock(cache_mutex_);
-    if (auto it = pids_.find(container_id); it != pids_.end()) pid = it->second;
+    if (auto it = pids_.find(container_id); it != pids_.end()) cached = it->second;
   }
-  if (pid > 0) {
+  if (cached) {
     try {
-      return socket_in(pid, domain, type, protocol);
+      return socket_in_namespace(cached->pid, &cached->netns, nullptr, domain, type, protocol);
     } catch (const std::exception&) {
-      forget(container_id);  // the process is gone: ask the engine again
+      forget(container_id);  // the process is gone or is another's: ask the engine again
     }
   }
-  pid = pid_of();
-  if (pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
-  const int fd = socket_in(pid, domain, type, protocol);
+  Cached fresh;
+  fresh.pid = pid_of();
+  if (fresh.pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
+  const int fd = socket_in_namespace(fresh.pid, nullptr, &fresh.netns, domain, type, protocol);
   std::lock_guard lock(cache_mutex_);
   if (pids_.size() >= 100000) pids_.clear();  // bounded; a miss only costs an inspect
-  pids_[container_id] = pid;
+  pids_[container_id] = fresh;
   return fd;
 }
 

@@ -15,6 +15,8 @@
 // in the engine's namespaces; network_preflight() says so when it cannot work.
 #pragma once
 
+#include <sys/types.h>
+
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -74,15 +76,31 @@ class NetnsSockets {
   // `pid` (its /proc/PID/ns/net). Throws std::runtime_error naming the pid and the reason.
   int socket_in(int pid, int domain, int type, int protocol);
 
-  // The same, for the namespace of container `container_id`, whose process `pid_of` looks up
-  // (asked only when the cached one is gone). Cached per container: a cached handle is used
-  // while its process still has that namespace.
+  // The same, for the namespace of container `container_id`, whose process `pid_of` looks up.
+  // Cached per container as the process and the namespace it had (device and inode of its
+  // /proc/PID/ns/net): the cached pid is used only while it still has that namespace, so a
+  // reused pid, or a process that moved, never puts a socket in another sandbox's namespace;
+  // otherwise `pid_of` is asked again.
   int socket_in_container(const std::string& container_id, const std::function<int()>& pid_of,
                           int domain, int type, int protocol);
   void forget(const std::string& container_id);
 
  private:
+  // A namespace as the kernel names it.
+  struct Namespace {
+    dev_t device = 0;
+    ino_t inode = 0;
+    bool operator==(const Namespace&) const = default;
+  };
+  struct Cached {
+    int pid = 0;
+    Namespace netns;
+  };
   void run();
+  // socket_in, refusing (std::runtime_error) when `expected` is given and the pid's namespace
+  // is another; `seen` gets the namespace the socket was made in.
+  int socket_in_namespace(int pid, const Namespace* expected, Namespace* seen, int domain, int type,
+                          int protocol);
 
   host_fs::UniqueFd home_;  // this process's network namespace
   std::mutex mutex_;
@@ -92,7 +110,7 @@ class NetnsSockets {
   std::thread worker_;
 
   std::mutex cache_mutex_;
-  std::map<std::string, int> pids_;  // container id → its process; guarded by cache_mutex_
+  std::map<std::string, Cached> pids_;  // container id → its process; guarded by cache_mutex_
 };
 
 // The bridge port of the container whose process is `pid`: its eth0's peer in this
