@@ -35,6 +35,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "client_hellos.hpp"
 #include "loopback_servers.hpp"
 #include "quiet_logger.hpp"
@@ -236,30 +237,17 @@ RefusalFigures refusals(EgressProxy& proxy, int port, int count) {
 int main(int argc, char** argv) {
   int requests = 2000, mib = 64, refusal_count = 5000, tunnels = 500;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&] {
-      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-      return std::stoi(argv[++i]);
-    };
-    if (arg == "--requests") {
-      requests = value();
-    } else if (arg == "--mib") {
-      mib = value();
-    } else if (arg == "--refusals") {
-      refusal_count = std::max(1001, value());
-    } else if (arg == "--tunnels") {
-      tunnels = value();
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: sandboxd_egress_bench [--requests N] [--mib M] [--refusals N (>1000)] "
-                   "[--tunnels N] [--json]\nunknown argument: %s\n",
-                   arg.c_str());
-      return 2;
-    }
+  if (!read_flags(argc, argv,
+                  {{"--requests", &requests},
+                   {"--mib", &mib},
+                   {"--refusals", &refusal_count},
+                   {"--tunnels", &tunnels}},
+                  json,
+                  "sandboxd_egress_bench [--requests N] [--mib M] [--refusals N (>1000)] "
+                  "[--tunnels N] [--json]")) {
+    return 2;
   }
+  refusal_count = std::max(1001, refusal_count);  // the first second's reading needs 1,000
 
   int http_port = 0, echo_port = 0;
   const pid_t upstreams = fork_upstreams(http_port, echo_port);

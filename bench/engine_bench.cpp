@@ -687,21 +687,22 @@ int main(int argc, char** argv) {
     } else if (arg == "--slot-arrival-seconds" && has_value) {
       options.slot_arrival_seconds = std::max(0.0, std::atof(argv[++i]));
     } else {
-      std::fprintf(stderr,
-                   "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
-                   "[--rounds N] [--jsonl FILE]\n"
-                   "                             [--paused-sandboxes N [--paused-seconds S]]\n"
-                   "                             [--slot-arrival-seconds S] [--only isolation|slots]\n"
-                   "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
-                   "warm, then paused (cgroup)\n"
-                   "  --paused-seconds S    how long each of those two readings lasts "
-                   "(default 60)\n"
-                   "  --slot-arrival-seconds S\n"
-                   "                        pause between new conversations in the slots' "
-                   "hit-rate reading (default 2)\n"
-                   "  --only isolation|slots\n"
-                   "                        only the network isolation and relay figures, or only\n"
-                   "                        the pre-started slots' ones\n");
+      std::fprintf(
+          stderr,
+          "Usage: sandboxd_engine_bench --socket unix:///PATH [--image IMAGE] "
+          "[--rounds N] [--jsonl FILE]\n"
+          "                             [--paused-sandboxes N [--paused-seconds S]]\n"
+          "                             [--slot-arrival-seconds S] [--only isolation|slots]\n"
+          "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
+          "warm, then paused (cgroup)\n"
+          "  --paused-seconds S    how long each of those two readings lasts "
+          "(default 60)\n"
+          "  --slot-arrival-seconds S\n"
+          "                        pause between new conversations in the slots' "
+          "hit-rate reading (default 2)\n"
+          "  --only isolation|slots\n"
+          "                        only the network isolation and relay figures, or only\n"
+          "                        the pre-started slots' ones\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }

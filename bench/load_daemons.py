@@ -35,6 +35,8 @@ import threading
 import time
 from pathlib import Path
 
+from loopback_serve import start_loopback_serve
+
 
 def percentile(values: list[float], fraction: float) -> float:
     if not values:
@@ -254,24 +256,9 @@ def wait_listening(process: subprocess.Popen, prefix: str) -> str:
 
 def load_serve(args, work: Path) -> dict:
     token = secrets.token_hex(16)
-    config = work / "serve.json"
-    config.write_text(json.dumps({"sandbox": {
-        "backend": {"use": "loopback_backend:LoopbackBackend"},
-        "ownership": {"use": "ownership_memory:MemoryOwnershipStore"},
-        "base_dir": str(work / "serve-state"), "replicas": 4096, "idle_timeout": 0,
-        "plugin_dirs": [os.path.abspath(args.plugin_dir)]}}))
-    log = open(work / "serve.log", "wb")
-    process = subprocess.Popen(
-        [args.sandboxctl, "--config", str(config), "--log-level", "warning", "serve", "--json",
-         "--listen", "127.0.0.1:0", "--token-env", "LOAD_TOKEN", "--on-exit", "destroy"],
-        stdout=subprocess.PIPE, stderr=log, env={**os.environ, "LOAD_TOKEN": token})
-    document = ""
-    while not document.rstrip().endswith("}"):
-        line = process.stdout.readline().decode()
-        if not line:
-            raise RuntimeError("serve did not start: " + (work / "serve.log").read_text()[-2000:])
-        document += line
-    port = int(json.loads(document)["listen"].rsplit(":", 1)[1])
+    process, document = start_loopback_serve(args.sandboxctl, args.plugin_dir, work, token,
+                                             replicas=4096, state="serve-state")
+    port = int(document["listen"].rsplit(":", 1)[1])
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
     def one_round(conn, index, round_number):

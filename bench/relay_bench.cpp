@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "loopback_servers.hpp"
 #include "quiet_logger.hpp"
 #include "sandboxd/core/relay.hpp"
@@ -125,27 +126,10 @@ std::vector<double> echoes(const Path& path, int count) {
 int main(int argc, char** argv) {
   int requests = 2000, mib = 64, echo_count = 2000;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&] {
-      if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
-      return std::stoi(argv[++i]);
-    };
-    if (arg == "--requests") {
-      requests = value();
-    } else if (arg == "--mib") {
-      mib = value();
-    } else if (arg == "--echoes") {
-      echo_count = value();
-    } else if (arg == "--json") {
-      json = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: sandboxd_relay_bench [--requests N] [--mib M] [--echoes N] [--json]\n"
-                   "unknown argument: %s\n",
-                   arg.c_str());
-      return 2;
-    }
+  if (!read_flags(argc, argv,
+                  {{"--requests", &requests}, {"--mib", &mib}, {"--echoes", &echo_count}}, json,
+                  "sandboxd_relay_bench [--requests N] [--mib M] [--echoes N] [--json]")) {
+    return 2;
   }
 
   BenchSandbox sandbox;

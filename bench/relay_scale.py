@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from loopback_serve import start_loopback_serve
+
 
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -42,27 +44,6 @@ def reading(pid: int) -> dict:
     return {"rss_kib": rss_kib(pid), "fds": descriptors(pid)}
 
 
-def start_serve(args, work: Path, token: str) -> tuple[subprocess.Popen, dict]:
-    config = work / "serve.json"
-    config.write_text(json.dumps({"sandbox": {
-        "backend": {"use": "loopback_backend:LoopbackBackend", "namespaced": True},
-        "ownership": {"use": "ownership_memory:MemoryOwnershipStore"},
-        "base_dir": str(work / "state"), "replicas": args.sandboxes + 100, "idle_timeout": 0,
-        "plugin_dirs": [os.path.abspath(args.plugin_dir)]}}))
-    log = open(work / "serve.log", "wb")
-    process = subprocess.Popen(
-        [args.sandboxctl, "--config", str(config), "--log-level", "warning", "serve", "--json",
-         "--listen", "127.0.0.1:0", "--token-env", "SCALE_TOKEN", "--on-exit", "destroy"],
-        stdout=subprocess.PIPE, stderr=log, env={**os.environ, "SCALE_TOKEN": token})
-    document = ""
-    while not document.rstrip().endswith("}"):
-        line = process.stdout.readline().decode()
-        if not line:
-            raise RuntimeError("serve did not start: " + (work / "serve.log").read_text()[-2000:])
-        document += line
-    return process, json.loads(document)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sandboxctl", required=True)
@@ -74,7 +55,8 @@ def main() -> int:
     token = secrets.token_hex(16)
     with tempfile.TemporaryDirectory(prefix="sandboxd-relay-scale-") as tmp:
         work = Path(tmp)
-        process, info = start_serve(args, work, token)
+        process, info = start_loopback_serve(args.sandboxctl, args.plugin_dir, work, token,
+                                             replicas=args.sandboxes + 100, namespaced=True)
         try:
             host, port = info["listen"].removeprefix("http://").rsplit(":", 1)
             relay_host, relay_port = info["relay"].removeprefix("http://").rsplit(":", 1)
