@@ -39,6 +39,9 @@
 #include <set>
 #include <thread>
 
+#include "net/busy_answer.hpp"
+#include "net/deadline.hpp"
+#include "net/io_thread.hpp"
 #include "relay/hop_by_hop.hpp"
 #include "sandboxd/core/thread_annotations.hpp"
 #include "sandboxd/json.hpp"
@@ -308,7 +311,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
       : impl_(std::move(impl)),
         client_(std::move(client)),
         upstream_(impl_->io),
-        timer_(impl_->io),
+        deadline_(impl_->io),
         id_(id),
         sandbox_id_(std::move(sandbox_id)),
         client_buffer_(impl_->options.max_header_bytes + impl_->options.max_plain_body_bytes +
@@ -329,7 +332,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
   void close() {
     if (closed_) return;
     closed_ = true;
-    timer_.cancel();
+    deadline_.cancel();
     boost::system::error_code ignored;
     client_.shutdown(tcp::socket::shutdown_both, ignored);
     client_.close(ignored);
@@ -341,13 +344,9 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
 
  private:
   void arm(std::chrono::milliseconds limit) {
-    ++generation_;
-    timer_.expires_after(limit);
-    timer_.async_wait(
-        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
-          if (ec || generation != self->generation_ || self->closed_) return;
-          self->close();
-        });
+    deadline_.arm(limit, [self = shared_from_this()] {
+      if (!self->closed_) self->close();
+    });
   }
 
   void on_head(const boost::system::error_code& ec) {
@@ -722,7 +721,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
   std::shared_ptr<EgressProxy::Impl> impl_;
   tcp::socket client_;
   tcp::socket upstream_;
-  asio::steady_timer timer_;
+  net::Deadline deadline_;
   const std::uint64_t id_;
   const std::string sandbox_id_;
   beast::flat_buffer client_buffer_;
@@ -734,7 +733,6 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
   std::uint16_t port_ = 0;
   bool tunnel_ = false;
   bool closed_ = false;
-  std::uint64_t generation_ = 0;
 };
 
 void EgressProxy::Impl::accept(const std::string& sandbox_id, std::uint64_t generation) {
@@ -759,11 +757,7 @@ void EgressProxy::Impl::accept(const std::string& sandbox_id, std::uint64_t gene
     if (self->sessions.size() >= self->options.max_connections ||
         self->open_per_sandbox[sandbox_id] >= self->options.max_connections_per_sandbox) {
       self->count_refusal("busy", sandbox_id, "a connection (too many open)");
-      static const std::string kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
-      socket.non_blocking(true, ignored);
-      ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      socket.close(ignored);
+      net::answer_busy_and_close(socket);
     } else {
       const std::uint64_t id = ++self->next_id;
       auto session = std::make_shared<EgressSession>(self, std::move(socket), id, sandbox_id);
@@ -789,25 +783,8 @@ EgressProxy::~EgressProxy() {
 void EgressProxy::start() {
   if (impl_->started.exchange(true)) return;
   impl_->work.emplace(impl_->io.get_executor());
-  impl_->thread = std::thread([impl = impl_] {
-    // splice(2) into a socket has no MSG_NOSIGNAL: a write that fails with EPIPE also raises
-    // SIGPIPE, whose default ends the process hosting the proxy. The session ends on the error
-    // either way; the signal, directed at this thread, stays blocked here.
-    sigset_t pipe_signal;
-    sigemptyset(&pipe_signal);
-    sigaddset(&pipe_signal, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &pipe_signal, nullptr);
-    while (true) {
-      try {
-        impl->io.run();
-        return;
-      } catch (const std::exception& e) {
-        if (impl->logger) {
-          impl->logger->log(LogLevel::error,
-                            std::string("egress: I/O handler failed: ") + e.what());
-        }
-      }
-    }
+  impl_->thread = net::start_io_thread(impl_->io, [impl = impl_](const std::string& failure) {
+    if (impl->logger) impl->logger->log(LogLevel::error, "egress: " + failure);
   });
 }
 

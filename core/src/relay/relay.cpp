@@ -31,6 +31,9 @@
 #include <optional>
 #include <thread>
 
+#include "net/busy_answer.hpp"
+#include "net/deadline.hpp"
+#include "net/io_thread.hpp"
 #include "relay/hop_by_hop.hpp"
 #include "sandboxd/core/provider.hpp"
 
@@ -115,7 +118,7 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
       : impl_(std::move(impl)),
         client_(std::move(client)),
         upstream_(impl_->io),
-        timer_(impl_->io),
+        deadline_(impl_->io),
         id_(id),
         client_buffer_(impl_->options.max_header_bytes + kBufferSlack + kChunkBytes),
         upstream_buffer_(impl_->options.max_header_bytes + kBufferSlack + kChunkBytes) {}
@@ -129,8 +132,7 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
   void close() {
     if (closed_) return;
     closed_ = true;
-    ++generation_;
-    timer_.cancel();
+    deadline_.cancel();
     boost::system::error_code ignored;
     client_.shutdown(tcp::socket::shutdown_both, ignored);
     client_.close(ignored);
@@ -141,13 +143,9 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
  private:
   // ── deadlines ──
   void arm(std::chrono::milliseconds limit) {
-    ++generation_;
-    timer_.expires_after(limit);
-    timer_.async_wait(
-        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
-          if (ec || generation != self->generation_ || self->closed_) return;
-          self->close();
-        });
+    deadline_.arm(limit, [self = shared_from_this()] {
+      if (!self->closed_) self->close();
+    });
   }
 
   // ── the request head ──
@@ -606,8 +604,7 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
   std::shared_ptr<Relay::Impl> impl_;
   tcp::socket client_;
   tcp::socket upstream_;
-  asio::steady_timer timer_;
-  std::uint64_t generation_ = 0;
+  net::Deadline deadline_;
   const std::uint64_t id_;
   bool closed_ = false;
   bool vouched_ = false;
@@ -654,12 +651,7 @@ void Relay::Impl::accept() {
     socket.set_option(tcp::no_delay(true), ignored);
     if (self->connections.size() >= self->options.max_connections && !self->evict_one()) {
       ++self->refused_busy;
-      static const std::string kBusy =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n"
-          "Retry-After: 1\r\n\r\n";
-      socket.non_blocking(true, ignored);
-      ::send(socket.native_handle(), kBusy.data(), kBusy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      socket.close(ignored);
+      net::answer_busy_and_close(socket);
     } else {
       const std::uint64_t id = ++self->next_id;
       auto connection = std::make_shared<RelayConnection>(self, std::move(socket), id);
@@ -713,15 +705,8 @@ void Relay::start() {
                              std::to_string(impl_->options.port) + ": " + e.code().message());
   }
   impl_->accept();
-  impl_->thread = std::thread([impl = impl_] {
-    while (true) {
-      try {
-        impl->io.run();
-        return;
-      } catch (const std::exception& e) {
-        impl->log(LogLevel::error, std::string("I/O handler failed: ") + e.what());
-      }
-    }
+  impl_->thread = net::start_io_thread(impl_->io, [impl = impl_](const std::string& failure) {
+    impl->log(LogLevel::error, failure);
   });
   impl_->log(LogLevel::info, "relaying sandboxes without a host address at " + base_url() +
                                  "/s/{sandbox_id} (each request needs its sandbox's " +
