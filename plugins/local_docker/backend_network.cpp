@@ -79,31 +79,32 @@ void LocalContainerBackend::ensure_network() {
   network_touched_ = true;
 }
 
-std::string LocalContainerBackend::resolve_own_network() {
+std::vector<NetworkState> LocalContainerBackend::own_networks_named() {
   const std::string label = std::string(kLabelNetworkFor) + "=" + settings_.prefix;
-  const auto ours = [&] {
-    std::vector<NetworkState> named;
-    for (NetworkState& network : api_.list_networks(label)) {
-      if (network.name == settings_.network) named.push_back(std::move(network));
-    }
-    // Every process on this prefix settles on the same one: the least id.
-    std::sort(named.begin(), named.end(),
-              [](const NetworkState& a, const NetworkState& b) { return a.id < b.id; });
-    return named;
-  };
-  std::vector<NetworkState> found = ours();
+  std::vector<NetworkState> named;
+  for (NetworkState& network : api_.list_networks(label)) {
+    if (network.name == settings_.network) named.push_back(std::move(network));
+  }
+  // Every process on this prefix settles on the same one: the least id.
+  std::sort(named.begin(), named.end(),
+            [](const NetworkState& a, const NetworkState& b) { return a.id < b.id; });
+  return named;
+}
+
+std::string LocalContainerBackend::resolve_own_network() {
+  std::vector<NetworkState> found = own_networks_named();
   if (found.empty()) {
     NetworkCreateBody body;
     body.name = settings_.network;
     body.labels = {{kLabelManagedBy, kManagedByValue}, {kLabelNetworkFor, settings_.prefix}};
     const EngineApi::NetworkCreated made = api_.create_network(body);
-    found = ours();  // refused as a duplicate: another process made it meanwhile, as good
+    found = own_networks_named();  // refused as a duplicate: another process made it meanwhile
     if (found.empty()) {
       if (const auto other = api_.inspect_network(settings_.network)) {
         throw std::runtime_error("network " + settings_.network + " (id " +
                                  other->id.substr(0, 12) + ") exists but is not sandboxd's (no " +
-                                 "label " + label + "); remove it or choose another " +
-                                 "container_prefix");
+                                 "label " + kLabelNetworkFor + "=" + settings_.prefix +
+                                 "); remove it or choose another container_prefix");
       }
       throw std::runtime_error("cannot create the sandboxes' bridge network " + settings_.network +
                                ": " +
@@ -114,20 +115,50 @@ std::string LocalContainerBackend::resolve_own_network() {
                               " for the sandboxes (each one's port isolated on it)");
     }
   }
+  remove_duplicate_networks(found, found.front().id);
+  return found.front().id;
+}
+
+void LocalContainerBackend::remove_duplicate_networks(const std::vector<NetworkState>& named,
+                                                      const std::string& keep) {
   // Another process raced ours on an engine that let both through: the others go when no
   // container is on them (the engine refuses otherwise, and their last sandbox takes them).
-  for (std::size_t i = 1; i < found.size(); ++i) {
+  for (const NetworkState& network : named) {
+    if (network.id == keep) continue;
     try {
       // By id (Docker only: podman refuses a second network of a name, and would remove one in
       // use when named by id); Docker refuses while a container is attached.
-      if (api_.remove_network(found[i].id).outcome.ok()) {
+      if (api_.remove_network(network.id).outcome.ok()) {
         log(LogLevel::debug, "Removed duplicate bridge network " + settings_.network + " (id " +
-                                 found[i].id.substr(0, 12) + ")");
+                                 network.id.substr(0, 12) + ")");
       }
     } catch (const std::exception&) {
     }
   }
-  return found.front().id;
+}
+
+bool LocalContainerBackend::settle_duplicate_network(const std::string& engine_message) {
+  if (settings_.policy.mode != "open" || !settings_.own_network ||
+      engine_message.find("network") == std::string::npos ||
+      engine_message.find("ambiguous") == std::string::npos) {
+    return false;
+  }
+  std::lock_guard creating(network_create_mutex_);  // no resolution of ours runs meanwhile
+  const std::vector<NetworkState> named = own_networks_named();
+  if (named.empty()) return false;
+  std::string keep = network_target();
+  const bool ours_left = std::any_of(named.begin(), named.end(),
+                                     [&](const NetworkState& n) { return n.id == keep; });
+  if (!ours_left) {  // ours went meanwhile: the least id, as every process settles on
+    keep = named.front().id;
+    std::lock_guard lock(network_mutex_);
+    network_target_ = keep;
+  }
+  log(LogLevel::warning, "Network " + settings_.network + " was made twice by racing gateways (" +
+                             std::to_string(named.size()) + " of that name); keeping id " +
+                             keep.substr(0, 12) + " and removing the others");
+  remove_duplicate_networks(named, keep);
+  return true;
 }
 
 std::string LocalContainerBackend::network_target() const {

@@ -134,6 +134,7 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
   int next_port = settings_.base_port;
   bool pulled = false;
   bool network_remade = false;
+  int duplicate_networks_settled = 0;
   int name_conflicts = 0;
   // Our network was removed between its check and this create (a destroy of the last sandbox
   // on it, in this or another process): made again once, and the attempt repeated.
@@ -226,6 +227,13 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     if (!started.ok() && !running_anyway) {
       const std::string& message = started.outcome.message;
       if (network_went_away(message)) {  // Docker finds out at the start, podman at the create
+        --attempt;
+        continue;
+      }
+      // A racing peer may make its copy again before it settles too: a few rounds, not forever.
+      if (duplicate_networks_settled < kMaxNameConflictRounds &&
+          settle_duplicate_network(message)) {
+        ++duplicate_networks_settled;
         --attempt;
         continue;
       }

@@ -161,6 +161,14 @@ class LocalContainerBackend final : public SandboxBackend,
   // Our own network's id: the one labelled for this prefix with the least id, made when there
   // is none; duplicates a racing process made are removed when unused.
   std::string resolve_own_network();
+  // Our prefix's networks of our name, least id first.
+  std::vector<NetworkState> own_networks_named();
+  // Removes each of `named` but `keep` (by id); the engine refuses one a container is on.
+  void remove_duplicate_networks(const std::vector<NetworkState>& named, const std::string& keep);
+  // A peer's create landed after ours was chosen, so the engine calls the name ambiguous at a
+  // start (Docker resolves a container's network by name there): the copies but the one in use
+  // here are removed, and the start is tried again. False when the message is another failure.
+  bool settle_duplicate_network(const std::string& engine_message);
   // What a container's NetworkMode names: our network's id once known, else its name.
   std::string network_target() const;
   // Our bridge network, removed when no container is attached to it any more (the engine

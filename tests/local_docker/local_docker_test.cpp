@@ -774,6 +774,38 @@ TEST_F(LocalDockerTest, TwoNetworksOfOneNameFromRacingGatewaysSettleOnOne) {
   EXPECT_TRUE(networks_of_prefix().empty()) << "the last sandbox did not take the network along";
 }
 
+// The same race, lost later: a peer's create lands after this process chose its network, so
+// the next start finds two of one name (CI: "network …-sandboxes is ambiguous (2 matches found
+// on name)", one conversation of twelve refused). The start removes the peer's unused copy and
+// is tried again.
+TEST_F(LocalDockerTest, ADuplicateNetworkMadeAfterOursWasChosenFailsNoStart) {
+  Loaded loaded = load();
+  const SandboxInfo first = loaded.backend->create(request("dupfirst", "alice", "t-1"));
+  ASSERT_TRUE(wait_ready(first.sandbox_url, 30));
+  const auto chosen = networks_of_prefix();
+  ASSERT_EQ(chosen.size(), 1u);
+  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
+                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
+                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
+                           json_string(prefix_) + "}}";
+  const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+  if (made.status != 201) {
+    loaded.backend->destroy(first);
+    GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
+  }
+  ASSERT_EQ(networks_of_prefix().size(), 2u);
+
+  SandboxInfo second;
+  ASSERT_NO_THROW(second = loaded.backend->create(request("dupsecond", "bob", "t-1")));
+  EXPECT_TRUE(wait_ready(second.sandbox_url, 30));
+  const auto after = networks_of_prefix();
+  ASSERT_EQ(after.size(), 1u) << "the peer's duplicate was left";
+  EXPECT_EQ(after[0].id, chosen[0].id) << "the network in use was not the one kept";
+  loaded.backend->destroy(first);
+  loaded.backend->destroy(second);
+  EXPECT_TRUE(networks_of_prefix().empty());
+}
+
 // A process that crashed with no sandbox left leaves its network; the next one's orphan sweep
 // (list_running, as reconciliation calls it) removes it, and leaves one in use alone.
 TEST_F(LocalDockerTest, ANetworkACrashLeftIsSweptWithTheOrphans) {
