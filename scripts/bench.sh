@@ -6,7 +6,9 @@
 #   2. syscalls per new conversation: strace -c of N and of 1 new conversations, the difference
 #      divided by N - 1 (set-up and exit cancel out);
 #   3. instructions per warm acquire+release: callgrind of N and of 1 warm pairs, likewise
-#      (deterministic on a noisy machine).
+#      (deterministic on a noisy machine); then the same pair beside 0, 1,000 and 10,000 other
+#      active conversations (0 and 1,000 with --quick), only the pairs counted
+#      (--toggle-collect), so a lookup that grows with the fleet shows as a ratio.
 #   4. with --engine ENGINE (podman or docker): sandboxd_engine_bench on that test engine
 #      (scripts/test_engine.sh starts it; one it started is stopped again): the provider's cold
 #      acquire, warm reclaim and replica pressure beside the engine's own create-to-ready,
@@ -77,6 +79,20 @@ done
 echo "instructions per warm acquire+release (callgrind, memory store): $(
   awk -v a="$(collected "$tmp/cg.1")" -v b="$(collected "$tmp/cg.$probes")" -v n="$probes" \
     'BEGIN { printf "%.0f", (b - a) / (n - 1) }')"
+fleet_sizes=(0 1000 10000)
+if ((${#quick[@]})); then fleet_sizes=(0 1000); fi
+pairs=200
+for others in "${fleet_sizes[@]}"; do
+  left=$(valgrind --tool=callgrind --toggle-collect='*measured_warm_pairs*' \
+    --callgrind-out-file="$tmp/cg.others.$others" \
+    "$bench" --only probe_warm --iterations "$pairs" --others "$others" 2>"$tmp/cg.others.$others.log")
+  rm -rf "$left"
+  per_pair=$(awk -v c="$(collected "$tmp/cg.others.$others.log")" -v n="$pairs" \
+    'BEGIN { printf "%.0f", c / n }')
+  [ "$others" = 0 ] && alone=$per_pair
+  echo "instructions per warm pair beside $others other active conversations: $per_pair" \
+    "($(awk -v a="$per_pair" -v b="$alone" 'BEGIN { printf "%.2f", a / b }')x the pair alone)"
+done
 
 kube_fleets=1000,10000
 kube_rounds=3

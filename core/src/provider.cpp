@@ -518,7 +518,9 @@ RegistrySnapshot Provider::Impl::export_registry() {
   RegistrySnapshot snapshot;
   {
     MutexLock lock(mutex_);
-    registry_.for_each([&](const std::string&, const SandboxEntry& entry) {
+    snapshot.sandboxes.reserve(registry_.active_count() + registry_.warm_count() +
+                               registry_.paused_count());
+    registry_.for_each_in_any_order([&](const std::string&, const SandboxEntry& entry) {
       if (entry.info && (entry.active() || entry.released())) {
         snapshot.sandboxes.push_back(tracked_entry(entry));
       }
@@ -527,7 +529,11 @@ RegistrySnapshot Provider::Impl::export_registry() {
       snapshot.unowned_since.emplace(id, to_wall(first_seen));
     }
   }
-  // Entries are visited in id order already.
+  // Ordered here, not under the mutex (EgressHost exports every 2 s).
+  std::sort(snapshot.sandboxes.begin(), snapshot.sandboxes.end(),
+            [](const TrackedSandbox& a, const TrackedSandbox& b) {
+              return a.info.sandbox_id < b.info.sandbox_id;
+            });
   return snapshot;
 }
 

@@ -14,7 +14,9 @@
 // an active or warm sandbox that stays visible until its stop begins; acquisitions publishing
 // its lease; creations under its id counted against the replica cap; the acquisition epoch
 // that keeps an old lease check from dropping a newer acquisition. An entry with no state and
-// no marks is erased. Every operation is O(log n).
+// no marks is erased. Lookups and changes are hash lookups, O(1) expected: a warm pair takes
+// several, and ordered maps keyed by id strings made it cost twice as much with 10,000 others
+// tracked (issue 35.8). Walks (for_each, released_entries) visit in id order, O(n log n).
 #pragma once
 
 #include <cstddef>
@@ -160,8 +162,15 @@ class SandboxRegistry {
   const ThreadMap& conversations() const { return conversations_; }
 
   // ── iteration (snapshots for work done outside the mutex) ──
+  // In id order: what a walk reports (exports, shutdown, the reaper's candidates) stays the
+  // same from one run to the next.
   template <class Visit>
   void for_each(Visit visit) const {
+    for (const Entries::value_type* item : in_id_order()) visit(item->first, item->second);
+  }
+  // O(n), for a walk that orders what it collects itself, after the mutex is let go.
+  template <class Visit>
+  void for_each_in_any_order(Visit visit) const {
     for (const auto& [id, entry] : entries_) visit(id, entry);
   }
   std::vector<std::pair<std::string, WarmEntry>> released_entries() const;  // warm and paused
@@ -187,7 +196,9 @@ class SandboxRegistry {
   bool begin_shutdown();
 
  private:
+  using Entries = std::unordered_map<std::string, SandboxEntry>;
   SandboxEntry& entry(const std::string& id) { return entries_[id]; }
+  std::vector<const Entries::value_type*> in_id_order() const;
   void set_state(SandboxEntry& entry, SandboxState state);
   // Every change of an entry's state, identity, creations or creating_user goes through here,
   // so that pending_creations_ and per_user_ stay what a walk over entries_ would count.
@@ -201,12 +212,12 @@ class SandboxRegistry {
   // A creation of `creating_id` not yet registered under its id: what the counts leave out.
   std::size_t own_pending_creations(const std::string& creating_id) const;
   // Erases `it` when it holds neither a state nor a mark.
-  void collect(std::map<std::string, SandboxEntry>::iterator it);
+  void collect(Entries::iterator it);
 
-  std::map<std::string, SandboxEntry> entries_;
+  Entries entries_;
   ThreadMap conversations_;
   std::map<std::string, double> unowned_since_;
-  std::map<ThreadKey, std::shared_ptr<ThreadLock>> thread_locks_;
+  std::unordered_map<ThreadKey, std::shared_ptr<ThreadLock>, ThreadKeyHash> thread_locks_;
   std::uint64_t epoch_counter_ = 0;
   std::size_t active_ = 0, warm_ = 0, paused_ = 0, teardowns_ = 0;
   // Creations in flight of entries not yet active or released (slots_in_use).

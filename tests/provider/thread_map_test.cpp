@@ -60,11 +60,31 @@ TEST(ThreadMapTest, ComparesAndIteratesLikeTheMapItReplaces) {
   map[{"u", "b"}] = "2";
   map[{"u", "a"}] = "1";
   EXPECT_EQ(map, (std::map<ThreadKey, std::string>{{{"u", "a"}, "1"}, {{"u", "b"}, "2"}}));
-  std::string order;
-  for (const auto& [key, id] : map) order += key.thread_id + "=" + id + ";";
-  EXPECT_EQ(order, "a=1;b=2;");
+  EXPECT_FALSE(map == (std::map<ThreadKey, std::string>{{{"u", "a"}, "1"}, {{"u", "b"}, "3"}}));
+  EXPECT_FALSE(map == (std::map<ThreadKey, std::string>{{{"u", "a"}, "1"}}));
+  std::map<ThreadKey, std::string> visited;  // every mapping once, in no promised order
+  for (const auto& [key, id] : map) EXPECT_TRUE(visited.emplace(key, id).second);
+  EXPECT_EQ(map, visited);
   map[{"u", "a"}] = "1";  // same value again: nothing changes
   EXPECT_EQ(map.keys_of("1").size(), 1u);
+}
+
+// The way back holds views of ids inside the map's nodes: growing the map far enough to
+// rehash it many times must leave every one of them reading the right id.
+TEST(ThreadMapTest, TheWayBackSurvivesRehashing) {
+  ThreadMap map;
+  for (int i = 0; i < 5000; ++i) {
+    map[{"u", "t" + std::to_string(i)}] = "sb-" + std::to_string(i % 7);
+  }
+  std::size_t mapped = 0;
+  for (int s = 0; s < 7; ++s) mapped += map.keys_of("sb-" + std::to_string(s)).size();
+  EXPECT_EQ(mapped, 5000u);
+  EXPECT_EQ(map.erase_sandbox("sb-3"), (ThreadKey{"u", "t10"}));  // "t10" < "t1017" < "t3"
+  EXPECT_EQ(map.size(), 5000u - 714u);
+  EXPECT_TRUE(map.keys_of("sb-3").empty());
+  map[{"u", "t0"}] = "sb-3";
+  EXPECT_EQ(map.keys_of("sb-3"), (std::vector<ThreadKey>{{"u", "t0"}}));
+  EXPECT_EQ(map.keys_of("sb-0").size(), 714u);  // t0 left sb-0 (715 of 5000 were 0 mod 7)
 }
 
 }  // namespace
