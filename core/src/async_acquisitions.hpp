@@ -18,7 +18,7 @@
 
 #include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/provider.hpp"
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

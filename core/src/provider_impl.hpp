@@ -40,7 +40,7 @@
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/readiness.hpp"
 #include "teardown_lease.hpp"
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

@@ -93,7 +93,7 @@ SlotPool::SlotPool(SlotPoolOptions options, SlotEngine& engine, std::shared_ptr<
 void SlotPool::start() {
   std::call_once(started_, [this] {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       running_ = true;
     }
     refill_ = std::thread([this] { run(); });
@@ -102,7 +102,7 @@ void SlotPool::start() {
 
 SlotPool::~SlotPool() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -110,7 +110,7 @@ SlotPool::~SlotPool() {
   std::deque<Slot> left;
   bool was_running;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     left.swap(ready_);
     was_running = running_;
   }
@@ -130,7 +130,7 @@ SlotPool::~SlotPool() {
 
 void SlotPool::set_off(const std::string& reason) {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     off_reason_ = reason;
   }
   logger_->warning(std::string(kLog) + "pre-started slots are off: " + reason +
@@ -138,7 +138,7 @@ void SlotPool::set_off(const std::string& reason) {
 }
 
 PreStartedSlots::Status SlotPool::status() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   PreStartedSlots::Status out;
   out.configured = options_.target;
   out.target = running_ ? options_.target : 0;
@@ -150,7 +150,7 @@ PreStartedSlots::Status SlotPool::status() const {
 void SlotPool::learn_shape(const CreateRequest& request) {
   const std::string key = shape_key(request.extra_mounts);
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (shape_ && shape_key(*shape_) == key) return;
     shape_ = sorted_shape(request.extra_mounts);
   }
@@ -172,7 +172,7 @@ void SlotPool::learn_shape(const CreateRequest& request) {
 
 void SlotPool::read_kept_shape() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (shape_) return;  // configured, or learned already
   }
   std::string text;
@@ -195,7 +195,7 @@ void SlotPool::read_kept_shape() {
     }
     shape.push_back(Mount{"", line.substr(3), line[0] == 'r' && line[1] == 'o'});
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(mutex_);
   if (!shape_) shape_ = sorted_shape(shape);
 }
 
@@ -286,7 +286,7 @@ std::optional<SlotPool::Slot> SlotPool::start_one(const std::vector<Mount>& shap
   Slot slot;
   std::size_t n;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     n = ++sequence_;
   }
   const std::string suffix = token_ + "-" + std::to_string(n);
@@ -361,8 +361,8 @@ void SlotPool::run() {
     std::vector<Slot> stale;
     std::optional<std::vector<Mount>> make;
     {
-      std::unique_lock lock(mutex_);
-      const auto has_work = [&] {
+      MutexLock lock(mutex_);
+      const auto has_work = [&]() REQUIRES(mutex_) {
         if (stopping_) return true;
         const std::string key = shape_ ? shape_key(*shape_) : "";
         for (const Slot& slot : ready_) {
@@ -374,7 +374,7 @@ void SlotPool::run() {
       auto deadline = next_sweep;
       if (retry_after_ > std::chrono::steady_clock::now())
         deadline = std::min(deadline, retry_after_);
-      wake_.wait_until(lock, deadline, has_work);
+      lock.wait_until(wake_, deadline, has_work);
       if (stopping_) return;
       const std::string key = shape_ ? shape_key(*shape_) : "";
       for (auto it = ready_.begin(); it != ready_.end();) {
@@ -406,7 +406,7 @@ void SlotPool::run() {
     std::optional<Slot> slot = start_one(*make);
     bool keep = false;
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(mutex_);
       --starting_;
       if (!slot) {
         retry_after_ = std::chrono::steady_clock::now() + backoff;
@@ -427,7 +427,7 @@ PreStartedSlots::Claim SlotPool::claim(const CreateRequest& request, const std::
   const std::string key = shape_key(request.extra_mounts);
   Slot slot;
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (!off_reason_.empty()) return {std::nullopt, Miss::unsupported, off_reason_};
     if (!running_) return {std::nullopt, Miss::none_ready, "slots were not started by this host"};
     auto it =

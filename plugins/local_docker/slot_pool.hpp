@@ -16,8 +16,8 @@
 // tell a dead owner's slots (the lock is free) and reap them, with the host mounts of claimed
 // slots whose container is gone.
 //
-// Lock story: `mutex_` guards every member below it in the class; no engine call, mount or
-// file write runs under it. The refill thread is the only one that starts and drains slots;
+// Lock story: `mutex_` guards every member below it in the class (GUARDED_BY, checked by
+// scripts/thread_safety.sh); no engine call, mount or file write runs under it. The refill thread is the only one that starts and drains slots;
 // claim() takes a ready slot out under the lock and does its mounts and engine calls outside.
 #pragma once
 
@@ -33,6 +33,7 @@
 #include <sandboxd/capabilities.hpp>
 #include <sandboxd/host_fs.hpp>
 #include <sandboxd/logger.hpp>
+#include <sandboxd/thread_annotations.hpp>
 #include <sandboxd/types.hpp>
 #include <string>
 #include <thread>
@@ -153,16 +154,16 @@ class SlotPool {
   std::once_flag started_;
   std::thread refill_;
 
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::condition_variable wake_;
-  bool stopping_ = false;
-  bool running_ = false;  // start() was called
-  std::string off_reason_;
-  std::optional<std::vector<Mount>> shape_;  // what new slots are made for
-  std::deque<Slot> ready_;
-  std::size_t starting_ = 0;
-  std::size_t sequence_ = 0;
-  std::chrono::steady_clock::time_point retry_after_{};
+  bool stopping_ GUARDED_BY(mutex_) = false;
+  bool running_ GUARDED_BY(mutex_) = false;  // start() was called
+  std::string off_reason_ GUARDED_BY(mutex_);
+  std::optional<std::vector<Mount>> shape_ GUARDED_BY(mutex_);  // what new slots are made for
+  std::deque<Slot> ready_ GUARDED_BY(mutex_);
+  std::size_t starting_ GUARDED_BY(mutex_) = 0;
+  std::size_t sequence_ GUARDED_BY(mutex_) = 0;
+  std::chrono::steady_clock::time_point retry_after_ GUARDED_BY(mutex_){};
 };
 
 }  // namespace sandboxd::local_docker

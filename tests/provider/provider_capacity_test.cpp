@@ -211,14 +211,14 @@ TEST_F(ProviderCapacityTest, AReleaseRacedByOurOwnEvictionIsStillAReleaseNotALos
   const std::string id = provider->acquire("t-1", "alice");
   {
     // Our own eviction, between the release's park and its lease re-check.
-    core::MutexLock lock(provider->mutex_);
+    sandboxd::MutexLock lock(provider->mutex_);
     provider->registry_.reserve_teardown(id);
   }
   ASSERT_TRUE(store->claim(id, /*for_destroy=*/true));
   EXPECT_EQ(provider->release(id), core::ReleaseOutcome::released);
   EXPECT_FALSE(logger->contains(LogLevel::warning, "owned by another instance"));
   {
-    core::MutexLock lock(provider->mutex_);
+    sandboxd::MutexLock lock(provider->mutex_);
     provider->registry_.finish_teardown(id);
   }
 }
@@ -257,7 +257,7 @@ TEST_F(ProviderCapacityTest, FourTimesTheCeilingArrivingAtOnceNeverExceedsIt) {
   EXPECT_LE(max_live, 3) << "the ceiling did not hold";
   EXPECT_EQ(backend->creates().size(), 12u);
   EXPECT_EQ(provider->counts().waiting, 0u);
-  core::MutexLock lock(provider->mutex_);
+  sandboxd::MutexLock lock(provider->mutex_);
   EXPECT_FALSE(provider->registry_.any_creation()) << "a creation count leaked";
 }
 

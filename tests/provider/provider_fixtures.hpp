@@ -384,7 +384,7 @@ class TestProvider {
 
  public:
   // The registry and its mutex (lock it while the provider may run elsewhere).
-  core::Mutex& mutex_;
+  sandboxd::Mutex& mutex_;
   core::SandboxRegistry& registry_;
 
   // The seams, by the names the seed ports use.

@@ -43,7 +43,7 @@
 #include "net/deadline.hpp"
 #include "net/io_thread.hpp"
 #include "relay/hop_by_hop.hpp"
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 #include "sandboxd/json.hpp"
 
 namespace sandboxd::core {

@@ -17,7 +17,7 @@
 #include "sandboxd/backend.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

@@ -23,7 +23,7 @@
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_proxy.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
-#include "sandboxd/core/thread_annotations.hpp"
+#include "sandboxd/thread_annotations.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::core {

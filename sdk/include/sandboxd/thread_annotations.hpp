@@ -1,15 +1,16 @@
 // Lock rules as facts the compiler checks (clang's -Wthread-safety; abseil's
 // thread_annotations.h is the model). On other compilers the macros expand to nothing.
 //
-// libstdc++'s std::mutex and std::lock_guard carry no annotations, so the core's guarded state
-// is locked through Mutex and MutexLock below, which do. Installed with the core's headers so
-// that a public class with a lock (EgressHost, BackendRelayTargets) states its lock story in
-// annotations too; a macro an including program already defines (abseil's older names) is
-// left as it is.
+// libstdc++'s std::mutex and std::lock_guard carry no annotations, so guarded state is locked
+// through Mutex and MutexLock below, which do. Part of the SDK (header-only: no ABI of its
+// own), so the core, its public classes with a lock (EgressHost, BackendRelayTargets) and every
+// plugin state their lock stories in annotations; a macro an including program already
+// defines (abseil's older names) is left as it is.
 #pragma once
 
 #include <condition_variable>
 #include <mutex>
+#include <utility>
 
 #if defined(__clang__)
 #define SANDBOXD_THREAD_ANNOTATION(x) __attribute__((x))
@@ -57,7 +58,7 @@
 #define NO_THREAD_SAFETY_ANALYSIS SANDBOXD_THREAD_ANNOTATION(no_thread_safety_analysis)
 #endif
 
-namespace sandboxd::core {
+namespace sandboxd {
 
 // A std::mutex the analysis knows about.
 class CAPABILITY("mutex") Mutex {
@@ -96,9 +97,13 @@ class SCOPED_CAPABILITY MutexLock {
   void wait_until(std::condition_variable& cv, const TimePoint& deadline) {
     cv.wait_until(lock_, deadline);
   }
+  template <class TimePoint, class Predicate>
+  bool wait_until(std::condition_variable& cv, const TimePoint& deadline, Predicate ready) {
+    return cv.wait_until(lock_, deadline, std::move(ready));
+  }
 
  private:
   std::unique_lock<std::mutex> lock_;
 };
 
-}  // namespace sandboxd::core
+}  // namespace sandboxd
