@@ -279,7 +279,7 @@ cmd_start() {
 
 remove_our_containers() {
   # Works with or without the service: the local podman CLI reads the same storage.
-  local ids
+  local ids=""
   if ping_ok; then
     ids="$(pm ps -aq --filter "label=$LABEL" 2>/dev/null || true)"
   elif [ "$ENGINE" = podman ]; then
