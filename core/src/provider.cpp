@@ -520,7 +520,7 @@ RegistrySnapshot Provider::Impl::export_registry() {
     MutexLock lock(mutex_);
     snapshot.sandboxes.reserve(registry_.active_count() + registry_.warm_count() +
                                registry_.paused_count());
-    registry_.for_each_in_any_order([&](const std::string&, const SandboxEntry& entry) {
+    registry_.for_each([&](const std::string&, const SandboxEntry& entry) {
       if (entry.info && (entry.active() || entry.released())) {
         snapshot.sandboxes.push_back(tracked_entry(entry));
       }

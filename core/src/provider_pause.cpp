@@ -24,6 +24,7 @@ int Provider::Impl::pause_idle_warm() {
       }
     }
   }
+  sort_by_id(due);
   int paused = 0;
   for (const auto& candidate : due) {
     const std::string& id = candidate.first;

@@ -133,6 +133,8 @@ void Provider::Impl::shutdown() {
     });
     warm = registry_.take_released();
   }
+  sort_by_id(active);
+  sort_by_id(warm);
   notify_capacity_freed();  // queued creations see the shutdown and give up
   // Stop renewal before destroying, so it does not re-publish leases being dropped.
   stop_background_threads();
@@ -344,6 +346,7 @@ void Provider::Impl::reap_expired_warm_step(std::optional<double> timeout) {
       if (current - entry.released_at > limit) expired.emplace_back(id, std::move(entry));
     }
   }
+  sort_by_id(expired);
   for (const auto& [id, entry] : expired) {
     if (!policy_->stop_expired_warm({id, entry.released_at, entry.identity, entry.paused},
                                     current - entry.released_at)) {
@@ -360,6 +363,7 @@ std::optional<std::string> Provider::Impl::evict_oldest_warm(
     MutexLock lock(mutex_);
     warm = registry_.released_entries();
   }
+  sort_by_id(warm);  // the policy's order is stable: ties stay in id order
   if (user) {
     warm.erase(std::remove_if(warm.begin(), warm.end(),
                               [&](const auto& w) {
@@ -397,6 +401,7 @@ void Provider::Impl::cleanup_idle_sandboxes(double idle_timeout) {
       }
     });
   }
+  sort_by_id(idle);
   for (const auto& candidate : idle) {
     // Named, not a structured binding: the predicate below captures it (clang 14 cannot).
     const std::string& id = candidate.first;

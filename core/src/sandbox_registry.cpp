@@ -46,14 +46,6 @@ void SandboxRegistry::set_state(SandboxEntry& e, SandboxState state) {
   if (state == SandboxState::paused) ++paused_;
 }
 
-std::vector<const SandboxRegistry::Entries::value_type*> SandboxRegistry::in_id_order() const {
-  std::vector<const Entries::value_type*> items;
-  items.reserve(entries_.size());
-  for (const auto& item : entries_) items.push_back(&item);
-  std::sort(items.begin(), items.end(), [](const auto* a, const auto* b) { return a->first < b->first; });
-  return items;
-}
-
 void SandboxRegistry::collect(Entries::iterator it) {
   const SandboxEntry& e = it->second;
   if (e.state == SandboxState::none && !e.teardown && e.publishing == 0 && e.creations == 0 &&
@@ -338,7 +330,6 @@ std::vector<std::pair<std::string, WarmEntry>> SandboxRegistry::released_entries
   for (const auto& [id, e] : entries_) {
     if (e.released()) out.emplace_back(id, WarmEntry{e.info, e.since, e.identity, e.paused()});
   }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   return out;
 }
 

@@ -16,9 +16,12 @@
 // that keeps an old lease check from dropping a newer acquisition. An entry with no state and
 // no marks is erased. Lookups and changes are hash lookups, O(1) expected: a warm pair takes
 // several, and ordered maps keyed by id strings made it cost twice as much with 10,000 others
-// tracked (issue 35.8). Walks (for_each, released_entries) visit in id order, O(n log n).
+// tracked (issue 35.8). Walks (for_each, released_entries) are O(n) and in no particular
+// order: a caller that acts or reports in id order sorts what it collected (sort_by_id) after
+// the registry mutex is let go, so no sort runs under it.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -78,6 +81,19 @@ struct WarmEntry {
   std::optional<ThreadKey> identity;
   bool paused = false;
 };
+
+// Puts what a walk collected (ids, or pairs led by an id) in id order: for work done after
+// the registry mutex is let go, so that the order of stops and log lines is the same each run.
+inline const std::string& id_of(const std::string& id) { return id; }
+template <class Rest>
+const std::string& id_of(const std::pair<std::string, Rest>& item) {
+  return item.first;
+}
+template <class Item>
+void sort_by_id(std::vector<Item>& items) {
+  std::sort(items.begin(), items.end(),
+            [](const Item& a, const Item& b) { return id_of(a) < id_of(b); });
+}
 
 class SandboxRegistry {
  public:
@@ -162,18 +178,11 @@ class SandboxRegistry {
   const ThreadMap& conversations() const { return conversations_; }
 
   // ── iteration (snapshots for work done outside the mutex) ──
-  // In id order: what a walk reports (exports, shutdown, the reaper's candidates) stays the
-  // same from one run to the next.
   template <class Visit>
   void for_each(Visit visit) const {
-    for (const Entries::value_type* item : in_id_order()) visit(item->first, item->second);
-  }
-  // O(n), for a walk that orders what it collects itself, after the mutex is let go.
-  template <class Visit>
-  void for_each_in_any_order(Visit visit) const {
     for (const auto& [id, entry] : entries_) visit(id, entry);
   }
-  std::vector<std::pair<std::string, WarmEntry>> released_entries() const;  // warm and paused
+  std::vector<std::pair<std::string, WarmEntry>> released_entries() const;  // warm and paused, any order
   std::size_t active_count() const { return active_; }
   std::size_t warm_count() const { return warm_; }  // running, not paused
   std::size_t paused_count() const { return paused_; }
@@ -198,7 +207,6 @@ class SandboxRegistry {
  private:
   using Entries = std::unordered_map<std::string, SandboxEntry>;
   SandboxEntry& entry(const std::string& id) { return entries_[id]; }
-  std::vector<const Entries::value_type*> in_id_order() const;
   void set_state(SandboxEntry& entry, SandboxState state);
   // Every change of an entry's state, identity, creations or creating_user goes through here,
   // so that pending_creations_ and per_user_ stay what a walk over entries_ would count.
