@@ -403,6 +403,17 @@ TEST_F(EgressProxyTest, ASecretReplacesItsPlaceholderOnlyInItsHeaderToItsHost) {
   ask_with("other.test", "Authorization: " + placeholder);
   EXPECT_EQ(seen_headers().find(secret), std::string::npos) << "another host: " << seen_headers();
   EXPECT_EQ(proxy_->stats().secrets_injected, 2u);
+  // Two lines of the header: each holding the placeholder gets the secret, in their order.
+  ask_with("allowed.test",
+           "Authorization: " + placeholder + "\r\nAuthorization: basic " + placeholder);
+  const std::string both = seen_headers();
+  const std::size_t first = both.find("Authorization: Bearer " + secret + "\n");
+  const std::size_t second = both.find("Authorization: basic " + secret + "\n");
+  EXPECT_NE(first, std::string::npos) << both;
+  EXPECT_NE(second, std::string::npos) << both;
+  EXPECT_LT(first, second) << "the lines changed order: " << both;
+  EXPECT_EQ(both.find(placeholder), std::string::npos) << "a line kept its placeholder: " << both;
+  EXPECT_EQ(proxy_->stats().secrets_injected, 3u);
 
   // Refused requests carrying it are logged without it.
   ask_with("denied.test", "Authorization: " + placeholder);

@@ -476,10 +476,15 @@ TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
   FakeSandbox fast("fast");
   std::promise<void> release;
   std::shared_future<void> released = release.get_future().share();
+  std::promise<void> slow_asked;  // the slow lookup has begun (set once)
+  std::future<void> slow_lookup_began = slow_asked.get_future();
   const RelayTokens tokens(std::string(32, 'k'));
   Relay relay(
       [&](const std::string& id) -> std::optional<core::SandboxEndpoint> {
-        if (id == "slow") released.wait();  // an engine that takes its time
+        if (id == "slow") {
+          slow_asked.set_value();
+          released.wait();  // an engine that takes its time
+        }
         core::SandboxEndpoint endpoint;
         endpoint.host = "127.0.0.1";
         endpoint.port = fast.port();
@@ -493,7 +498,9 @@ TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
     return slow_client.Get("/s/slow/v1/sandbox",
                            {{core::kRelayTokenHeader, tokens.token_for("slow")}});
   });
-  std::this_thread::sleep_for(100ms);  // the slow lookup has started
+  // The fast request goes only once the slow lookup holds whatever it holds.
+  ASSERT_EQ(slow_lookup_began.wait_for(10s), std::future_status::ready)
+      << "the slow request's lookup never began";
 
   httplib::Client fast_client("127.0.0.1", relay.port());
   fast_client.set_read_timeout(5, 0);
