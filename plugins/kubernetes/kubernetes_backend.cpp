@@ -340,10 +340,14 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     }
   }
 
-  // An object's `metadata`: its name, the sandbox's labels and, once the pod's uid is known, the
-  // pod as its owner (so the cluster collects it with the pod).
-  void owned_metadata(Writer& w, const std::string& id, const std::string& name,
-                      const std::string& pod_name, const std::string& pod_uid) const {
+  // An object the sandbox's pod owns, begun: its `apiVersion`, `kind` and `metadata` (its name,
+  // the sandbox's labels and, once the pod's uid is known, the pod as its owner, so the cluster
+  // collects it with the pod). The caller writes the `spec` and ends the object.
+  void begin_owned_object(Writer& w, const char* api_version, const char* kind,
+                          const std::string& id, const std::string& name,
+                          const std::string& pod_name, const std::string& pod_uid) const {
+    w.StartObject();
+    w.Key("apiVersion"), w.String(api_version), w.Key("kind"), w.String(kind);
     w.Key("metadata");
     w.StartObject();
     w.Key("name"), w.String(name.c_str());
@@ -367,9 +371,8 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
                              const std::string& pod_uid) {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
-    w.StartObject();
-    w.Key("apiVersion"), w.String("networking.k8s.io/v1"), w.Key("kind"), w.String("NetworkPolicy");
-    owned_metadata(w, id, pod_name + "-netpol", pod_name, pod_uid);
+    begin_owned_object(w, "networking.k8s.io/v1", "NetworkPolicy", id, pod_name + "-netpol",
+                       pod_name, pod_uid);
     w.Key("spec");
     w.StartObject();
     w.Key("podSelector");
@@ -570,9 +573,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
                                     const std::string& pod_uid) {
     rapidjson::StringBuffer buffer;
     Writer w(buffer);
-    w.StartObject();
-    w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Service");
-    owned_metadata(w, id, pod_name + "-svc", pod_name, pod_uid);
+    begin_owned_object(w, "v1", "Service", id, pod_name + "-svc", pod_name, pod_uid);
     w.Key("spec");
     w.StartObject();
     w.Key("type"), w.String(url_mode_ == "node_port" ? "NodePort" : "ClusterIP");
