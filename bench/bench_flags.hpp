@@ -9,8 +9,9 @@
 
 namespace sandboxd::bench {
 
-// Sets each `--name N` given into `numbers[name]` and `json` for `--json`. Anything else prints
-// `usage` and the argument to stderr and returns false (the bench exits 2).
+// Sets each `--name N` given into `numbers[name]` and `json` for `--json`. Anything else, or a
+// value that is not a whole number, prints `usage` and what was wrong to stderr and returns
+// false (the bench exits 2).
 inline bool read_flags(int argc, char** argv, const std::map<std::string, int*>& numbers,
                        bool& json, const char* usage) {
   for (int i = 1; i < argc; ++i) {
@@ -25,7 +26,18 @@ inline bool read_flags(int argc, char** argv, const std::map<std::string, int*>&
                    number == numbers.end() ? "unknown argument" : "needs a value", arg.c_str());
       return false;
     }
-    *number->second = std::stoi(argv[++i]);
+    const std::string value = argv[++i];
+    std::size_t used = 0;
+    try {
+      *number->second = std::stoi(value, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != value.size()) {
+      std::fprintf(stderr, "usage: %s\n%s needs a whole number, got '%s'\n", usage, arg.c_str(),
+                   value.c_str());
+      return false;
+    }
   }
   return true;
 }
