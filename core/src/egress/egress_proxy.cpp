@@ -344,9 +344,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
 
  private:
   void arm(std::chrono::milliseconds limit) {
-    deadline_.arm(limit, [self = shared_from_this()] {
-      if (!self->closed_) self->close();
-    });
+    deadline_.arm(limit, [self = shared_from_this()] { self->close(); });
   }
 
   void on_head(const boost::system::error_code& ec) {

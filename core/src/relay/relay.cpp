@@ -143,9 +143,7 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
  private:
   // ── deadlines ──
   void arm(std::chrono::milliseconds limit) {
-    deadline_.arm(limit, [self = shared_from_this()] {
-      if (!self->closed_) self->close();
-    });
+    deadline_.arm(limit, [self = shared_from_this()] { self->close(); });
   }
 
   // ── the request head ──
