@@ -20,7 +20,7 @@ std::string LocalContainerBackend::host_namespace_reason(bool host_mounts) {
            ", not through a local unix socket; a host mount here may not reach its containers";
   }
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     if (namespace_reason_) return *namespace_reason_;
   }
   std::string why;
@@ -46,7 +46,7 @@ std::string LocalContainerBackend::host_namespace_reason(bool host_mounts) {
       return std::string("the engine could not be asked: ") + e.what();  // not cached
     }
   }
-  std::lock_guard lock(network_mutex_);
+  MutexLock lock(network_mutex_);
   namespace_reason_ = why;
   return why;
 }
@@ -66,14 +66,14 @@ std::string LocalContainerBackend::network_preflight() {
 void LocalContainerBackend::ensure_network() {
   // One check-and-create at a time in this process; the engine's own duplicate check is not
   // atomic (Docker 20.10 makes two networks of one name for two racing creates).
-  std::lock_guard creating(network_create_mutex_);
+  MutexLock creating(network_create_mutex_);
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     if (network_ready_) return;
   }
   std::string target = settings_.network;
   if (settings_.own_network) target = resolve_own_network();
-  std::lock_guard lock(network_mutex_);
+  MutexLock lock(network_mutex_);
   network_target_ = target;
   network_ready_ = true;
   network_touched_ = true;
@@ -143,7 +143,7 @@ bool LocalContainerBackend::settle_duplicate_network(const std::string& engine_m
       engine_message.find("ambiguous") == std::string::npos) {
     return false;
   }
-  std::lock_guard creating(network_create_mutex_);  // no resolution of ours runs meanwhile
+  MutexLock creating(network_create_mutex_);  // no resolution of ours runs meanwhile
   const std::vector<NetworkState> named = own_networks_named();
   if (named.empty()) return false;
   std::string keep = network_target();
@@ -151,7 +151,7 @@ bool LocalContainerBackend::settle_duplicate_network(const std::string& engine_m
                                      [&](const NetworkState& n) { return n.id == keep; });
   if (!ours_left) {  // ours went meanwhile: the least id, as every process settles on
     keep = named.front().id;
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     network_target_ = keep;
   }
   log(LogLevel::warning, "Network " + settings_.network + " was made twice by racing gateways (" +
@@ -162,14 +162,14 @@ bool LocalContainerBackend::settle_duplicate_network(const std::string& engine_m
 }
 
 std::string LocalContainerBackend::network_target() const {
-  std::lock_guard lock(network_mutex_);
+  MutexLock lock(network_mutex_);
   return network_target_.empty() ? settings_.network : network_target_;
 }
 
 void LocalContainerBackend::remove_network_if_unused() {
   NetworkState ours;
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     if (!network_ready_) return;  // this backend never used it
     network_ready_ = false;
     ours.id = network_target_;
@@ -199,7 +199,7 @@ bool LocalContainerBackend::remove_network_unless_used(const NetworkState& netwo
 
 void LocalContainerBackend::remove_network_after(const SandboxInfo& destroyed) {
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     network_touched_ = true;
   }
   std::optional<NetworkState> network;
@@ -225,7 +225,7 @@ void LocalContainerBackend::remove_network_after(const SandboxInfo& destroyed) {
     }
   }
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     network_ready_ = true;  // so that remove_network_if_unused tries
   }
   remove_network_if_unused();
@@ -242,7 +242,7 @@ void LocalContainerBackend::remove_network_at_exit() {
   if (!settings_.own_network || settings_.policy.mode != "open") return;
   bool ours = false;
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     ours = network_touched_;
   }
   // Sandboxes destroyed side by side (a shutdown's) each saw the others still attached, and the
@@ -282,7 +282,7 @@ void LocalContainerBackend::remove_network_at_exit() {
 void LocalContainerBackend::sweep_unused_networks() {
   if (!settings_.own_network) return;
   {
-    std::lock_guard lock(network_mutex_);
+    MutexLock lock(network_mutex_);
     if (network_ready_) return;  // ours, in use by this process: its last destroy removes it
   }
   try {

@@ -19,7 +19,7 @@ LocalContainerBackend::~LocalContainerBackend() {
   slots_.reset();
   retry_pending_removals();
   remove_network_at_exit();
-  std::lock_guard lock(pending_mutex_);
+  MutexLock lock(pending_mutex_);
   for (const std::string& id : pending_removals_) {
     log(LogLevel::warning, "Container " + short_id(id) +
                                " left by a failed start could not be removed; remove it by "
@@ -146,7 +146,7 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     }
     network_remade = true;
     {
-      std::lock_guard lock(network_mutex_);
+      MutexLock lock(network_mutex_);
       network_ready_ = false;
     }
     ensure_network();
@@ -348,7 +348,7 @@ void LocalContainerBackend::remove_quietly(const std::string& id) {
     failure = e.what();
   }
   {
-    std::lock_guard lock(pending_mutex_);
+    MutexLock lock(pending_mutex_);
     pending_removals_.insert(id);
   }
   log(LogLevel::warning, "Container " + short_id(id) +
@@ -360,7 +360,7 @@ void LocalContainerBackend::remove_quietly(const std::string& id) {
 void LocalContainerBackend::retry_pending_removals() {
   std::vector<std::string> pending;
   {
-    std::lock_guard lock(pending_mutex_);
+    MutexLock lock(pending_mutex_);
     if (pending_removals_.empty()) return;
     pending.assign(pending_removals_.begin(), pending_removals_.end());
   }
@@ -382,7 +382,7 @@ void LocalContainerBackend::retry_pending_removals() {
       return;  // the engine is still out of reach: every one stays pending
     }
     {
-      std::lock_guard lock(pending_mutex_);
+      MutexLock lock(pending_mutex_);
       pending_removals_.erase(id);
     }
     log(LogLevel::info, "Container " + short_id(id) + " left by a failed start " + outcome);

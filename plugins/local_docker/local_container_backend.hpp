@@ -33,6 +33,7 @@
 #include <sandboxd/capabilities.hpp>
 #include <sandboxd/readiness.hpp>
 #include <sandboxd/sdk.hpp>
+#include <sandboxd/thread_annotations.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -245,21 +246,21 @@ class LocalContainerBackend final : public SandboxBackend,
   // remove them (it vanished between /containers/create and /start). Only never-started ones
   // are removed later: a running one is an orphan like any other, which reconciliation adopts
   // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
-  std::mutex pending_mutex_;
-  std::set<std::string> pending_removals_;
+  Mutex pending_mutex_;
+  std::set<std::string> pending_removals_ GUARDED_BY(pending_mutex_);
   // Sockets in sandboxes' network namespaces, and bridge port isolation (sandbox_network.hpp).
   NetnsSockets netns_;
   // The network checks (network_mutex_ guards these four, never held across an engine
   // call): our bridge network exists and the id containers join it by, and the host-namespace
   // probe's answer, asked of the engine once ("" : it can). network_create_mutex_ serializes
-  // ensure_network's check-and-create, engine calls included; it is taken before
-  // network_mutex_.
-  std::mutex network_create_mutex_;
-  mutable std::mutex network_mutex_;
-  bool network_ready_ = false;
-  bool network_touched_ = false;  // this process made or destroyed a sandbox on our network
-  std::string network_target_;
-  std::optional<std::string> namespace_reason_;
+  // ensure_network's check-and-create and settle_duplicate_network, engine calls included.
+  Mutex network_create_mutex_ ACQUIRED_BEFORE(network_mutex_);
+  mutable Mutex network_mutex_;
+  bool network_ready_ GUARDED_BY(network_mutex_) = false;
+  // This process made or destroyed a sandbox on our network.
+  bool network_touched_ GUARDED_BY(network_mutex_) = false;
+  std::string network_target_ GUARDED_BY(network_mutex_);
+  std::optional<std::string> namespace_reason_ GUARDED_BY(network_mutex_);
   std::unique_ptr<EngineSlots> slot_engine_;  // the pool's engine; outlives the pool
   // Last member: its refill thread calls the engine through this object, so it stops first.
   std::unique_ptr<SlotPool> slots_;

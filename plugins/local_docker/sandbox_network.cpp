@@ -144,7 +144,7 @@ NetnsSockets::NetnsSockets()
 
 NetnsSockets::~NetnsSockets() {
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
@@ -155,8 +155,8 @@ void NetnsSockets::run() {
   while (true) {
     std::function<void()> job;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      MutexLock lock(mutex_);
+      lock.wait(wake_, [this]() REQUIRES(mutex_) { return stopping_ || !jobs_.empty(); });
       if (jobs_.empty()) return;
       job = std::move(jobs_.front());
       jobs_.pop_front();
@@ -194,7 +194,7 @@ int NetnsSockets::socket_in_namespace(int pid, const Namespace* expected, Namesp
   std::future<int> result = done->get_future();
   const int target_fd = target.get();
   {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) throw std::runtime_error("the namespace socket maker has stopped");
     jobs_.push_back([this, done, target_fd, domain, type, protocol] {
       if (::setns(target_fd, CLONE_NEWNET) != 0) {
@@ -211,7 +211,7 @@ int NetnsSockets::socket_in_namespace(int pid, const Namespace* expected, Namesp
         if (fd >= 0) ::close(fd);
         done->set_exception(std::make_exception_ptr(std::runtime_error(
             "cannot return to this process's network namespace: " + errno_text(errno))));
-        std::lock_guard lock(mutex_);
+        MutexLock lock(mutex_);
         stopping_ = true;
         jobs_.clear();
         return;
@@ -233,7 +233,7 @@ int NetnsSockets::socket_in_container(const std::string& container_id,
                                       int protocol) {
   std::optional<Cached> cached;
   {
-    std::lock_guard lock(cache_mutex_);
+    MutexLock lock(cache_mutex_);
     if (auto it = pids_.find(container_id); it != pids_.end()) cached = it->second;
   }
   if (cached) {
@@ -247,14 +247,14 @@ int NetnsSockets::socket_in_container(const std::string& container_id,
   fresh.pid = pid_of();
   if (fresh.pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
   const int fd = socket_in_namespace(fresh.pid, nullptr, &fresh.netns, domain, type, protocol);
-  std::lock_guard lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   if (pids_.size() >= 100000) pids_.clear();  // bounded; a miss only costs an inspect
   pids_[container_id] = fresh;
   return fd;
 }
 
 void NetnsSockets::forget(const std::string& container_id) {
-  std::lock_guard lock(cache_mutex_);
+  MutexLock lock(cache_mutex_);
   pids_.erase(container_id);
 }
 

@@ -24,6 +24,7 @@
 #include <map>
 #include <mutex>
 #include <sandboxd/host_fs.hpp>
+#include <sandboxd/thread_annotations.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -103,14 +104,16 @@ class NetnsSockets {
                           int protocol);
 
   host_fs::UniqueFd home_;  // this process's network namespace
-  std::mutex mutex_;
+  // The worker's queue; never held while a job runs.
+  Mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::function<void()>> jobs_;  // guarded by mutex_
-  bool stopping_ = false;                   // guarded by mutex_
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
   std::thread worker_;
 
-  std::mutex cache_mutex_;
-  std::map<std::string, Cached> pids_;  // container id → its process; guarded by cache_mutex_
+  // The cache alone; never held across a namespace entry or `pid_of`.
+  Mutex cache_mutex_;
+  std::map<std::string, Cached> pids_ GUARDED_BY(cache_mutex_);  // container id → its process
 };
 
 // The bridge port of the container whose process is `pid`: its eth0's peer in this
