@@ -6,46 +6,52 @@
 namespace sandboxd::provisioner {
 namespace {
 
-door::Response answer(const Reply& reply, std::string route) {
-  return {reply.status, reply.content_type, reply.body, reply.headers, std::move(route)};
-}
-
-// "{id}" of /api/sandboxes/{id}[/instance], or "" when `path` is not one of them.
-std::string sandbox_id_in(const std::string& path, bool instance) {
-  static const std::string kPrefix = "/api/sandboxes/";
-  static const std::string kInstance = "/instance";
-  if (path.rfind(kPrefix, 0) != 0) return "";
-  std::string rest = path.substr(kPrefix.size());
-  if (instance) {
-    if (rest.size() <= kInstance.size() ||
-        rest.compare(rest.size() - kInstance.size(), kInstance.size(), kInstance) != 0) {
-      return "";
-    }
-    rest.resize(rest.size() - kInstance.size());
-  }
-  return rest.find('/') == std::string::npos ? rest : "";
+door::Response answer(const Reply& reply) {
+  return {reply.status, reply.content_type, reply.body, reply.headers, ""};
 }
 
 }  // namespace
 
-door::Response route_request(ProvisionerService& service, const door::Request& request) {
-  const std::string& method = request.head.method;
-  const std::string& path = request.head.path;
-  if (method == "GET" && path == "/health") return answer(service.health(), path);
-  if (method == "GET" && path == "/api/capabilities") return answer(service.capabilities(), path);
-  if (path == "/api/sandboxes") {
-    if (method == "POST") return answer(service.create(request.body), path);
-    if (method == "GET") return answer(service.list(), path);
-  }
-  if (const std::string id = sandbox_id_in(path, /*instance=*/true);
-      !id.empty() && method == "GET") {
-    return answer(service.instance(id), "/api/sandboxes/{id}/instance");
-  }
-  if (const std::string id = sandbox_id_in(path, /*instance=*/false); !id.empty()) {
-    if (method == "GET") return answer(service.get(id), "/api/sandboxes/{id}");
-    if (method == "DELETE") return answer(service.remove(id), "/api/sandboxes/{id}");
-  }
-  return answer(detail(404, "Not Found"), "");
+door::RouteTable provisioner_routes(ProvisionerService& service,
+                                    std::shared_ptr<ProvisionerMetrics> metrics,
+                                    std::shared_ptr<door::RefusalLog> refusals) {
+  using door::Request;
+  using door::RouteParams;
+  // FastAPI's answers, which DeerFlow's provisioner client knows.
+  door::RouteTable routes([](int status, const std::string&) {
+    return answer(detail(status, status == 405 ? "Method Not Allowed" : "Not Found"));
+  });
+  routes.add(
+      "GET", "/health",
+      [&service](const Request&, const RouteParams&) { return answer(service.health()); },
+      door::RouteTable::Access::open);
+  routes.add("GET", "/metrics", [metrics, refusals](const Request&, const RouteParams&) {
+    return door::Response{200,
+                          "text/plain; version=0.0.4; charset=utf-8",
+                          metrics->render(refusals->total()),
+                          {},
+                          ""};
+  });
+  routes.add("GET", "/api/capabilities", [&service](const Request&, const RouteParams&) {
+    return answer(service.capabilities());
+  });
+  routes.add("POST", "/api/sandboxes", [&service](const Request& request, const RouteParams&) {
+    return answer(service.create(request.body));
+  });
+  routes.add("GET", "/api/sandboxes",
+             [&service](const Request&, const RouteParams&) { return answer(service.list()); });
+  routes.add("GET", "/api/sandboxes/{id}", [&service](const Request&, const RouteParams& params) {
+    return answer(service.get(params["id"]));
+  });
+  routes.add("DELETE", "/api/sandboxes/{id}",
+             [&service](const Request&, const RouteParams& params) {
+               return answer(service.remove(params["id"]));
+             });
+  routes.add("GET", "/api/sandboxes/{id}/instance",
+             [&service](const Request&, const RouteParams& params) {
+               return answer(service.instance(params["id"]));
+             });
+  return routes;
 }
 
 ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
@@ -66,8 +72,13 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
       std::chrono::milliseconds(static_cast<long long>(settings.shutdown_grace_seconds * 1000));
   refusals_ = std::make_shared<door::RefusalLog>(logger, "provisioner auth rejected");
   metrics_ = std::make_shared<ProvisionerMetrics>();
-  options_.admit = [&service, refusals = refusals_](const door::RequestHead& head) {
-    if (head.path.rfind("/api/", 0) != 0 && head.path != "/metrics") {
+  routes_ = std::make_shared<door::RouteTable>(provisioner_routes(service, metrics_, refusals_));
+  metrics_->set_known_routes(routes_->patterns());
+  options_.admit = [&service, refusals = refusals_,
+                    routes = routes_](const door::RequestHead& head) {
+    // Open: the open routes, and, as FastAPI's provisioner, any path outside /api/ and
+    // /metrics (a 404 that reads no body).
+    if (routes->is_open(head) || (head.path.rfind("/api/", 0) != 0 && head.path != "/metrics")) {
       return door::Admission::public_route();
     }
     if (service.authorized(head.header("x-api-key"))) return door::Admission::credentialed();
@@ -75,22 +86,14 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
     return door::Admission::refused(
         door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)});
   };
-  options_.handle = [&service, metrics = metrics_,
-                     refusals = refusals_](const door::Request& request) {
-    if (request.head.path == "/metrics" && request.head.method == "GET") {
-      return door::Response{200,
-                            "text/plain; version=0.0.4; charset=utf-8",
-                            metrics->render(refusals->total()),
-                            {},
-                            "/metrics"};
-    }
-    return route_request(service, request);
+  options_.handle = [routes = routes_](const door::Request& request) {
+    return routes->dispatch(request);
   };
   options_.on_answered = [metrics = metrics_](const door::Answered& answered) {
     metrics->record_request(answered.route, answered.status);
   };
   options_.error_body = [](int status, const std::string&, const std::string& message) {
-    door::Response response = answer(detail(status, message), "");
+    door::Response response = answer(detail(status, message));
     if (status == 503) response.headers.emplace_back("Retry-After", "1");
     return response;
   };

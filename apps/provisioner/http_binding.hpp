@@ -17,6 +17,7 @@
 #include "http_door.hpp"
 #include "provisioner_service.hpp"
 #include "refusal_log.hpp"
+#include "route_table.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::provisioner {
@@ -55,9 +56,15 @@ class ProvisionerHttpServer {
   door::ServerOptions options_;
   std::shared_ptr<door::RefusalLog> refusals_;
   std::shared_ptr<ProvisionerMetrics> metrics_;
+  std::shared_ptr<door::RouteTable> routes_;
 };
 
-// What a route answers: the service's reply for a request the key let through.
-door::Response route_request(ProvisionerService& service, const door::Request& request);
+// The provisioner's routes (SPEC §10.8: /health open; /metrics, /api/capabilities,
+// /api/sandboxes, /api/sandboxes/{id}, /api/sandboxes/{id}/instance behind the key), each
+// answered by the service; what matches none is FastAPI's 404 "Not Found" or 405 "Method Not
+// Allowed" with Allow.
+door::RouteTable provisioner_routes(ProvisionerService& service,
+                                    std::shared_ptr<ProvisionerMetrics> metrics,
+                                    std::shared_ptr<door::RefusalLog> refusals);
 
 }  // namespace sandboxd::provisioner

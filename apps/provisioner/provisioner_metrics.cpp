@@ -22,15 +22,8 @@ std::string label_value(const std::string& text) {
 }  // namespace
 
 void ProvisionerMetrics::record_request(const std::string& route, int status) {
-  // Unknown paths share one label, so a client cannot grow the map with made-up paths.
-  static const char* const kRoutes[] = {"/health",
-                                        "/metrics",
-                                        "/api/capabilities",
-                                        "/api/sandboxes",
-                                        "/api/sandboxes/{id}",
-                                        "/api/sandboxes/{id}/instance"};
   std::string label = "other";
-  for (const char* known : kRoutes) {
+  for (const std::string& known : known_routes_) {
     if (route == known) label = known;
   }
   std::lock_guard lock(mutex_);

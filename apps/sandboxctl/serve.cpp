@@ -24,6 +24,7 @@
 #include "http_door.hpp"
 #include "listen_address.hpp"
 #include "metrics.hpp"
+#include "route_table.hpp"
 #include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
@@ -184,35 +185,60 @@ std::unique_ptr<core::Relay> start_relay(Session& session, const std::filesystem
   }
 }
 
-// The control API's routes over the session's SandboxService; every answer is the renderer's
-// document, every error the one error shape with its kind's status.
+// A document in the control API's error shape, {"error": {"kind", "message"}}: the server's own
+// answers (400, 413, 431, 503) and the route table's 405.
+Response error_document(int status, const std::string& kind, const std::string& message) {
+  rapidjson::StringBuffer buffer;
+  JsonWriter w(buffer);
+  w.StartObject();
+  w.Key("error");
+  w.StartObject();
+  write_json_member(w, "kind", kind);
+  write_json_member(w, "message", message);
+  w.EndObject();
+  w.EndObject();
+  Response response = document(status, buffer.GetString());
+  if (status == 503) response.headers.emplace_back("Retry-After", "1");
+  return response;
+}
+
+// The control API's routes over the session's SandboxService, declared in one table
+// (door/route_table.hpp); every answer is the renderer's document, every error the one error
+// shape with its kind's status.
 class ControlApi {
  public:
+  using RouteParams = door::RouteParams;
   ControlApi(Session& session, ServeMetrics& metrics, std::shared_ptr<Logger> logger,
              std::string token, bool token_required_on_socket)
       : session_(session),
         metrics_(metrics),
         logger_(std::move(logger)),
         token_(std::move(token)),
-        token_on_socket_(token_required_on_socket) {}
+        token_on_socket_(token_required_on_socket),
+        routes_([](int status, const std::string& message) {
+          return status == 404 ? error_response(core::ErrorKind::not_found, message)
+                               : error_document(status, "method_not_allowed", message);
+        }) {
+    route("GET", "/v1/health", &ControlApi::health, door::RouteTable::Access::open);
+    route("GET", "/metrics", &ControlApi::metrics);
+    route("POST", "/v1/sandboxes/acquire", &ControlApi::acquire);
+    route("GET", "/v1/sandboxes", &ControlApi::list);
+    route("GET", "/v1/sandboxes/{id}", &ControlApi::get);
+    route("DELETE", "/v1/sandboxes/{id}", &ControlApi::destroy);
+    route("POST", "/v1/sandboxes/{id}/release", &ControlApi::release);
+    // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
+    route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
+    route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
+    route("POST", "/v1/sandboxes/{id}/egress/deny-pending", &ControlApi::egress_deny_pending);
+    route("POST", "/v1/sandboxes/{id}/egress/decide", &ControlApi::egress_decide);
+  }
 
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
   door::Admission admit(const RequestHead& head) const {
-    if (head.method == "GET" && head.path == "/v1/health") return door::Admission::public_route();
+    if (routes_.is_open(head)) return door::Admission::public_route();
     if ((head.over_tcp || token_on_socket_) &&
         !token_matches(head.header("authorization"), token_)) {
-      Response refused = document(401, [] {
-        rapidjson::StringBuffer buffer;
-        JsonWriter w(buffer);
-        w.StartObject();
-        w.Key("error");
-        w.StartObject();
-        write_json_member(w, "kind", "unauthorized");
-        write_json_member(w, "message", "missing or wrong bearer token");
-        w.EndObject();
-        w.EndObject();
-        return std::string(buffer.GetString());
-      }());
+      Response refused = error_document(401, "unauthorized", "missing or wrong bearer token");
       refused.headers.emplace_back("WWW-Authenticate", "Bearer");
       return door::Admission::refused(std::move(refused));
     }
@@ -220,106 +246,114 @@ class ControlApi {
   }
 
   // On a worker thread.
-  Response handle(const Request& request) {
-    std::string route = "?";
-    Response response;
-    try {
-      response = route_request(request, route);
-    } catch (const std::bad_alloc&) {
-      throw;  // the server answers 503
-    } catch (const std::exception& e) {
-      const core::ServiceError error = core::as_service_error(e);
-      if (error.kind() == core::ErrorKind::unavailable) metrics_.record_backend_error();
-      if (error.kind() == core::ErrorKind::internal) {
-        logger_->error("serve: " + request.head.method + " " + route + ": " + error.what());
-      }
-      response = error_response(error.kind(), error.what());
-    }
-    response.route = route;
-    return response;
-  }
+  Response handle(const Request& request) { return routes_.dispatch(request); }
 
  private:
-  Response route_request(const Request& request, std::string& route) {
-    const std::string& path = request.head.path;
-    const std::string& method = request.head.method;
-    core::SandboxService& service = session_.service();
-    if (method == "GET" && path == "/v1/health") {
-      route = "/v1/health";
-      return document(200, core::to_json(service.health()));
+  using Handler = Response (ControlApi::*)(const Request&, const RouteParams&);
+
+  // A route whose handler's errors are answered in the error shape (an internal one logged
+  // with the route's pattern; std::bad_alloc left to the server, which answers 503).
+  void route(const char* method, const char* pattern, Handler handler,
+             door::RouteTable::Access access = door::RouteTable::Access::credentialed) {
+    routes_.add(
+        method, pattern,
+        [this, handler, label = std::string(method) + " " + pattern](const Request& request,
+                                                                     const RouteParams& params) {
+          try {
+            return (this->*handler)(request, params);
+          } catch (const std::bad_alloc&) {
+            throw;
+          } catch (const std::exception& e) {
+            const core::ServiceError error = core::as_service_error(e);
+            if (error.kind() == core::ErrorKind::unavailable) metrics_.record_backend_error();
+            if (error.kind() == core::ErrorKind::internal) {
+              logger_->error("serve: " + label + ": " + error.what());
+            }
+            return error_response(error.kind(), error.what());
+          }
+        },
+        access);
+  }
+
+  Response health(const Request&, const RouteParams&) {
+    return document(200, core::to_json(session_.service().health()));
+  }
+
+  Response metrics(const Request&, const RouteParams&) {
+    const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
+    const core::EgressStats egress_stats = egress_ ? egress_->proxy().stats() : core::EgressStats{};
+    return {200,
+            "text/plain; version=0.0.4; charset=utf-8",
+            metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr,
+                            egress_ ? &egress_stats : nullptr),
+            {},
+            ""};
+  }
+
+  Response acquire(const Request& request, const RouteParams&) {
+    core::AcquireRequest acquire;
+    parse_acquire_body(request.body, acquire.user_id, acquire.thread_id);
+    acquire.cancellation = request.hung_up;  // a client that hangs up leaves the queue
+    const auto start = std::chrono::steady_clock::now();
+    core::Acquired acquired;
+    try {
+      acquired = session_.service().acquire(acquire);
+    } catch (const std::exception& e) {
+      metrics_.record_acquire_failure(core::kind_name(core::as_service_error(e).kind()));
+      throw;
     }
-    if (path == "/metrics" && method == "GET") {
-      route = "/metrics";
-      const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
-      const core::EgressStats egress_stats =
-          egress_ ? egress_->proxy().stats() : core::EgressStats{};
-      return {200,
-              "text/plain; version=0.0.4; charset=utf-8",
-              metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr,
-                              egress_ ? &egress_stats : nullptr),
-              {},
-              ""};
+    metrics_.record_acquire(
+        acquired.path,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    return document(200, core::to_json(acquired));
+  }
+
+  Response list(const Request&, const RouteParams&) {
+    return document(200, core::to_json(session_.service().list()));
+  }
+
+  Response get(const Request&, const RouteParams& params) {
+    return document(200, core::to_json(session_.service().get(params["id"])));
+  }
+
+  Response destroy(const Request&, const RouteParams& params) {
+    const core::Destroyed destroyed = session_.service().destroy(params["id"]);
+    metrics_.record_destroy();
+    return document(200, core::to_json(destroyed));
+  }
+
+  Response release(const Request&, const RouteParams& params) {
+    const core::Released released = session_.service().release(params["id"]);
+    metrics_.record_release();
+    return document(200, core::to_json(released));
+  }
+
+  // The egress proxy of this serve, for a sandbox it tracks (else not_found).
+  core::EgressHost& egress_for(const std::string& sandbox_id) {
+    if (egress_ == nullptr) {
+      throw core::ServiceError(core::ErrorKind::not_found,
+                               "this serve runs no egress proxy: the backend's network mode "
+                               "is not allowlist");
     }
-    if (path == "/v1/sandboxes/acquire" && method == "POST") {
-      route = "/v1/sandboxes/acquire";
-      core::AcquireRequest acquire;
-      parse_acquire_body(request.body, acquire.user_id, acquire.thread_id);
-      acquire.cancellation = request.hung_up;  // a client that hangs up leaves the queue
-      const auto start = std::chrono::steady_clock::now();
-      core::Acquired acquired;
-      try {
-        acquired = service.acquire(acquire);
-      } catch (const std::exception& e) {
-        metrics_.record_acquire_failure(core::kind_name(core::as_service_error(e).kind()));
-        throw;
-      }
-      metrics_.record_acquire(
-          acquired.path,
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-      return document(200, core::to_json(acquired));
-    }
-    if (path == "/v1/sandboxes" && method == "GET") {
-      route = "/v1/sandboxes";
-      return document(200, core::to_json(service.list()));
-    }
-    static const std::string kPrefix = "/v1/sandboxes/";
-    if (path.rfind(kPrefix, 0) == 0) {
-      std::string id = path.substr(kPrefix.size());
-      // The egress routes (issue 34): /v1/sandboxes/ID/egress[/…].
-      if (const std::size_t at = id.find("/egress");
-          at != std::string::npos && (id.size() == at + 7 || id[at + 7] == '/')) {
-        const std::string tail = id.substr(at + 7);
-        id.resize(at);
-        route = kPrefix + "{id}/egress" + tail;
-        if (egress_ == nullptr) {
-          throw core::ServiceError(core::ErrorKind::not_found,
-                                   "this serve runs no egress proxy: the backend's network mode "
-                                   "is not allowlist");
-        }
-        service.get(id);  // tracked here, or 404
-        return document(200, egress_route(*egress_, method, id, tail, request.body));
-      }
-      const bool release = id.size() > 8 && id.compare(id.size() - 8, 8, "/release") == 0;
-      if (release) id.resize(id.size() - 8);
-      if (release && method == "POST") {
-        route = kPrefix + "{id}/release";
-        const core::Released released = service.release(id);
-        metrics_.record_release();
-        return document(200, core::to_json(released));
-      }
-      if (!release && method == "GET") {
-        route = kPrefix + "{id}";
-        return document(200, core::to_json(service.get(id)));
-      }
-      if (!release && method == "DELETE") {
-        route = kPrefix + "{id}";
-        const core::Destroyed destroyed = service.destroy(id);
-        metrics_.record_destroy();
-        return document(200, core::to_json(destroyed));
-      }
-    }
-    route = path;
-    return error_response(core::ErrorKind::not_found, "no route " + method + " " + path);
+    session_.service().get(sandbox_id);  // tracked here, or 404
+    return *egress_;
+  }
+
+  Response egress_view(const Request&, const RouteParams& params) {
+    return document(200, sandboxctl::egress_view(egress_for(params["id"]), params["id"]));
+  }
+
+  Response egress_events(const Request&, const RouteParams& params) {
+    return document(200, sandboxctl::egress_events(egress_for(params["id"]), params["id"]));
+  }
+
+  Response egress_deny_pending(const Request&, const RouteParams& params) {
+    return document(200, sandboxctl::egress_deny_pending(egress_for(params["id"]), params["id"]));
+  }
+
+  Response egress_decide(const Request& request, const RouteParams& params) {
+    return document(
+        200, sandboxctl::egress_decide(egress_for(params["id"]), params["id"], request.body));
   }
 
   Session& session_;
@@ -327,6 +361,7 @@ class ControlApi {
   std::shared_ptr<Logger> logger_;
   const std::string token_;
   const bool token_on_socket_;
+  door::RouteTable routes_;  // built here, then only read
 
  public:
   const core::Relay* relay_ = nullptr;  // set before the server runs
@@ -449,21 +484,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
   server_options.limits = limits;
   server_options.admit = [&api](const RequestHead& head) { return api->admit(head); };
   server_options.handle = [&api](const Request& request) { return api->handle(request); };
-  server_options.error_body = [](int status, const std::string& kind, const std::string& message) {
-    // The server's own answers (400, 413, 431, 503) in the same {"error": …} shape.
-    rapidjson::StringBuffer buffer;
-    JsonWriter w(buffer);
-    w.StartObject();
-    w.Key("error");
-    w.StartObject();
-    write_json_member(w, "kind", kind);
-    write_json_member(w, "message", message);
-    w.EndObject();
-    w.EndObject();
-    Response response = document(status, buffer.GetString());
-    if (status == 503) response.headers.emplace_back("Retry-After", "1");
-    return response;
-  };
+  server_options.error_body = error_document;
   server_options.on_answered = [&metrics](const door::Answered& answered) {
     metrics.record_request(answered.status);
   };

@@ -37,7 +37,13 @@ void write_request(Writer& w, const core::EgressRequest& request, bool full) {
   w.EndObject();
 }
 
-std::string view(core::EgressHost& egress, const std::string& sandbox_id) {
+std::string ok(bool done) {
+  return done ? "{\"ok\":true}" : "{\"ok\":false}";
+}
+
+}  // namespace
+
+std::string egress_view(core::EgressHost& egress, const std::string& sandbox_id) {
   const core::EgressPolicy& policy = egress.proxy().policy();
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
@@ -73,74 +79,64 @@ std::string view(core::EgressHost& egress, const std::string& sandbox_id) {
   return buffer.GetString();
 }
 
-std::string ok(bool done) {
-  return done ? "{\"ok\":true}" : "{\"ok\":false}";
+std::string egress_events(core::EgressHost& egress, const std::string& sandbox_id) {
+  rapidjson::StringBuffer buffer;
+  Writer w(buffer);
+  w.StartObject();
+  w.Key("events");
+  w.StartArray();
+  for (const auto& request : egress.proxy().consume_events(sandbox_id)) {
+    write_request(w, request, false);
+  }
+  w.EndArray();
+  w.EndObject();
+  return buffer.GetString();
 }
 
-}  // namespace
+std::string egress_deny_pending(core::EgressHost& egress, const std::string& sandbox_id) {
+  egress.proxy().deny_pending(sandbox_id);
+  return ok(true);
+}
 
-std::string egress_route(core::EgressHost& egress, const std::string& method,
-                         const std::string& sandbox_id, const std::string& tail,
-                         const std::string& body) {
-  if (tail.empty() && method == "GET") return view(egress, sandbox_id);
-  if (tail == "/events" && method == "POST") {
-    rapidjson::StringBuffer buffer;
-    Writer w(buffer);
-    w.StartObject();
-    w.Key("events");
-    w.StartArray();
-    for (const auto& request : egress.proxy().consume_events(sandbox_id)) {
-      write_request(w, request, false);
-    }
-    w.EndArray();
-    w.EndObject();
-    return buffer.GetString();
+std::string egress_decide(core::EgressHost& egress, const std::string& sandbox_id,
+                          const std::string& body) {
+  rapidjson::Document doc;
+  if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
+    throw ServiceError(ErrorKind::invalid_argument, "the request body is not a JSON object");
   }
-  if (tail == "/deny-pending" && method == "POST") {
-    egress.proxy().deny_pending(sandbox_id);
-    return ok(true);
+  const auto text = [&](const char* key) -> std::string {
+    const auto it = doc.FindMember(key);
+    if (it == doc.MemberEnd() || it->value.IsNull()) return "";
+    if (!it->value.IsString()) {
+      throw ServiceError(ErrorKind::invalid_argument, std::string(key) + ": must be a string");
+    }
+    return it->value.GetString();
+  };
+  const std::string decision_text = text("decision");
+  const auto decision = core::egress_decision_from(decision_text);
+  if (!decision) {
+    throw ServiceError(
+        ErrorKind::invalid_argument,
+        "decision: expected deny, allow_temporary or allow_sandbox, got '" + decision_text + "'");
   }
-  if (tail == "/decide" && method == "POST") {
-    rapidjson::Document doc;
-    if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
-      throw ServiceError(ErrorKind::invalid_argument, "the request body is not a JSON object");
-    }
-    const auto text = [&](const char* key) -> std::string {
-      const auto it = doc.FindMember(key);
-      if (it == doc.MemberEnd() || it->value.IsNull()) return "";
-      if (!it->value.IsString()) {
-        throw ServiceError(ErrorKind::invalid_argument, std::string(key) + ": must be a string");
-      }
-      return it->value.GetString();
-    };
-    const std::string decision_text = text("decision");
-    const auto decision = core::egress_decision_from(decision_text);
-    if (!decision) {
-      throw ServiceError(
-          ErrorKind::invalid_argument,
-          "decision: expected deny, allow_temporary or allow_sandbox, got '" + decision_text + "'");
-    }
-    const std::string request_id = text("request_id");
-    const std::string domain = text("domain");
-    if (request_id.empty() == domain.empty()) {
-      throw ServiceError(ErrorKind::invalid_argument,
-                         "give one of request_id (a pending request) or domain");
-    }
-    bool done = true;
-    if (!request_id.empty()) {
-      done = egress.proxy().decide_request(sandbox_id, request_id, *decision);
-    } else {
-      try {
-        egress.proxy().decide(sandbox_id, domain, *decision);
-      } catch (const std::invalid_argument& e) {
-        throw ServiceError(ErrorKind::invalid_argument, std::string("domain: ") + e.what());
-      }
-    }
-    if (done) egress.save_grants();
-    return ok(done);
+  const std::string request_id = text("request_id");
+  const std::string domain = text("domain");
+  if (request_id.empty() == domain.empty()) {
+    throw ServiceError(ErrorKind::invalid_argument,
+                       "give one of request_id (a pending request) or domain");
   }
-  throw ServiceError(ErrorKind::not_found,
-                     "no route " + method + " /v1/sandboxes/" + sandbox_id + "/egress" + tail);
+  bool done = true;
+  if (!request_id.empty()) {
+    done = egress.proxy().decide_request(sandbox_id, request_id, *decision);
+  } else {
+    try {
+      egress.proxy().decide(sandbox_id, domain, *decision);
+    } catch (const std::invalid_argument& e) {
+      throw ServiceError(ErrorKind::invalid_argument, std::string("domain: ") + e.what());
+    }
+  }
+  if (done) egress.save_grants();
+  return ok(done);
 }
 
 }  // namespace sandboxctl

@@ -15,10 +15,13 @@
 
 namespace sandboxctl {
 
-// `tail` is what follows "/v1/sandboxes/ID/egress" ("", "/events", …); the sandbox is tracked.
-// The answer's JSON, or throws core::ServiceError (not_found for an unknown tail or method).
-std::string egress_route(sandboxd::core::EgressHost& egress, const std::string& method,
-                         const std::string& sandbox_id, const std::string& tail,
-                         const std::string& body);
+// Each answers for a tracked sandbox; the answer's JSON.
+std::string egress_view(sandboxd::core::EgressHost& egress, const std::string& sandbox_id);
+std::string egress_events(sandboxd::core::EgressHost& egress, const std::string& sandbox_id);
+std::string egress_deny_pending(sandboxd::core::EgressHost& egress,
+                                const std::string& sandbox_id);
+// Throws core::ServiceError (invalid_argument) naming the bad key of `body`.
+std::string egress_decide(sandboxd::core::EgressHost& egress, const std::string& sandbox_id,
+                          const std::string& body);
 
 }  // namespace sandboxctl

@@ -71,3 +71,34 @@ def test_the_cli_and_serve_answer_the_same_documents(binaries, tmp_path, serves)
     for config in (cli_config,):
         run_ctl(config, "destroy", sandbox_id)
     assert served.stop() == 0
+
+
+def test_serve_names_a_wrong_method_405_with_allow_and_an_unknown_path_404(binaries, tmp_path,
+                                                                            serves):
+    """Issue 35.4: serve's routes are one table; a known path asked with a method it does not
+    take is 405 naming the ones it does (not a 404 that reads as "no such sandbox"), a path no
+    route takes is 404, both in the one error shape, and health stays open."""
+    config = write_config(tmp_path / "serve.json",
+                          process_section(tmp_path / "b", tmp_path / "b" / "state"))
+    (tmp_path / "b").mkdir()
+    served = serves(config, "--on-exit", "destroy", log=tmp_path / "serve.log")
+
+    status, answer, headers = request(served.listen, "PUT", "/v1/sandboxes/0000000000000000")
+    assert status == 405, answer
+    assert headers["Allow"] == "GET, DELETE"
+    assert answer["error"]["kind"] == "method_not_allowed"
+    assert answer["error"]["message"] == "/v1/sandboxes/0000000000000000 takes GET, DELETE, not PUT"
+
+    status, answer, headers = request(served.listen, "GET", "/v1/sandboxes/0000000000000000/release")
+    assert status == 405 and headers["Allow"] == "POST", answer
+
+    status, answer, headers = request(served.listen, "GET", "/v1/nothing/here")
+    assert status == 404 and "Allow" not in headers, answer
+    assert answer["error"] == {"kind": "not_found", "message": "no route GET /v1/nothing/here"}
+
+    status, answer, _ = request(served.listen, "GET", "/v1/sandboxes/0000000000000000")
+    assert status == 404 and answer["error"]["kind"] == "not_found", answer
+
+    status, answer, _ = request(served.listen, "GET", "/v1/health")
+    assert status == 200, answer
+    assert served.stop() == 0

@@ -669,5 +669,27 @@ TEST_F(ProvisionerServiceTest, UnknownRoutesAre404NotFound) {
   EXPECT_EQ(result->body, R"({"detail":"Not Found"})");
 }
 
+// As FastAPI answers DeerFlow's provisioner: a known path with a method it does not take is
+// 405 with Allow, not a 404 that reads as "no such sandbox"; counted under the path's pattern.
+TEST_F(ProvisionerServiceTest, AKnownPathWithAnotherMethodIs405WithAllow) {
+  start();
+  auto result = client_->Put("/api/sandboxes/sb-1", key(), "{}", "application/json");
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 405);
+  EXPECT_EQ(result->body, R"({"detail":"Method Not Allowed"})");
+  EXPECT_EQ(result->get_header_value("Allow"), "GET, DELETE");
+  result = client_->Delete("/api/sandboxes", key());
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->status, 405);
+  EXPECT_EQ(result->get_header_value("Allow"), "POST, GET");
+  auto metrics = get("/metrics");
+  ASSERT_TRUE(metrics);
+  for (const char* line :
+       {R"(sandboxd_provisioner_requests_total{route="/api/sandboxes/{id}",status="405"} 1)",
+        R"(sandboxd_provisioner_requests_total{route="/api/sandboxes",status="405"} 1)"}) {
+    EXPECT_NE(metrics->body.find(line), std::string::npos) << metrics->body;
+  }
+}
+
 }  // namespace
 }  // namespace sandboxd::provisioner

@@ -9,7 +9,7 @@ import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from .errors import ConnectionFailed, SandboxdError, error_for
 
@@ -48,6 +48,14 @@ class Acquired:
     # Headers every request to sandbox_url carries (a relay's token, for a sandbox without a
     # host address); DeerFlow's SandboxInfo.request_headers. Empty when none are needed.
     request_headers: dict[str, str] = field(default_factory=dict)
+
+
+
+def _sandbox_path(sandbox_id: str, tail: str = "") -> str:
+    """The route of one sandbox: its id is one path segment whatever it holds ('/', '?', '%'
+    quoted), so a malformed id reaches the daemon's id check (400 naming it) instead of
+    another route."""
+    return "/v1/sandboxes/" + quote(sandbox_id, safe="") + tail
 
 
 class Client:
@@ -98,13 +106,13 @@ class Client:
         return PendingAcquire(self, thread_id, user_id)
 
     def get(self, sandbox_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/sandboxes/{sandbox_id}")
+        return self._call("GET", _sandbox_path(sandbox_id))
 
     def release(self, sandbox_id: str) -> dict[str, Any]:
-        return self._call("POST", f"/v1/sandboxes/{sandbox_id}/release")
+        return self._call("POST", _sandbox_path(sandbox_id, "/release"))
 
     def destroy(self, sandbox_id: str) -> dict[str, Any]:
-        return self._call("DELETE", f"/v1/sandboxes/{sandbox_id}")
+        return self._call("DELETE", _sandbox_path(sandbox_id))
 
     def list(self) -> dict[str, Any]:
         return self._call("GET", "/v1/sandboxes")
@@ -115,26 +123,26 @@ class Client:
     # ── egress (network mode allowlist): DeerFlow's network-policy calls ──
     def egress(self, sandbox_id: str) -> dict[str, Any]:
         """The sandbox's allow-list, pending requests and grants."""
-        return self._call("GET", f"/v1/sandboxes/{sandbox_id}/egress")
+        return self._call("GET", _sandbox_path(sandbox_id, "/egress"))
 
     def consume_network_policy_events(self, sandbox_id: str) -> list[dict[str, Any]]:
         """Refused requests waiting for a decision, each handed out once:
         ``{"request_id", "host", "port", "method"}``."""
-        return self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/events")["events"]
+        return self._call("POST", _sandbox_path(sandbox_id, "/egress/events"))["events"]
 
     def deny_pending_network_policy_events(self, sandbox_id: str) -> bool:
-        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/deny-pending")["ok"])
+        return bool(self._call("POST", _sandbox_path(sandbox_id, "/egress/deny-pending"))["ok"])
 
     def decide_network_policy_request(self, sandbox_id: str, request_id: str,
                                       decision: str) -> bool:
         """``decision``: ``deny``, ``allow_temporary`` or ``allow_sandbox``. False when there is
         no such pending request."""
-        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/decide",
+        return bool(self._call("POST", _sandbox_path(sandbox_id, "/egress/decide"),
                                {"request_id": request_id, "decision": decision})["ok"])
 
     def decide_network_domain(self, sandbox_id: str, domain: str, decision: str) -> bool:
         """The same decision for a name, pending or not (an operator's grant ahead of need)."""
-        return bool(self._call("POST", f"/v1/sandboxes/{sandbox_id}/egress/decide",
+        return bool(self._call("POST", _sandbox_path(sandbox_id, "/egress/decide"),
                                {"domain": domain, "decision": decision})["ok"])
 
     # ── plumbing ──
