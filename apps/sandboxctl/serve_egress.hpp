@@ -18,8 +18,7 @@ namespace sandboxctl {
 // Each answers for a tracked sandbox; the answer's JSON.
 std::string egress_view(sandboxd::core::EgressHost& egress, const std::string& sandbox_id);
 std::string egress_events(sandboxd::core::EgressHost& egress, const std::string& sandbox_id);
-std::string egress_deny_pending(sandboxd::core::EgressHost& egress,
-                                const std::string& sandbox_id);
+std::string egress_deny_pending(sandboxd::core::EgressHost& egress, const std::string& sandbox_id);
 // Throws core::ServiceError (invalid_argument) naming the bad key of `body`.
 std::string egress_decide(sandboxd::core::EgressHost& egress, const std::string& sandbox_id,
                           const std::string& body);
