@@ -363,9 +363,9 @@ void print_one(const core::SandboxView& t, const std::string& result) {
   const std::string conversation = t.thread_id ? t.user_id.value_or("") + "/" + *t.thread_id : "-";
   std::cout << "sandbox_id:   " << t.sandbox_id << "\n"
             << "sandbox_url:  " << t.sandbox_url << "\n"
-            << "state:        " << t.state << "\n"
+            << "state:        " << core::to_string(t.state) << "\n"
             << "conversation: " << conversation << "\n"
-            << (t.state != "active" ? "released:     " : "last used:    ")
+            << (core::is_released(t.state) ? "released:     " : "last used:    ")
             << seconds_text(core::wall_clock_now() - t.since) << " ago\n";
   if (!result.empty()) std::cout << "result:       " << result << "\n";
 }
@@ -477,7 +477,8 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
           lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
       }
       const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
-      std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", row.id.c_str(), row.state.c_str(),
+      std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", row.id.c_str(),
+                  std::string(row.state_word()).c_str(),
                   row.running ? (*row.running ? "yes" : "GONE") : "?", conversation.c_str(),
                   row.url.empty() ? "-" : row.url.c_str(),
                   row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-",

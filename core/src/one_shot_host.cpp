@@ -301,13 +301,13 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
       // Request headers (a relay's token) are never written: the backend gives them again.
       t.info.network_policy = optional_string(item, "network_policy", path_);
       const std::string state = optional_string(item, "state", path_);
-      if (state != "active" && state != "warm" && state != "paused") {
+      const std::optional<SandboxState> known = sandbox_state_from(state);
+      if (!known || *known == SandboxState::none) {
         throw RegistryFileError(path_.string() + ": sandbox " + t.info.sandbox_id +
                                 " has state \"" + state + "\" (expected active, warm or paused)" +
                                 fix);
       }
-      t.warm = state != "active";
-      t.paused = state == "paused";
+      t.state = *known;
       t.since = number_or_zero(item, "since", path_);
       const std::string user = optional_string(item, "user_id", path_);
       const std::string thread = optional_string(item, "thread_id", path_);
@@ -337,7 +337,8 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     w.Key("sandbox_id");
     w.String(t.info.sandbox_id.c_str());
     w.Key("state");
-    w.String(t.paused ? "paused" : t.warm ? "warm" : "active");
+    const std::string_view state = to_string(t.state);
+    w.String(state.data(), static_cast<rapidjson::SizeType>(state.size()));
     write_optional(
         w, "user_id",
         t.conversation ? std::optional<std::string>(t.conversation->user_id) : std::nullopt);

@@ -508,8 +508,7 @@ TrackedSandbox Provider::Impl::tracked_entry(const SandboxEntry& entry) const {
   TrackedSandbox tracked;
   tracked.info = *entry.info;
   tracked.conversation = entry.identity;
-  tracked.warm = entry.released();
-  tracked.paused = entry.paused();
+  tracked.state = entry.state;
   tracked.since = to_wall(entry.since);
   return tracked;
 }
@@ -603,16 +602,17 @@ void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {
   // Clients are made outside the registry mutex (the factory is a host hook).
   std::vector<std::pair<const TrackedSandbox*, ClientPtr>> active;
   for (const auto& tracked : snapshot.sandboxes) {
-    if (!tracked.warm) {
+    if (!tracked.released()) {
       active.emplace_back(&tracked, make_client(tracked.info.sandbox_id, tracked.info.sandbox_url));
     }
   }
   MutexLock lock(mutex_);
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
-    if (!tracked.warm || registry_.has_info(id) || registry_.is_released(id)) continue;
+    if (!tracked.released() || registry_.has_info(id) || registry_.is_released(id)) continue;
     registry_.add_released(id, std::make_shared<const SandboxInfo>(tracked.info),
-                           from_wall(tracked.since), tracked.conversation, tracked.paused);
+                           from_wall(tracked.since), tracked.conversation,
+                           tracked.state == SandboxState::paused);
   }
   for (auto& [tracked, client] : active) {
     const std::string& id = tracked->info.sandbox_id;

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "sandboxd/core/conversation.hpp"
+#include "sandboxd/core/sandbox_state.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/types.hpp"
 #include "thread_lock.hpp"
@@ -42,13 +43,6 @@ namespace sandboxd::core {
 
 using InfoPtr = std::shared_ptr<const SandboxInfo>;
 using ClientPtr = std::shared_ptr<SandboxClient>;
-
-enum class SandboxState {
-  none,    // nothing tracked; the entry only holds marks
-  active,  // handed to a conversation (or an anonymous caller)
-  warm,    // released to the warm pool, still running
-  paused,  // released, then frozen by the backend (SandboxPausing) after pause_after_seconds
-};
 
 struct SandboxEntry {
   SandboxState state = SandboxState::none;

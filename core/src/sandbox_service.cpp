@@ -38,7 +38,7 @@ SandboxView SandboxView::of(const TrackedSandbox& tracked) {
   SandboxView view;
   view.sandbox_id = tracked.info.sandbox_id;
   view.sandbox_url = tracked.info.sandbox_url;
-  view.state = tracked.paused ? "paused" : tracked.warm ? "warm" : "active";
+  view.state = tracked.state;
   if (tracked.conversation) {
     view.user_id = tracked.conversation->user_id;
     view.thread_id = tracked.conversation->thread_id;
@@ -147,7 +147,7 @@ Released SandboxService::release(const std::string& id) {
   if (outcome == ReleaseOutcome::not_tracked) require_tracked(id);  // gone meanwhile
   auto after = provider_.find(id);
   if (!after) require_tracked(id);
-  return {view_of(*after), before.warm ? "already warm" : "released"};
+  return {view_of(*after), before.released() ? "already warm" : "released"};
 }
 
 Destroyed SandboxService::destroy(const std::string& id) {
@@ -210,7 +210,7 @@ Listing SandboxService::list() {
     for (const auto& info : *running) {
       if (tracked_ids.count(info.sandbox_id)) continue;
       listing.sandboxes.push_back(
-          ListedSandbox{info.sandbox_id, "orphan", info.sandbox_url, info.user_id.value_or(""),
+          ListedSandbox{info.sandbox_id, std::nullopt, info.sandbox_url, info.user_id.value_or(""),
                         info.thread_id.value_or(""), true, std::nullopt, std::nullopt, ""});
     }
   }
@@ -251,9 +251,10 @@ Reaped SandboxService::reap(int idle_timeout) {
     const auto before = provider_.export_registry();
     typed([&] { provider_.pause_idle_warm(); });  // logs its own failures
     for (const auto& t : before.sandboxes) {
-      if (t.paused || !t.warm) continue;
+      if (t.state != SandboxState::warm) continue;
       const auto now = provider_.find(t.info.sandbox_id);
-      if (now && now->paused) reaped.newly_paused.push_back(t.info.sandbox_id);
+      if (now && now->state == SandboxState::paused)
+        reaped.newly_paused.push_back(t.info.sandbox_id);
     }
   }
   const auto left = provider_.counts();

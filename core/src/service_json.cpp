@@ -23,10 +23,10 @@ std::string document(Fill fill) {
 void members(Writer& w, const SandboxView& s) {
   write_json_member(w, "sandbox_id", s.sandbox_id);
   write_json_member(w, "sandbox_url", s.sandbox_url);
-  write_json_member(w, "state", s.state);
+  write_json_member(w, "state", std::string(to_string(s.state)));
   write_json_optional(w, "user_id", s.user_id);
   write_json_optional(w, "thread_id", s.thread_id);
-  w.Key(s.state != "active" ? "released_at" : "last_activity");
+  w.Key(is_released(s.state) ? "released_at" : "last_activity");
   w.Double(s.since);
   write_json_optional(w, "container_name", s.container_name);
 }
@@ -77,9 +77,9 @@ std::string to_json(const Listing& listing) {
     for (const auto& row : listing.sandboxes) {
       w.StartObject();
       write_json_member(w, "sandbox_id", row.id);
-      write_json_member(w, "state", row.state);
+      write_json_member(w, "state", std::string(row.state_word()));
       w.Key("tracked");
-      w.Bool(row.state != "orphan");
+      w.Bool(row.state.has_value());
       w.Key("running");
       if (row.running) {
         w.Bool(*row.running);

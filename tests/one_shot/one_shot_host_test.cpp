@@ -20,8 +20,10 @@ namespace {
 using core::RegistryFile;
 using core::RegistrySnapshot;
 using core::TrackedSandbox;
+constexpr core::SandboxState kActive = core::SandboxState::active;
+constexpr core::SandboxState kWarm = core::SandboxState::warm;
 
-TrackedSandbox tracked(const std::string& id, bool warm, double since) {
+TrackedSandbox tracked(const std::string& id, core::SandboxState state, double since) {
   TrackedSandbox t;
   t.info.sandbox_id = id;
   t.info.sandbox_url = "http://localhost:1/" + id;
@@ -29,7 +31,7 @@ TrackedSandbox tracked(const std::string& id, bool warm, double since) {
   t.info.created_at = 100.5;
   t.info.mount_contract_version = 2;
   t.conversation = core::ThreadKey{"alice", "t-" + id};
-  t.warm = warm;
+  t.state = state;
   t.since = since;
   return t;
 }
@@ -51,7 +53,8 @@ TEST(RegistryFile, AMissingFileIsEmptyAndAWrittenOneReadsBackPrivately) {
   RegistryFile file(tmp.path() / "state" / "registry.json");
   EXPECT_TRUE(file.load().sandboxes.empty());
   EXPECT_EQ(mode_of(tmp.path() / "state"), 0700u);
-  RegistrySnapshot after = with({tracked("a", false, 10.25), tracked("b", true, 20.0)});
+  RegistrySnapshot after = with({tracked("a", kActive, 10.25), tracked("b", kWarm, 20.0),
+                                 tracked("p", core::SandboxState::paused, 25.0)});
   after.sandboxes[1].conversation.reset();  // an adopted orphan has no conversation
   after.unowned_since["c"] = 30.0;
   file.apply({}, after);
@@ -65,15 +68,15 @@ TEST(RegistryFile, ConcurrentCommandsOnDifferentSandboxesKeepEachOthersChanges) 
   RegistryFile file(tmp.path() / "registry.json");
   const RegistrySnapshot seen_by_a = file.load();
   const RegistrySnapshot seen_by_b = file.load();
-  file.apply(seen_by_a, with({tracked("a", false, 1)}));
-  file.apply(seen_by_b, with({tracked("b", false, 2)}));
-  EXPECT_EQ(file.load(), with({tracked("a", false, 1), tracked("b", false, 2)}));
+  file.apply(seen_by_a, with({tracked("a", kActive, 1)}));
+  file.apply(seen_by_b, with({tracked("b", kActive, 2)}));
+  EXPECT_EQ(file.load(), with({tracked("a", kActive, 1), tracked("b", kActive, 2)}));
 
   // A releases a while B destroys b, both having loaded {a, b}.
   const RegistrySnapshot both = file.load();
-  file.apply(both, with({tracked("a", true, 3), tracked("b", false, 2)}));
-  file.apply(both, with({tracked("a", false, 1)}));
-  EXPECT_EQ(file.load(), with({tracked("a", true, 3)}))
+  file.apply(both, with({tracked("a", kWarm, 3), tracked("b", kActive, 2)}));
+  file.apply(both, with({tracked("a", kActive, 1)}));
+  EXPECT_EQ(file.load(), with({tracked("a", kWarm, 3)}))
       << "B's unchanged copy of a must not undo A's release";
 }
 
@@ -83,6 +86,9 @@ TEST(RegistryFile, ACorruptFileIsRefusedByPathWithWhatToDo) {
   for (const std::string& body :
        {std::string(
             "{\"version\": 1, \"sandboxes\": [{\"sandbox_id\": \"x\", \"state\": \"odd\"}]}"),
+        // The registry's own "none" (an entry holding only marks) is never a tracked sandbox.
+        std::string(
+            "{\"version\": 1, \"sandboxes\": [{\"sandbox_id\": \"x\", \"state\": \"none\"}]}"),
         std::string("not json"), std::string(200000, '['), std::string("{\"version\": 7}")}) {
     std::ofstream(path) << body;
     try {

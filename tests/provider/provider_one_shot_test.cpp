@@ -8,6 +8,7 @@ namespace {
 
 using core::AcquirePath;
 using core::RegistrySnapshot;
+using core::SandboxState;
 
 class ProviderOneShotTest : public ProviderFixture {};
 
@@ -47,18 +48,18 @@ TEST_F(ProviderOneShotTest, TheRegistryRoundTripsThroughDataIntoAFreshProvider) 
   ASSERT_EQ(exported.sandboxes.size(), 2u);
   for (const auto& t : exported.sandboxes) {
     if (t.info.sandbox_id == active) {
-      EXPECT_FALSE(t.warm);
+      EXPECT_EQ(t.state, SandboxState::active);
       EXPECT_EQ(t.since, 2000.0);
       EXPECT_EQ(t.conversation, (ThreadKey{"alice", "t-1"}));
     } else {
       EXPECT_EQ(t.info.sandbox_id, warm);
-      EXPECT_TRUE(t.warm);
+      EXPECT_EQ(t.state, SandboxState::warm);
       EXPECT_EQ(t.since, 2100.0);
       EXPECT_EQ(t.conversation, (ThreadKey{"bob", "t-2"}));
     }
   }
   ASSERT_TRUE(provider->find(warm));
-  EXPECT_TRUE(provider->find(warm)->warm);
+  EXPECT_EQ(provider->find(warm)->state, SandboxState::warm);
   EXPECT_FALSE(provider->find("no-such-id"));
 
   // A second provider (the next command's process) picks up exactly that state.
@@ -75,7 +76,7 @@ TEST_F(ProviderOneShotTest, TheRegistryRoundTripsThroughDataIntoAFreshProvider) 
 
   // Importing again leaves what is tracked alone.
   next->import_registry(exported);
-  EXPECT_FALSE(next->find(warm)->warm) << "the reclaimed sandbox stays active";
+  EXPECT_EQ(next->find(warm)->state, SandboxState::active) << "the reclaimed sandbox stays active";
   next->detach();
 }
 

@@ -116,8 +116,8 @@ TEST_F(ProviderPauseTest, AWarmSandboxIsPausedAfterItsDelayAndResumedOnAcquire) 
   EXPECT_EQ(counts.paused, 1u);
   EXPECT_EQ(counts.warm, 0u);
   ASSERT_TRUE(provider->find(id));
-  EXPECT_TRUE(provider->find(id)->paused);
-  EXPECT_TRUE(provider->find(id)->warm) << "paused is still released";
+  EXPECT_EQ(provider->find(id)->state, core::SandboxState::paused);
+  EXPECT_TRUE(provider->find(id)->released()) << "paused is still released";
   EXPECT_EQ(provider->pause_idle_warm(), 0) << "a paused sandbox is not paused twice";
 
   const auto resumed = provider->real().acquire_traced("t-1", "alice");
@@ -231,7 +231,7 @@ TEST_F(ProviderPauseTest, APausedSandboxSurvivesTheRegistryAsDataAndResumes) {
   ASSERT_EQ(provider->pause_idle_warm(), 1);
   const auto exported = provider->export_registry();
   ASSERT_EQ(exported.sandboxes.size(), 1u);
-  EXPECT_TRUE(exported.sandboxes[0].paused);
+  EXPECT_EQ(exported.sandboxes[0].state, core::SandboxState::paused);
   provider->real().detach();
 
   auto next = make_provider(pausing, nullptr);

@@ -29,6 +29,23 @@ ClientPtr client(const std::string& id) {
 const ThreadKey kAlice{"alice", "t-1"};
 const ThreadKey kBob{"bob", "t-1"};
 
+// Issue 35 item 6: one spelling of each state, both ways, for every door and file.
+TEST(SandboxStateTest, EachStateHasOneWordAndTheWordGivesItBack) {
+  for (const SandboxState state :
+       {SandboxState::none, SandboxState::active, SandboxState::warm, SandboxState::paused}) {
+    EXPECT_EQ(sandbox_state_from(to_string(state)), state) << to_string(state);
+  }
+  EXPECT_EQ(to_string(SandboxState::paused), "paused");
+  EXPECT_EQ(to_string(SandboxState::active), "active");
+  for (const char* word : {"", "Active", "orphan", "warm ", "frozen"}) {
+    EXPECT_EQ(sandbox_state_from(word), std::nullopt) << word;
+  }
+  EXPECT_TRUE(is_released(SandboxState::warm));
+  EXPECT_TRUE(is_released(SandboxState::paused));
+  EXPECT_FALSE(is_released(SandboxState::active));
+  EXPECT_FALSE(is_released(SandboxState::none));
+}
+
 TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);

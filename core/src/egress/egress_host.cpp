@@ -409,7 +409,7 @@ void EgressHost::sync() {
   std::set<std::string> tracked;
   for (const TrackedSandbox& sandbox : snapshot.sandboxes) {
     tracked.insert(sandbox.info.sandbox_id);
-    if (!sandbox.paused) attach_if_needed(sandbox.info);
+    if (sandbox.state != SandboxState::paused) attach_if_needed(sandbox.info);
   }
   bool dropped = false;
   for (const std::string& id : proxy_->attached()) {

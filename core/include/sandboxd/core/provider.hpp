@@ -33,6 +33,7 @@
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
+#include "sandboxd/core/sandbox_state.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -176,10 +177,10 @@ const char* to_string(DestroyOutcome outcome);
 // (sandboxctl runs one command per process and persists this in its state directory).
 struct TrackedSandbox {
   SandboxInfo info;
-  std::optional<ThreadKey> conversation;  // null for anonymous and adopted sandboxes
-  bool warm = false;                      // released to the warm pool (else active)
-  bool paused = false;                    // released and frozen (warm is true too)
+  std::optional<ThreadKey> conversation;      // null for anonymous and adopted sandboxes
+  SandboxState state = SandboxState::active;  // active, warm or paused, never none
   double since = 0.0;  // wall-clock seconds: last activity (active) or release time (warm)
+  bool released() const { return is_released(state); }
   bool operator==(const TrackedSandbox&) const = default;
 };
 

@@ -22,7 +22,7 @@ namespace sandboxd::core {
 struct SandboxView {
   std::string sandbox_id;
   std::string sandbox_url;
-  std::string state;  // "active", "warm" or "paused" (released and frozen)
+  SandboxState state = SandboxState::active;  // active, warm or paused (released and frozen)
   std::optional<std::string> user_id;
   std::optional<std::string> thread_id;
   std::optional<std::string> container_name;
@@ -82,11 +82,15 @@ struct Destroyed {
 
 // A row of the listing: tracked sandboxes, then the backend's containers nobody here tracks.
 struct ListedSandbox {
-  std::string id, state, url, user, thread;  // state: active, warm or orphan
-  std::optional<bool> running;               // unknown when the backend could not list
+  std::string id;
+  std::optional<SandboxState> state;  // nullopt: an orphan, the backend's and tracked nowhere here
+  std::string url, user, thread;
+  std::optional<bool> running;  // unknown when the backend could not list
   std::optional<double> since;
   std::optional<LeaseRecord> lease;
   std::string lease_error;
+  // The state as the doors spell it: active, warm, paused or orphan.
+  std::string_view state_word() const { return state ? to_string(*state) : "orphan"; }
 };
 
 struct Listing {
