@@ -161,14 +161,17 @@ expect_rc "A no longer tracks it" 5 "$ctl" --config "$work/a.json" get "$shared_
 expect_rc "B destroys" 0 "$ctl" --config "$work/b.json" destroy "$shared_id"
 
 # ── reap: an idle sandbox of this state directory is stopped, a fresh one is not ───────────
-# The idle timeout must outlast an acquire and a reap on a loaded CI machine (1 s did not).
-sed 's/"idle_timeout": 600/"idle_timeout": 4/; s/state-a/state-d/' "$work/a.json" >"$work/d.json"
-expect_rc "D acquires (idle_timeout 4)" 0 "$ctl" --config "$work/d.json" acquire --user dan --thread t-1 --json
+# The reap reads idle_timeout from the config each run: 60 s while the sandbox is fresh (an
+# acquire and a reap on a loaded CI machine took over 4 s), then 1 s for the same state
+# directory, so neither check depends on how fast the machine is.
+sed 's/"idle_timeout": 600/"idle_timeout": 60/; s/state-a/state-d/' "$work/a.json" >"$work/d.json"
+expect_rc "D acquires (idle_timeout 60)" 0 "$ctl" --config "$work/d.json" acquire --user dan --thread t-1 --json
 idle_id=$(field "$out" 'd["sandbox_id"]')
 expect_rc "D reaps at once" 0 "$ctl" --config "$work/d.json" reap --json
 [ "$(field "$out" 'len(d["reaped"])')" = 0 ]; check "a sandbox just used is not reaped" $? "$out"
-sleep 4.5
-expect_rc "D reaps after the idle timeout" 0 "$ctl" --config "$work/d.json" reap --json
+sed -i 's/"idle_timeout": 60/"idle_timeout": 1/' "$work/d.json"
+sleep 1.5
+expect_rc "D reaps after the idle timeout (now 1 s)" 0 "$ctl" --config "$work/d.json" reap --json
 [ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
 gone "$prefix-$idle_id"; check "and its container is gone" $? ""
 
