@@ -1,5 +1,5 @@
 // libFuzzer target: a plugin library's metadata as the loader reads it without loading the
-// library (core/src/plugin_metadata.hpp): the same bytes as a whole file (ELF headers, section
+// library (core/src/plugins/plugin_metadata.hpp): the same bytes as a whole file (ELF headers, section
 // table, names, the metadata section; through a memfd) and as a metadata section alone. Any
 // input must read as records, none, or a std::runtime_error: never a crash or a read outside.
 #include <sys/mman.h>
@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "plugin_metadata.hpp"
+#include "plugins/plugin_metadata.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);

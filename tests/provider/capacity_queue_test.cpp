@@ -1,6 +1,6 @@
 // The fair queue of `overflow_policy: wait` (issue 23) as a property of the type: no threads,
 // no clock. First come, first served per the ceiling that blocks each waiter.
-#include "capacity_queue.hpp"
+#include "lifecycle/capacity_queue.hpp"
 
 #include <gtest/gtest.h>
 

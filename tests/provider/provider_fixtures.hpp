@@ -32,7 +32,7 @@
 #include <utility>
 #include <vector>
 
-#include "provider_test_peer.hpp"
+#include "lifecycle/provider_test_peer.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -344,7 +344,7 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
   return true;
 }
 
-// The Provider under test, with its befriended peer (core/src/provider_test_peer.hpp): the
+// The Provider under test, with its befriended peer (core/src/lifecycle/provider_test_peer.hpp): the
 // public API forwards to the real, final Provider; the `*_fn` members are the peer's step seams
 // (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement can observe
 // and then delegate; `mutex_` and `registry_` reach the registry, filled and read only through

@@ -2,7 +2,7 @@
 // backend and no provider: one state per entry, counts that follow it, marks that keep an
 // entry alive and nothing else, nothing installed after shutdown began, a forget that yields
 // to work in flight.
-#include "sandbox_registry.hpp"
+#include "lifecycle/sandbox_registry.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // ThreadMap keeps "conversation → sandbox" and its way back in step through every change, so
 // release and removal find a sandbox's conversations without a scan.
-#include "thread_map.hpp"
+#include "lifecycle/thread_map.hpp"
 
 #include <gtest/gtest.h>
 

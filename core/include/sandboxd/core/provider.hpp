@@ -3,7 +3,7 @@
 // restart, coordinated with peer processes through ownership leases (SPEC.md §2–§8, §12).
 //
 // This header is the embedding API: Provider is final and keeps its state behind a private
-// implementation (core/src/provider_impl.hpp), so an embedding gateway's ABI never depends on
+// implementation (core/src/lifecycle/provider_impl.hpp), so an embedding gateway's ABI never depends on
 // the registry's layout. The lock story lives with that implementation; what a caller needs to
 // know: every method may be called from any thread; none holds a lock while it calls the
 // backend, the ownership store, a readiness probe or a hook; acquire_async never blocks its
@@ -375,7 +375,7 @@ class Provider final {
   // The backend's pre-started slots now (target 0: none asked for, or no such capability).
   PreStartedSlots::Status slot_status() const;
 
-  struct Impl;  // core/src/provider_impl.hpp
+  struct Impl;  // core/src/lifecycle/provider_impl.hpp
 
  private:
   friend class ProviderTestPeer;  // tests inject step seams and fill state through it
