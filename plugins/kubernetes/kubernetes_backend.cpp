@@ -1,8 +1,9 @@
 // kubernetes:KubernetesBackend — one Pod per sandbox on a Kubernetes cluster, and a Service when
 // the sandbox URL needs one, through about ten core/v1 endpoints with libcurl and RapidJSON
-// (issue 24). Named and labelled as DeerFlow's provisioner does (`sandbox-{id}`,
-// `sandbox-{id}-svc`, app=deer-flow-sandbox, sandbox-id={id}), so its pods are found as the
-// same sandboxes; our identity rides in annotations (label values cannot hold every user id).
+// (issue 24). Named and labelled as DeerFlow's provisioner does, so its pods are found as the
+// same sandboxes; the objects themselves (pod, service, network policy) are built from typed
+// settings in kube_objects.hpp, and this file keeps the policy: when to make, take over, wait
+// for, replace or delete them.
 //
 //   "backend": {
 //     "use": "kubernetes:KubernetesBackend",
@@ -29,8 +30,6 @@
 // and watch_refused_, an atomic flag set once the API server refuses a watch; every request has
 // its own libcurl handle.
 #include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
 
 #include <atomic>
 #include <cctype>
@@ -38,7 +37,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -47,10 +45,10 @@
 #include <vector>
 
 #include "kube_credentials.hpp"
+#include "kube_objects.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/http.hpp"
-#include "sandboxd/sandbox_capabilities.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace sandboxd::kubernetes {
@@ -58,30 +56,12 @@ namespace {
 
 constexpr const char* kDefaultImage =
     "enterprise-public-cn-beijing.cr.volces.com/vefaas-public/all-in-one-sandbox:latest";
-constexpr const char* kAppLabel = "app";
-constexpr const char* kAppValue = "deer-flow-sandbox";
-constexpr const char* kSandboxIdLabel = "sandbox-id";
-constexpr const char* kManagedByLabel = "sandboxd.io/managed-by";
-// The mount contract a pod was made under (issue 32 A.4), as local_docker labels its
-// containers: a provisioner over this backend answers it, and refuses to reuse a pod made
-// under another. A pod without it (DeerFlow's provisioner made it) is contract 0.
-constexpr const char* kContractLabel = "sandboxd.io/mount-contract-version";
-// The network policy a pod was made under (issue 33): "open" or "isolated". A pod without it
-// was made open (DeerFlow's default).
-constexpr const char* kNetworkPolicyLabel = "sandboxd.io/network-policy";
-// Pods that may reach an isolated sandbox (the provisioner's, a gateway's): this label.
-constexpr const char* kRelayRoleLabel = "sandboxd.io/role";
-constexpr const char* kRelayRoleValue = "relay";
-constexpr const char* kUserAnnotation = "sandboxd.io/user-id";
-constexpr const char* kThreadAnnotation = "sandboxd.io/thread-id";
 // Waiting reasons that will not resolve by waiting: the create fails at once, naming it.
 constexpr const char* kHopelessReasons[] = {"ImagePullBackOff",           "ErrImagePull",
                                             "CrashLoopBackOff",           "InvalidImageName",
                                             "CreateContainerConfigError", "CreateContainerError"};
 constexpr int kMaxListPages = 1000;                    // 500,000 pods: a bound, not a expectation
 constexpr std::size_t kMaxWatchEventBytes = 4u << 20;  // one pod's event is a few KB
-
-using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
 const rapidjson::Value* member(const rapidjson::Value& object, const char* key) {
   if (!object.IsObject()) return nullptr;
@@ -147,36 +127,37 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     namespace_ =
         options.get_string("namespace", credentials_.namespace_.empty() ? std::string("default")
                                                                         : credentials_.namespace_);
-    image_ = options.get_string("image", kDefaultImage);
-    url_mode_ = options.get_string("url_mode", "node_port");
-    if (url_mode_ != "node_port" && url_mode_ != "cluster_dns" && url_mode_ != "pod_ip") {
+    objects_.image = options.get_string("image", kDefaultImage);
+    objects_.url_mode = options.get_string("url_mode", "node_port");
+    if (objects_.url_mode != "node_port" && objects_.url_mode != "cluster_dns" &&
+        objects_.url_mode != "pod_ip") {
       options.reject("url_mode",
-                     "must be node_port, cluster_dns or pod_ip, got '" + url_mode_ + "'");
+                     "must be node_port, cluster_dns or pod_ip, got '" + objects_.url_mode + "'");
     }
     node_host_ = options.get_string("node_host", "");
-    if (url_mode_ == "node_port" && node_host_.empty()) {
+    if (objects_.url_mode == "node_port" && node_host_.empty()) {
       options.reject("node_host",
                      "is required with url_mode node_port (where the gateway reaches a node)");
     }
-    port_ = static_cast<int>(options.get_integer("port", 8080));
-    if (port_ < 1 || port_ > 65535) options.reject("port", "must be in 1..65535");
-    volumes_ = options.get_string("volumes", "host_path");
-    if (volumes_ != "host_path" && volumes_ != "pvc") {
-      options.reject("volumes", "must be host_path or pvc, got '" + volumes_ + "'");
+    objects_.port = static_cast<int>(options.get_integer("port", 8080));
+    if (objects_.port < 1 || objects_.port > 65535) options.reject("port", "must be in 1..65535");
+    objects_.volumes = options.get_string("volumes", "host_path");
+    if (objects_.volumes != "host_path" && objects_.volumes != "pvc") {
+      options.reject("volumes", "must be host_path or pvc, got '" + objects_.volumes + "'");
     }
-    pvc_name_ = options.get_string("pvc_name", "");
-    if (volumes_ == "pvc" && pvc_name_.empty())
+    objects_.pvc_name = options.get_string("pvc_name", "");
+    if (objects_.volumes == "pvc" && objects_.pvc_name.empty())
       options.reject("pvc_name", "is required with volumes pvc");
-    host_base_dir_ = options.get_string("host_base_dir", context.base_dir);
-    environment_ = options.get_string_map("environment");
-    cpu_request_ = options.get_string("cpu_request", "100m");
-    memory_request_ = options.get_string("memory_request", "256Mi");
-    cpu_limit_ = options.get_string("cpu_limit", "1");
-    memory_limit_ = options.get_string("memory_limit", "1Gi");
-    runtime_class_ = options.get_string("runtime_class_name", "");
-    active_deadline_ = options.get_integer("active_deadline_seconds", 0);
-    termination_grace_ = options.get_integer("termination_grace_seconds", 5);
-    if (termination_grace_ < 0 || termination_grace_ > 3600) {
+    objects_.host_base_dir = options.get_string("host_base_dir", context.base_dir);
+    objects_.environment = options.get_string_map("environment");
+    objects_.cpu_request = options.get_string("cpu_request", "100m");
+    objects_.memory_request = options.get_string("memory_request", "256Mi");
+    objects_.cpu_limit = options.get_string("cpu_limit", "1");
+    objects_.memory_limit = options.get_string("memory_limit", "1Gi");
+    objects_.runtime_class = options.get_string("runtime_class_name", "");
+    objects_.active_deadline = options.get_integer("active_deadline_seconds", 0);
+    objects_.termination_grace = options.get_integer("termination_grace_seconds", 5);
+    if (objects_.termination_grace < 0 || objects_.termination_grace > 3600) {
       options.reject("termination_grace_seconds", "must be in 0..3600 seconds");
     }
     ready_timeout_ = options.get_number("ready_timeout_seconds", 120);
@@ -196,8 +177,8 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     }
     logger_->info("kubernetes: " + credentials_.source + ", server " +
                   redacted_url(credentials_.server) + ", namespace " + namespace_ + ", url_mode " +
-                  url_mode_ + ", network mode " + network_mode_ +
-                  (network_mode_ == "isolated"
+                  objects_.url_mode + ", network mode " + objects_.network_mode +
+                  (objects_.network_mode == "isolated"
                        ? " (a NetworkPolicy per sandbox: ingress only from pods labelled " +
                              std::string(kRelayRoleLabel) + "=" + kRelayRoleValue +
                              ", no egress; enforced only where the cluster's CNI enforces "
@@ -207,18 +188,18 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
 
   // SandboxNetworkPolicy: no sandbox here is namespaced (its Service is its address, and the
   // policy says who may use it), so the host needs nothing of its own to enforce it.
-  std::string configured_network_policy() const override { return network_mode_; }
+  std::string configured_network_policy() const override { return objects_.network_mode; }
   std::string network_preflight() override { return ""; }
 
   SandboxInfo create(const CreateRequest& request) override {
     const std::string& id = request.sandbox_id;
-    const std::string pod_name = "sandbox-" + id;
+    const std::string pod_name = pod_name_of(id);
     const Answer made = make_pod(request, pod_name);
     const std::string uid = string_at(made.doc, {"metadata", "uid"});
     try {
-      if (network_mode_ == "isolated") ensure_network_policy(id, pod_name, uid);
+      if (objects_.network_mode == "isolated") ensure_network_policy(id, pod_name, uid);
       std::optional<int> node_port;
-      if (url_mode_ != "pod_ip") node_port = ensure_service(id, pod_name, uid);
+      if (objects_.url_mode != "pod_ip") node_port = ensure_service(id, pod_name, uid);
       const rapidjson::Document ready = wait_until_ready(pod_name);
       SandboxInfo info;
       info.sandbox_id = id;
@@ -239,13 +220,13 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   }
 
   void destroy(const SandboxInfo& info) override {
-    const std::string pod_name = "sandbox-" + info.sandbox_id;
+    const std::string pod_name = pod_name_of(info.sandbox_id);
     delete_pod(pod_name);
     // Ours is collected with its pod (ownerReference); one DeerFlow's provisioner made is not.
     const Answer service = call("DELETE", services_path() + "/" + pod_name + "-svc");
     if (!service.ok() && service.status != 404)
       fail("delete service " + pod_name + "-svc", service);
-    if (network_mode_ == "isolated") {
+    if (objects_.network_mode == "isolated") {
       const Answer policy = call("DELETE", network_policies_path() + "/" + pod_name + "-netpol");
       if (!policy.ok() && policy.status != 404) {
         fail("delete network policy " + pod_name + "-netpol", policy);
@@ -262,7 +243,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   }
 
   std::optional<SandboxInfo> discover(const std::string& sandbox_id) override {
-    const std::string pod_name = "sandbox-" + sandbox_id;
+    const std::string pod_name = pod_name_of(sandbox_id);
     Answer pod;
     try {
       pod = call("GET", pods_path() + "/" + pod_name);
@@ -272,7 +253,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     }
     if (!pod.ok() || !is_ready(pod.doc) || terminating(pod.doc)) return std::nullopt;
     std::optional<int> node_port;
-    if (url_mode_ != "pod_ip") {
+    if (objects_.url_mode != "pod_ip") {
       const Answer service = call("GET", services_path() + "/" + pod_name + "-svc");
       if (!service.ok()) return std::nullopt;
       node_port = node_port_of(service.doc);
@@ -283,7 +264,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   std::vector<SandboxInfo> list_running() override {
     std::vector<SandboxInfo> out;
     std::map<std::string, int> node_ports;  // service name → nodePort
-    if (url_mode_ == "node_port") {
+    if (objects_.url_mode == "node_port") {
       for_each_listed(services_path(), [&](const rapidjson::Value& service) {
         if (auto port = node_port_of(service)) {
           node_ports[string_at(service, {"metadata", "name"})] = *port;
@@ -295,7 +276,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
       const std::string name = string_at(pod, {"metadata", "name"});
       std::optional<int> node_port;
       if (auto it = node_ports.find(name + "-svc"); it != node_ports.end()) node_port = it->second;
-      if (url_mode_ == "node_port" && !node_port) return;  // no way in yet
+      if (objects_.url_mode == "node_port" && !node_port) return;  // no way in yet
       if (auto info = info_of(pod, node_port)) out.push_back(std::move(*info));
     });
     return out;
@@ -324,44 +305,21 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
       const std::string key(entry.name.GetString(), entry.name.GetStringLength());
       if (key == "mode") {
         if (!entry.value.IsString()) options.fail("network.mode", "a string", entry.value);
-        network_mode_ = entry.value.GetString();
+        objects_.network_mode = entry.value.GetString();
       } else if (key != "allow_domains" && key != "approval" && key != "temporary_grant_ttl" &&
                  key != "proxy_image") {
         logger_->warning("kubernetes: unknown option network." + key + " ignored");
       }
     }
-    if (network_mode_ == "allowlist") {
+    if (objects_.network_mode == "allowlist") {
       options.reject("network.mode",
                      "allowlist is not offered by the kubernetes backend (its egress proxy "
                      "runs in sandboxctl serve beside local_docker); use open or isolated");
     }
-    if (network_mode_ != "open" && network_mode_ != "isolated") {
-      options.reject("network.mode", "must be open or isolated, got '" + network_mode_ + "'");
+    if (objects_.network_mode != "open" && objects_.network_mode != "isolated") {
+      options.reject("network.mode",
+                     "must be open or isolated, got '" + objects_.network_mode + "'");
     }
-  }
-
-  // An object the sandbox's pod owns, begun: its `apiVersion`, `kind` and `metadata` (its name,
-  // the sandbox's labels and, once the pod's uid is known, the pod as its owner, so the cluster
-  // collects it with the pod). The caller writes the `spec` and ends the object.
-  void begin_owned_object(Writer& w, const char* api_version, const char* kind,
-                          const std::string& id, const std::string& name,
-                          const std::string& pod_name, const std::string& pod_uid) const {
-    w.StartObject();
-    w.Key("apiVersion"), w.String(api_version), w.Key("kind"), w.String(kind);
-    w.Key("metadata");
-    w.StartObject();
-    w.Key("name"), w.String(name.c_str());
-    labels(w, id);
-    if (!pod_uid.empty()) {
-      w.Key("ownerReferences");
-      w.StartArray();
-      w.StartObject();
-      w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
-      w.Key("name"), w.String(pod_name.c_str()), w.Key("uid"), w.String(pod_uid.c_str());
-      w.EndObject();
-      w.EndArray();
-    }
-    w.EndObject();
   }
 
   // network mode isolated: the sandbox's NetworkPolicy, owned by its pod like its Service (so
@@ -369,53 +327,9 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   // relay (the provisioner, a gateway), and no egress at all.
   void ensure_network_policy(const std::string& id, const std::string& pod_name,
                              const std::string& pod_uid) {
-    rapidjson::StringBuffer buffer;
-    Writer w(buffer);
-    begin_owned_object(w, "networking.k8s.io/v1", "NetworkPolicy", id, pod_name + "-netpol",
-                       pod_name, pod_uid);
-    w.Key("spec");
-    w.StartObject();
-    w.Key("podSelector");
-    w.StartObject();
-    w.Key("matchLabels");
-    w.StartObject();
-    w.Key(kSandboxIdLabel), w.String(id.c_str());
-    w.EndObject();
-    w.EndObject();
-    w.Key("policyTypes");
-    w.StartArray();
-    w.String("Ingress"), w.String("Egress");
-    w.EndArray();
-    w.Key("ingress");
-    w.StartArray();
-    w.StartObject();
-    w.Key("from");
-    w.StartArray();
-    w.StartObject();
-    w.Key("podSelector");
-    w.StartObject();
-    w.Key("matchLabels");
-    w.StartObject();
-    w.Key(kRelayRoleLabel), w.String(kRelayRoleValue);
-    w.EndObject();
-    w.EndObject();
-    w.EndObject();
-    w.EndArray();
-    w.Key("ports");
-    w.StartArray();
-    w.StartObject();
-    w.Key("protocol"), w.String("TCP"), w.Key("port"), w.Int(port_);
-    w.EndObject();
-    w.EndArray();
-    w.EndObject();
-    w.EndArray();
-    w.Key("egress");
-    w.StartArray();  // none: nothing leaves the sandbox
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
+    const std::string body = network_policy_object(objects_, id, pod_uid);
     const std::string path = network_policies_path() + "/" + pod_name + "-netpol";
-    Answer made = call("POST", network_policies_path(), buffer.GetString());
+    Answer made = call("POST", network_policies_path(), body);
     if (made.status == 409) {
       // Left by an earlier pod of this id (the collector has not come by): made anew for this
       // one, so it goes with this pod and says what this configuration says.
@@ -423,7 +337,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
       if (!removed.ok() && removed.status != 404) {
         fail("replace network policy " + pod_name + "-netpol", removed);
       }
-      made = call("POST", network_policies_path(), buffer.GetString());
+      made = call("POST", network_policies_path(), body);
     }
     if (!made.ok()) fail("create network policy " + pod_name + "-netpol", made);
   }
@@ -478,7 +392,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
   // is waited out, deleted first if it is not yet, and the pod made anew: taken, the sandbox
   // would die under its user. The wait is bounded by ready_timeout_seconds.
   Answer make_pod(const CreateRequest& request, const std::string& pod_name) {
-    const std::string spec = pod_spec(request);
+    const std::string spec = pod_object(objects_, request);
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::duration<double>(ready_timeout_);
     auto delay = std::chrono::milliseconds(100);
@@ -571,26 +485,9 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
 
   std::optional<int> ensure_service(const std::string& id, const std::string& pod_name,
                                     const std::string& pod_uid) {
-    rapidjson::StringBuffer buffer;
-    Writer w(buffer);
-    begin_owned_object(w, "v1", "Service", id, pod_name + "-svc", pod_name, pod_uid);
-    w.Key("spec");
-    w.StartObject();
-    w.Key("type"), w.String(url_mode_ == "node_port" ? "NodePort" : "ClusterIP");
-    w.Key("selector");
-    w.StartObject();
-    w.Key(kSandboxIdLabel), w.String(id.c_str());
-    w.EndObject();
-    w.Key("ports");
-    w.StartArray();
-    w.StartObject();
-    w.Key("name"), w.String("http"), w.Key("port"), w.Int(port_), w.Key("targetPort"), w.Int(port_);
-    w.EndObject();
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
+    const std::string body = service_object(objects_, id, pod_uid);
     const std::string service_path = services_path() + "/" + pod_name + "-svc";
-    Answer service = call("POST", services_path(), buffer.GetString());
+    Answer service = call("POST", services_path(), body);
     if (service.status == 409) {
       service = call("GET", service_path);
       // Owned by another pod (a gateway died between its two deletes; the collector has not
@@ -601,7 +498,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
         if (!removed.ok() && removed.status != 404) {
           fail("replace service " + pod_name + "-svc owned by another pod", removed);
         }
-        service = call("POST", services_path(), buffer.GetString());
+        service = call("POST", services_path(), body);
       }
     }
     if (!service.ok()) fail("create service " + pod_name + "-svc", service);
@@ -760,12 +657,12 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
 
   std::string url_for(const std::string& id, const rapidjson::Value& pod,
                       const std::optional<int>& node_port) const {
-    if (url_mode_ == "pod_ip") {
-      return "http://" + string_at(pod, {"status", "podIP"}) + ":" + std::to_string(port_);
+    if (objects_.url_mode == "pod_ip") {
+      return "http://" + string_at(pod, {"status", "podIP"}) + ":" + std::to_string(objects_.port);
     }
-    if (url_mode_ == "cluster_dns") {
+    if (objects_.url_mode == "cluster_dns") {
       return "http://sandbox-" + id + "-svc." + namespace_ +
-             ".svc.cluster.local:" + std::to_string(port_);
+             ".svc.cluster.local:" + std::to_string(objects_.port);
     }
     if (!node_port)
       throw std::runtime_error("kubernetes: service sandbox-" + id + "-svc has no nodePort");
@@ -838,162 +735,11 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
                              std::to_string(kMaxListPages) + " pages");
   }
 
-  void labels(Writer& w, const std::string& id) const {
-    w.Key("labels");
-    w.StartObject();
-    w.Key(kAppLabel), w.String(kAppValue);
-    w.Key(kSandboxIdLabel), w.String(id.c_str());  // a validated id: a valid label value
-    w.Key(kManagedByLabel), w.String("sandboxd");
-    w.Key(kContractLabel), w.String(std::to_string(kSandboxMountContractVersion).c_str());
-    w.Key(kNetworkPolicyLabel), w.String(network_mode_.c_str());
-    w.EndObject();
-  }
-
-  // A host path under host_base_dir as a subPath of the PVC (DeerFlow's PVC layout).
-  std::string sub_path_of(const std::string& host_path) const {
-    const std::filesystem::path base = std::filesystem::path(host_base_dir_).lexically_normal();
-    const std::filesystem::path relative =
-        std::filesystem::path(host_path).lexically_normal().lexically_relative(base);
-    if (relative.empty() || relative.native().rfind("..", 0) == 0) {
-      throw std::invalid_argument("kubernetes: mount source " + host_path + " is not under " +
-                                  host_base_dir_ + ", so it has no place on the PVC");
-    }
-    if (relative == ".") {
-      // subPath "." would mount the whole claim: every user's data.
-      throw std::invalid_argument("kubernetes: mount source " + host_path + " is " +
-                                  host_base_dir_ +
-                                  " itself; a sandbox mount must be a directory below it");
-    }
-    return relative.string();
-  }
-
-  std::string pod_spec(const CreateRequest& request) const {
-    const std::string& id = request.sandbox_id;
-    rapidjson::StringBuffer buffer;
-    Writer w(buffer);
-    w.StartObject();
-    w.Key("apiVersion"), w.String("v1"), w.Key("kind"), w.String("Pod");
-    w.Key("metadata");
-    w.StartObject();
-    w.Key("name"), w.String(("sandbox-" + id).c_str());
-    labels(w, id);
-    w.Key("annotations");
-    w.StartObject();
-    if (request.user_id) w.Key(kUserAnnotation), w.String(request.user_id->c_str());
-    if (request.thread_id) w.Key(kThreadAnnotation), w.String(request.thread_id->c_str());
-    w.EndObject();
-    w.EndObject();
-    w.Key("spec");
-    w.StartObject();
-    w.Key("automountServiceAccountToken"), w.Bool(false);
-    w.Key("restartPolicy"), w.String("Always");
-    w.Key("terminationGracePeriodSeconds"), w.Int64(termination_grace_);
-    if (!runtime_class_.empty()) w.Key("runtimeClassName"), w.String(runtime_class_.c_str());
-    if (active_deadline_ > 0) w.Key("activeDeadlineSeconds"), w.Int64(active_deadline_);
-    w.Key("securityContext");
-    w.StartObject();
-    w.Key("seccompProfile");
-    w.StartObject();
-    w.Key("type"), w.String("RuntimeDefault");
-    w.EndObject();
-    w.EndObject();
-    w.Key("containers");
-    w.StartArray();
-    w.StartObject();
-    w.Key("name"), w.String("sandbox"), w.Key("image"), w.String(image_.c_str());
-    w.Key("ports");
-    w.StartArray();
-    w.StartObject();
-    w.Key("name"), w.String("http"), w.Key("containerPort"), w.Int(port_);
-    w.EndObject();
-    w.EndArray();
-    w.Key("env");
-    w.StartArray();
-    for (const auto& [name, value] : environment_) {
-      w.StartObject();
-      w.Key("name"), w.String(name.c_str()), w.Key("value"), w.String(value.c_str());
-      w.EndObject();
-    }
-    w.EndArray();
-    w.Key("resources");
-    w.StartObject();
-    w.Key("requests");
-    w.StartObject();
-    w.Key("cpu"), w.String(cpu_request_.c_str()), w.Key("memory"),
-        w.String(memory_request_.c_str());
-    w.EndObject();
-    w.Key("limits");
-    w.StartObject();
-    w.Key("cpu"), w.String(cpu_limit_.c_str()), w.Key("memory"), w.String(memory_limit_.c_str());
-    w.EndObject();
-    w.EndObject();
-    w.Key("securityContext");
-    w.StartObject();
-    w.Key("allowPrivilegeEscalation"), w.Bool(false);
-    w.Key("capabilities");
-    w.StartObject();
-    w.Key("drop");
-    w.StartArray();
-    w.String("ALL");
-    w.EndArray();
-    w.Key("add");
-    w.StartArray();
-    for (const char* capability : kDefaultSandboxCapabilities) w.String(capability);
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
-    w.Key("volumeMounts");
-    w.StartArray();
-    for (std::size_t i = 0; i < request.extra_mounts.size(); ++i) {
-      const Mount& mount = request.extra_mounts[i];
-      w.StartObject();
-      w.Key("name"), w.String(volumes_ == "pvc" ? "data" : ("m" + std::to_string(i)).c_str());
-      w.Key("mountPath"), w.String(mount.container_path.c_str());
-      w.Key("readOnly"), w.Bool(mount.read_only);
-      if (volumes_ == "pvc") w.Key("subPath"), w.String(sub_path_of(mount.host_path).c_str());
-      w.EndObject();
-    }
-    w.EndArray();
-    w.EndObject();
-    w.EndArray();
-    w.Key("volumes");
-    w.StartArray();
-    if (volumes_ == "pvc" && !request.extra_mounts.empty()) {
-      w.StartObject();
-      w.Key("name"), w.String("data");
-      w.Key("persistentVolumeClaim");
-      w.StartObject();
-      w.Key("claimName"), w.String(pvc_name_.c_str());
-      w.EndObject();
-      w.EndObject();
-    } else if (volumes_ == "host_path") {
-      for (std::size_t i = 0; i < request.extra_mounts.size(); ++i) {
-        w.StartObject();
-        w.Key("name"), w.String(("m" + std::to_string(i)).c_str());
-        w.Key("hostPath");
-        w.StartObject();
-        w.Key("path"), w.String(request.extra_mounts[i].host_path.c_str());
-        w.Key("type"), w.String("DirectoryOrCreate");
-        w.EndObject();
-        w.EndObject();
-      }
-    }
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
-    return buffer.GetString();
-  }
-
   std::shared_ptr<Logger> logger_;
   KubeCredentials credentials_;
-  std::string namespace_, image_, url_mode_, node_host_, volumes_, pvc_name_, host_base_dir_;
-  std::map<std::string, std::string> environment_;  // values never logged
-  std::string cpu_request_, memory_request_, cpu_limit_, memory_limit_, runtime_class_;
-  long long active_deadline_ = 0;
-  long long termination_grace_ = 5;
-  int port_ = 8080;
+  ObjectSettings objects_;  // what the pod, service and policy are made of (kube_objects.hpp)
+  std::string namespace_, node_host_;
   int list_page_size_ = 500;
-  std::string network_mode_ = "open";       // "open" or "isolated"
   std::atomic<bool> watch_refused_{false};  // the API server refused a watch: poll instead
   double ready_timeout_ = 120, request_timeout_ = 15;
 };
