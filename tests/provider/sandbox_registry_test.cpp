@@ -46,6 +46,39 @@ TEST(SandboxStateTest, EachStateHasOneWordAndTheWordGivesItBack) {
   EXPECT_FALSE(is_released(SandboxState::none));
 }
 
+// Issue 35 item 1: SPEC §4.3's identity checks are one registry question, asked without threads.
+TEST(SandboxRegistryTest, AnIdentityConflictIsAnotherConversationUnderTheSameId) {
+  SandboxRegistry registry;
+  EXPECT_EQ(registry.identity_conflict("a", kAlice), std::nullopt) << "nothing tracked";
+  registry.begin_creation("a", "alice");
+  EXPECT_EQ(registry.identity_conflict("a", kBob), std::nullopt) << "marks only";
+  registry.end_creation("a");
+
+  registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
+  EXPECT_EQ(registry.identity_conflict("a", kAlice), std::nullopt);
+  EXPECT_EQ(registry.identity_conflict("a", kBob), kAlice);
+
+  registry.park("a", 2.0);  // warm: its identity is the conversation it served
+  EXPECT_EQ(registry.identity_conflict("a", kAlice), std::nullopt);
+  EXPECT_EQ(registry.identity_conflict("a", kBob), kAlice);
+
+  // An adopted orphan has no identity: any conversation may take it.
+  registry.add_released("orphan", info("orphan"), 3.0, std::nullopt);
+  EXPECT_EQ(registry.identity_conflict("orphan", kBob), std::nullopt);
+  registry.add_released("p", info("p"), 3.0, kBob, /*paused=*/true);
+  EXPECT_EQ(registry.identity_conflict("p", kAlice), kBob) << "paused is released too";
+
+  // An active entry without an identity (a seed fixture's) answers the one conversation mapped
+  // to it, and none when two are.
+  registry.install_active("b", client("b"), nullptr, std::nullopt, 4.0);
+  EXPECT_EQ(registry.identity_conflict("b", kAlice), std::nullopt) << "nothing mapped";
+  registry.conversations().assign(kBob, "b");
+  EXPECT_EQ(registry.identity_conflict("b", kAlice), kBob);
+  EXPECT_EQ(registry.identity_conflict("b", kBob), std::nullopt);
+  registry.conversations().assign(ThreadKey{"carol", "t-9"}, "b");
+  EXPECT_EQ(registry.identity_conflict("b", kAlice), std::nullopt) << "two mapped: none stored";
+}
+
 TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);

@@ -98,7 +98,7 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
       expected ? std::move(*expected) : sandbox_id_for_thread(thread_id, user_id, std::nullopt);
   if (thread_id) {
     MutexLock lock(mutex_);
-    check_active_identity_locked(sandbox_id, {user_id, *thread_id});
+    check_identity_locked(sandbox_id, {user_id, *thread_id});
   }
   // Notes its own path: reclaimed, or resumed when it thawed a paused sandbox.
   if (auto reclaimed = reclaim_warm_pool_sandbox(thread_id, sandbox_id, user_id, false, snapshot)) {
@@ -117,30 +117,11 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
 
 // ── identity guards (SPEC §4.3) ──────────────────────────────────────────────
 
-void Provider::Impl::check_active_identity_locked(const std::string& sandbox_id,
-                                                  const ThreadKey& key) const {
-  const SandboxEntry* entry = registry_.find(sandbox_id);
-  if (!entry || !entry->active() || (!entry->client && !entry->info)) return;
-  std::optional<ThreadKey> stored;
-  if (entry->identity) {
-    stored = entry->identity;
-  } else {
-    const std::vector<ThreadKey> mapped = registry_.conversations().keys_of(sandbox_id);
-    if (mapped.size() == 1) stored = mapped.front();
-  }
-  if (stored && *stored != key) {
+void Provider::Impl::check_identity_locked(const std::string& sandbox_id,
+                                           const ThreadKey& key) const {
+  if (const auto stored = registry_.identity_conflict(sandbox_id, key)) {
     throw SandboxIdentityCollisionError("sandbox ID collision for " + sandbox_id +
                                         ": tracked identity is " + to_repr(stored) +
-                                        ", requested identity is " + to_repr(key));
-  }
-}
-
-void Provider::Impl::check_warm_identity_locked(const std::string& sandbox_id,
-                                                const ThreadKey& key) const {
-  const SandboxEntry* entry = registry_.find(sandbox_id);
-  if (entry && entry->released() && entry->identity && *entry->identity != key) {
-    throw SandboxIdentityCollisionError("sandbox ID collision for " + sandbox_id +
-                                        ": tracked identity is " + to_repr(entry->identity) +
                                         ", requested identity is " + to_repr(key));
   }
 }
@@ -298,7 +279,7 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
     MutexLock lock(mutex_);
     const SandboxEntry* entry = registry_.find(sandbox_id);
     if (!entry || !entry->released()) return std::nullopt;
-    check_warm_identity_locked(sandbox_id, key);
+    check_identity_locked(sandbox_id, key);
     if (entry->teardown) return std::nullopt;  // a stop or a pause is under way: waited out
     info = entry->info;
     paused = entry->paused() && pausing_;
@@ -338,15 +319,11 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
   ClientPtr client = make_client(sandbox_id, info->sandbox_url);
   {
     MutexLock lock(mutex_);
-    if (registry_.tearing_down(sandbox_id)) {
-      client.reset();
+    if (registry_.tearing_down(sandbox_id) || !registry_.is_released(sandbox_id)) {
+      client.reset();  // stopped, or handed out by another acquisition meanwhile
     } else {
-      check_warm_identity_locked(sandbox_id, key);
-      if (!registry_.is_released(sandbox_id)) {
-        client.reset();
-      } else {
-        registry_.install_active(sandbox_id, client, info, key, now());
-      }
+      check_identity_locked(sandbox_id, key);
+      registry_.install_active(sandbox_id, client, info, key, now());
     }
   }
   if (!client) return std::nullopt;

@@ -19,16 +19,14 @@ std::string Provider::Impl::register_discovered_sandbox(const std::string& threa
     MutexLock lock(mutex_);
     // A container this process is stopping must not be re-registered: its name would collide.
     if (registry_.tearing_down(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
-    check_active_identity_locked(sandbox_id, key);
-    check_warm_identity_locked(sandbox_id, key);
+    check_identity_locked(sandbox_id, key);
   }
   ClientPtr client = make_client(sandbox_id, info->sandbox_url);
   try {
     publish_ownership(sandbox_id);
     MutexLock lock(mutex_);
     if (registry_.tearing_down(sandbox_id)) throw SandboxBeingDestroyedError(sandbox_id);
-    check_active_identity_locked(sandbox_id, key);
-    check_warm_identity_locked(sandbox_id, key);
+    check_identity_locked(sandbox_id, key);
     registry_.install_active(sandbox_id, client, info, key, now());
   } catch (const std::exception&) {
     close_client(client, [&] {
@@ -59,14 +57,12 @@ std::string Provider::Impl::register_created_sandbox_step(
   try {
     if (key) {
       MutexLock lock(mutex_);
-      check_active_identity_locked(sandbox_id, *key);
-      check_warm_identity_locked(sandbox_id, *key);
+      check_identity_locked(sandbox_id, *key);
     }
     publish_ownership(sandbox_id);
     MutexLock lock(mutex_);
     if (key) {
-      check_active_identity_locked(sandbox_id, *key);
-      check_warm_identity_locked(sandbox_id, *key);
+      check_identity_locked(sandbox_id, *key);
     }
     registry_.install_active(sandbox_id, client, info, key, now());
   } catch (const SandboxIdentityCollisionError&) {

@@ -39,8 +39,8 @@
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/readiness.hpp"
-#include "teardown_lease.hpp"
 #include "sandboxd/thread_annotations.hpp"
+#include "teardown_lease.hpp"
 
 namespace sandboxd::core {
 
@@ -229,9 +229,9 @@ struct Provider::Impl {
                                     const std::string& user_id, const Snapshot& snapshot);
   void install_validated_info(const std::string& sandbox_id, const InfoPtr& examined,
                               const InfoPtr& validated) EXCLUDES(mutex_);
-  void check_active_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
-      REQUIRES(mutex_);
-  void check_warm_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
+  // Throws SandboxIdentityCollisionError when the registry tracks `sandbox_id` for another
+  // conversation (SandboxRegistry::identity_conflict).
+  void check_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
       REQUIRES(mutex_);
 
   // ── ownership (SPEC §7.7–§7.9; provider_ownership.cpp) ──

@@ -35,6 +35,24 @@ bool SandboxRegistry::tracked(const std::string& id) const {
   return e && e->info && (e->active() || e->released());
 }
 
+std::optional<ThreadKey> SandboxRegistry::identity_conflict(const std::string& id,
+                                                            const ThreadKey& key) const {
+  const SandboxEntry* e = find(id);
+  if (e == nullptr) return std::nullopt;
+  std::optional<ThreadKey> stored;
+  if (e->active() && (e->client || e->info)) {
+    stored = e->identity;
+    if (!stored) {
+      const std::vector<ThreadKey> mapped = conversations_.keys_of(id);
+      if (mapped.size() == 1) stored = mapped.front();
+    }
+  } else if (e->released()) {
+    stored = e->identity;
+  }
+  if (stored && *stored != key) return stored;
+  return std::nullopt;
+}
+
 void SandboxRegistry::set_state(SandboxEntry& e, SandboxState state) {
   if (e.state == state) return;
   if (e.state == SandboxState::active) --active_;

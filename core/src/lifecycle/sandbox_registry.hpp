@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "sandboxd/core/conversation.hpp"
-#include "sandboxd/core/sandbox_state.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
+#include "sandboxd/core/sandbox_state.hpp"
 #include "sandboxd/types.hpp"
 #include "thread_lock.hpp"
 #include "thread_map.hpp"
@@ -78,7 +78,9 @@ struct WarmEntry {
 
 // Puts what a walk collected (ids, or pairs led by an id) in id order: for work done after
 // the registry mutex is let go, so that the order of stops and log lines is the same each run.
-inline const std::string& id_of(const std::string& id) { return id; }
+inline const std::string& id_of(const std::string& id) {
+  return id;
+}
 template <class Rest>
 const std::string& id_of(const std::pair<std::string, Rest>& item) {
   return item.first;
@@ -100,6 +102,11 @@ class SandboxRegistry {
   bool is_released(const std::string& id) const;  // warm or paused
   // Active or released with an info: what a find() or export shows.
   bool tracked(const std::string& id) const;
+  // SPEC §4.3: the conversation `id` is tracked for when it is not `key`'s (a collision of
+  // ids), else nullopt. An active entry answers its identity, or the one conversation mapped
+  // to it when it has none (a seed fixture's); a released one its identity (an adopted orphan
+  // has none: no conflict). Nothing tracked, or marks only: nullopt.
+  std::optional<ThreadKey> identity_conflict(const std::string& id, const ThreadKey& key) const;
 
   // ── state changes ──
   // Makes `id` active for `key` (throws std::runtime_error once shutdown began: shutdown stops
@@ -176,7 +183,8 @@ class SandboxRegistry {
   void for_each(Visit visit) const {
     for (const auto& [id, entry] : entries_) visit(id, entry);
   }
-  std::vector<std::pair<std::string, WarmEntry>> released_entries() const;  // warm and paused, any order
+  std::vector<std::pair<std::string, WarmEntry>> released_entries()
+      const;  // warm and paused, any order
   std::size_t active_count() const { return active_; }
   std::size_t warm_count() const { return warm_; }  // running, not paused
   std::size_t paused_count() const { return paused_; }
