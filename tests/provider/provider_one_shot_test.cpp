@@ -37,6 +37,25 @@ TEST_F(ProviderOneShotTest, AcquireTracedSaysHowEachSandboxWasObtained) {
   EXPECT_EQ(std::string(core::to_string(AcquirePath::discovered)), "discovered");
 }
 
+// Issue 35 item 1: the result carries what a door shows, so none reads the provider again.
+TEST_F(ProviderOneShotTest, AnAcquireResultCarriesItsInfoAndConversation) {
+  build();
+  const auto created = provider->acquire_traced("t-1", "alice");
+  ASSERT_NE(created.info, nullptr);
+  EXPECT_EQ(created.info->sandbox_id, created.sandbox_id);
+  EXPECT_EQ(created.info->sandbox_url, provider->find(created.sandbox_id)->info.sandbox_url);
+  EXPECT_EQ(created.conversation, (core::ThreadKey{"alice", "t-1"}));
+  provider->release(created.sandbox_id);
+  const auto reclaimed = provider->acquire_traced("t-1", "alice");
+  ASSERT_NE(reclaimed.info, nullptr);
+  EXPECT_EQ(reclaimed.conversation, (core::ThreadKey{"alice", "t-1"}));
+
+  const auto anonymous = provider->acquire_traced(std::nullopt, "alice");
+  ASSERT_NE(anonymous.info, nullptr);
+  EXPECT_EQ(anonymous.info->sandbox_id, anonymous.sandbox_id);
+  EXPECT_EQ(anonymous.conversation, std::nullopt);
+}
+
 TEST_F(ProviderOneShotTest, TheRegistryRoundTripsThroughDataIntoAFreshProvider) {
   build();
   clock->set(2000.0);

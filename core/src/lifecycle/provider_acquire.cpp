@@ -39,6 +39,11 @@ AcquireResult Provider::Impl::acquire_traced(const std::optional<std::string>& t
   ScopeExit restore(
       [outer = std::exchange(t_acquire_path, &result.path)] { t_acquire_path = outer; });
   result.sandbox_id = acquire(thread_id, user_id);
+  MutexLock lock(mutex_);
+  if (const SandboxEntry* entry = registry_.find(result.sandbox_id); entry && entry->info) {
+    result.info = entry->info;  // shared, not copied: an info is immutable once registered
+    result.conversation = entry->identity;
+  }
   return result;
 }
 

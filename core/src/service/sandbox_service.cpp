@@ -105,13 +105,13 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   Acquired acquired;
   acquired.sandbox_id = result.sandbox_id;
   acquired.path = result.path;
-  if (auto tracked = provider_.find(result.sandbox_id)) {
-    address(tracked->info, acquired.sandbox_url, acquired.request_headers);
-    if (egress_ != nullptr) egress_->attach_if_needed(tracked->info);
-    if (tracked->conversation) {
-      acquired.user_id = tracked->conversation->user_id;
-      acquired.thread_id = tracked->conversation->thread_id;
-    }
+  if (result.info) {
+    address(*result.info, acquired.sandbox_url, acquired.request_headers);
+    if (egress_ != nullptr) egress_->attach_if_needed(*result.info);
+  }
+  if (result.conversation) {
+    acquired.user_id = result.conversation->user_id;
+    acquired.thread_id = result.conversation->thread_id;
   }
   return acquired;
 }

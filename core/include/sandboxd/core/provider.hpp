@@ -3,9 +3,9 @@
 // restart, coordinated with peer processes through ownership leases (SPEC.md §2–§8, §12).
 //
 // This header is the embedding API: Provider is final and keeps its state behind a private
-// implementation (core/src/lifecycle/provider_impl.hpp), so an embedding gateway's ABI never depends on
-// the registry's layout. The lock story lives with that implementation; what a caller needs to
-// know: every method may be called from any thread; none holds a lock while it calls the
+// implementation (core/src/lifecycle/provider_impl.hpp), so an embedding gateway's ABI never
+// depends on the registry's layout. The lock story lives with that implementation; what a caller
+// needs to know: every method may be called from any thread; none holds a lock while it calls the
 // backend, the ownership store, a readiness probe or a hook; acquire_async never blocks its
 // caller.
 #pragma once
@@ -154,6 +154,11 @@ const char* to_string(AcquirePath path);
 struct AcquireResult {
   std::string sandbox_id;
   AcquirePath path = AcquirePath::created;
+  // What the registry held for it as the acquisition ended (issue 35 item 1), so a door needs
+  // no second look: its info (null only if it was torn down in between) and the conversation
+  // it serves (null for an anonymous sandbox).
+  std::shared_ptr<const SandboxInfo> info;
+  std::optional<ThreadKey> conversation;
 };
 
 // What release() did.
