@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "deerflow_yaml.hpp"
+#include "sandbox_options.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/plugin_config.hpp"
 
@@ -55,26 +55,6 @@ constexpr const char* kDeerFlowToolKeys[] = {"bash_output_max_chars", "read_file
 // naming one of them is a note; any other DeerFlow provider is a warning saying what sandboxd
 // runs instead.
 constexpr const char* kProvidersSandboxdServes[] = {"AioSandboxProvider", "SandboxdProvider"};
-// Keys of our own shape.
-constexpr const char* kKnownSandboxKeys[] = {"use",
-                                             "network",
-                                             "backend",
-                                             "ownership",
-                                             "base_dir",
-                                             "replicas",
-                                             "idle_timeout",
-                                             "thread_data_mounts",
-                                             "plugin_dirs",
-                                             "teardown_wait_seconds",
-                                             "pause_after_seconds",
-                                             "overflow_policy",
-                                             "acquire_timeout",
-                                             "burst_limit",
-                                             "max_per_user"};
-
-// A week: longer than any idle_timeout anyone runs, short enough to catch a unit mistake.
-constexpr double kMaxPauseAfterSeconds = 604800;
-
 std::string shortest(double value) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%g", value);
@@ -84,11 +64,6 @@ std::string shortest(double value) {
 bool is_flat_backend_key(std::string_view key) {
   return std::find(std::begin(kFlatBackendKeys), std::end(kFlatBackendKeys), key) !=
          std::end(kFlatBackendKeys);
-}
-
-bool is_known_sandbox_key(std::string_view key) {
-  return std::find(std::begin(kKnownSandboxKeys), std::end(kKnownSandboxKeys), key) !=
-         std::end(kKnownSandboxKeys);
 }
 
 std::string lower(std::string_view text) {
@@ -116,18 +91,6 @@ std::string describe(const Value& value, const std::string& key_path) {
   // A redacted value still says what it was, so the operator knows what to fix.
   if (shown == "(value redacted)") return std::string(json_type_name(value)) + " " + shown;
   return shown;
-}
-
-// Integers may be written as 3 or 3.0; anything fractional or out of range is not one.
-std::optional<long long> as_integer(const Value& value) {
-  if (value.IsInt64()) return value.GetInt64();
-  if (value.IsDouble()) {
-    const double d = value.GetDouble();
-    if (std::isfinite(d) && std::floor(d) == d && std::fabs(d) < 9e15) {
-      return static_cast<long long>(d);
-    }
-  }
-  return std::nullopt;
 }
 
 // A JSON object member, with null read as absent ("key": null means "use the default").
@@ -532,79 +495,29 @@ class Parser {
     config_.ownership.options_json = json_to_string(options);
   }
 
-  int read_int(const Value& sandbox, const char* key, long long minimum,
-               const std::string& expected, int fallback) const {
-    const Value* v = member(sandbox, key);
-    if (v == nullptr) return fallback;
-    const auto number = as_integer(*v);
-    if (!number || *number < minimum || *number > INT_MAX) {
-      fail(std::string("sandbox.") + key, expected, *v);
-    }
-    return static_cast<int>(*number);
-  }
-
+  // Every option of the table (sandbox_options.hpp), then what one option says of another.
   void read_scalars(const Value& sandbox) {
-    if (const Value* v = member(sandbox, "base_dir")) {
-      if (!v->IsString() || v->GetStringLength() == 0) {
-        fail("sandbox.base_dir", "a non-empty path string", *v);
+    for (const SandboxOption& option : sandbox_options()) {
+      const Value* v = member(sandbox, option.key);
+      if (v == nullptr) continue;
+      if (!read_sandbox_option(option, *v, config_)) {
+        fail(std::string("sandbox.") + option.key, option.expected, *v);
       }
-      config_.base_dir = name_of(*v);
     }
-    config_.replicas = read_int(sandbox, "replicas", 1, "an integer > 0", config_.replicas);
-    config_.idle_timeout =
-        read_int(sandbox, "idle_timeout", 0, "an integer >= 0 (seconds)", config_.idle_timeout);
-    if (const Value* v = member(sandbox, "thread_data_mounts")) {
-      if (!v->IsBool()) fail("sandbox.thread_data_mounts", "true, false or null", *v);
-      config_.thread_data_mounts = v->GetBool();
-    }
-    if (const Value* v = member(sandbox, "teardown_wait_seconds")) {
-      if (!v->IsNumber() || !(v->GetDouble() > 0) || v->GetDouble() > 3600) {
-        fail("sandbox.teardown_wait_seconds", "a number of seconds > 0 and <= 3600", *v);
+    for (const SandboxOption& option : sandbox_options()) {
+      if (option.applies_only_with && member(sandbox, option.key) != nullptr &&
+          config_.overflow_policy != *option.applies_only_with) {
+        config_.warnings.push_back(std::string("sandbox.") + option.key +
+                                   " applies only with overflow_policy \"" +
+                                   to_string(*option.applies_only_with) + "\" (ignored)");
       }
-      config_.teardown_wait_seconds = v->GetDouble();
     }
-    if (const Value* v = member(sandbox, "pause_after_seconds")) {
-      if (!v->IsNumber() || !(v->GetDouble() >= 0) || v->GetDouble() > kMaxPauseAfterSeconds) {
-        fail("sandbox.pause_after_seconds", "a number of seconds >= 0 and <= 604800 (0: never)",
-             *v);
-      }
-      config_.pause_after_seconds = v->GetDouble();
-    }
-    read_ceilings(sandbox);
     if (config_.pause_after_seconds > 0 && config_.idle_timeout > 0 &&
         config_.pause_after_seconds >= config_.idle_timeout) {
       config_.warnings.push_back(
           "sandbox.pause_after_seconds (" + shortest(config_.pause_after_seconds) +
           ") is not below sandbox.idle_timeout (" + std::to_string(config_.idle_timeout) +
           "): released sandboxes are reaped before they would be paused");
-    }
-  }
-
-  // Issue 23: the ceilings, in the words of DeerFlow's E2B provider.
-  void read_ceilings(const Value& sandbox) {
-    if (const Value* v = member(sandbox, "overflow_policy"); v && !v->IsNull()) {
-      const auto policy =
-          v->IsString() ? overflow_policy_from(v->GetString()) : std::optional<OverflowPolicy>();
-      if (!policy) fail("sandbox.overflow_policy", "\"wait\", \"reject\", \"burst\" or null", *v);
-      config_.overflow_policy = *policy;
-    }
-    if (const Value* v = member(sandbox, "acquire_timeout")) {
-      if (!v->IsNumber() || !(v->GetDouble() > 0) || v->GetDouble() > 3600) {
-        fail("sandbox.acquire_timeout", "a number of seconds > 0 and <= 3600", *v);
-      }
-      config_.acquire_timeout = v->GetDouble();
-      if (config_.overflow_policy != OverflowPolicy::wait) {
-        config_.warnings.push_back(
-            "sandbox.acquire_timeout applies only with overflow_policy \"wait\" (ignored)");
-      }
-    }
-    config_.burst_limit = read_int(sandbox, "burst_limit", 0, "an integer >= 0", 0);
-    if (member(sandbox, "burst_limit") && config_.overflow_policy != OverflowPolicy::burst) {
-      config_.warnings.push_back(
-          "sandbox.burst_limit applies only with overflow_policy \"burst\" (ignored)");
-    }
-    if (const Value* v = member(sandbox, "max_per_user"); v && !v->IsNull()) {
-      config_.max_per_user = read_int(sandbox, "max_per_user", 1, "an integer > 0 or null", 0);
     }
   }
 

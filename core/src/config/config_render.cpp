@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "sandbox_options.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/redact.hpp"
@@ -82,31 +83,9 @@ std::string render_redacted(const SandboxConfig& config) {
   doc.AddMember("source_file", string_value(config.source_file, alloc), alloc);
   doc.AddMember("backend", plugin_section(config.backend, alloc), alloc);
   doc.AddMember("ownership", plugin_section(config.ownership, alloc), alloc);
-  if (config.base_dir) {
-    doc.AddMember("base_dir", string_value(*config.base_dir, alloc), alloc);
-  } else {
-    doc.AddMember("base_dir", Value(rapidjson::kNullType), alloc);
-  }
-  doc.AddMember("replicas", config.replicas, alloc);
-  doc.AddMember("idle_timeout", config.idle_timeout, alloc);
-  doc.AddMember("teardown_wait_seconds", config.teardown_wait_seconds, alloc);
-  doc.AddMember("pause_after_seconds", config.pause_after_seconds, alloc);
-  if (config.overflow_policy == OverflowPolicy::soft) {
-    doc.AddMember("overflow_policy", Value(rapidjson::kNullType), alloc);
-  } else {
-    doc.AddMember("overflow_policy", Value(to_string(config.overflow_policy), alloc), alloc);
-  }
-  doc.AddMember("acquire_timeout", config.acquire_timeout, alloc);
-  doc.AddMember("burst_limit", config.burst_limit, alloc);
-  if (config.max_per_user > 0) {
-    doc.AddMember("max_per_user", config.max_per_user, alloc);
-  } else {
-    doc.AddMember("max_per_user", Value(rapidjson::kNullType), alloc);
-  }
-  if (config.thread_data_mounts) {
-    doc.AddMember("thread_data_mounts", *config.thread_data_mounts, alloc);
-  } else {
-    doc.AddMember("thread_data_mounts", Value(rapidjson::kNullType), alloc);
+  for (const SandboxOption& option : sandbox_options()) {
+    doc.AddMember(rapidjson::StringRef(option.key), rendered_sandbox_option(option, config, alloc),
+                  alloc);
   }
   doc.AddMember("plugin_dirs", string_array(config.plugin_dirs, alloc), alloc);
   doc.AddMember("skills_container_path", string_value(config.skills_container_path, alloc), alloc);

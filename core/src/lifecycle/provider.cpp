@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <system_error>
 
+#include "config/sandbox_options.hpp"
 #include "provider_impl.hpp"
 #include "running_cancellation.hpp"
 #include "sandboxd/core/config.hpp"
@@ -96,9 +97,7 @@ Provider::Impl::Impl(ProviderDeps deps)
   if (!clock_) clock_ = std::make_shared<SystemClock>();
   if (!paths_) paths_ = std::make_shared<const Paths>(Paths::from_environment());
   if (!policy_) policy_ = default_lifecycle_policy();
-  if (options_.replicas <= 0) {
-    throw std::invalid_argument("replicas must be > 0, got " + std::to_string(options_.replicas));
-  }
+  check_provider_options(options_);
   if (backend_) {
     negotiation_ = backend_capability<MountContractNegotiation>(*backend_);
     if (backend_->mount_mode_kind() == MountModeKind::contract_negotiated && !negotiation_) {
@@ -110,16 +109,6 @@ Provider::Impl::Impl(ProviderDeps deps)
     slots_ = backend_capability<PreStartedSlots>(*backend_);
     namespaced_ = backend_capability<NamespacedSandboxes>(*backend_);
     network_policy_ = backend_capability<SandboxNetworkPolicy>(*backend_);
-  }
-  if (options_.acquire_timeout_seconds < 0 || options_.burst_limit < 0 ||
-      options_.max_per_user < 0) {
-    throw std::invalid_argument(
-        "acquire_timeout_seconds, burst_limit and max_per_user must be "
-        ">= 0");
-  }
-  if (options_.pause_after_seconds < 0) {
-    throw std::invalid_argument("pause_after_seconds must be >= 0, got " +
-                                std::to_string(options_.pause_after_seconds));
   }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {
@@ -215,16 +204,8 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   composer.ambient_user = hooks.ambient_user;
   composer.logger = logger;
   deps.mounts = std::make_shared<MountComposer>(paths, composer);
-  deps.options.replicas = config.replicas;
-  deps.options.idle_timeout = config.idle_timeout;
-  deps.options.teardown_wait_seconds = config.teardown_wait_seconds;
-  deps.options.pause_after_seconds = config.pause_after_seconds;
-  deps.options.overflow_policy = config.overflow_policy;
-  deps.options.acquire_timeout_seconds = config.acquire_timeout;
-  deps.options.burst_limit = config.burst_limit;
-  deps.options.max_per_user = config.max_per_user;
+  copy_sandbox_options(config, deps.options);
   deps.options.max_waiting = host.max_capacity_waiters;
-  deps.options.thread_data_mounts = config.thread_data_mounts;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
   if (auto* negotiation = backend_capability<MountContractNegotiation>(*deps.backend);
