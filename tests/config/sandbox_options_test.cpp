@@ -35,6 +35,7 @@ TEST(SandboxOptionsTest, TheProviderDefaultsAreTheConfigDefaults) {
   copied.burst_limit = 97;
   copied.max_per_user = 97;
   copied.thread_data_mounts = true;
+  copied.max_lifetime_seconds = 97;
   copy_sandbox_options(SandboxConfig{}, copied);
   const ProviderOptions defaults;
   EXPECT_EQ(copied.replicas, defaults.replicas);
@@ -46,13 +47,15 @@ TEST(SandboxOptionsTest, TheProviderDefaultsAreTheConfigDefaults) {
   EXPECT_EQ(copied.burst_limit, defaults.burst_limit);
   EXPECT_EQ(copied.max_per_user, defaults.max_per_user);
   EXPECT_EQ(copied.thread_data_mounts, defaults.thread_data_mounts);
+  EXPECT_EQ(copied.max_lifetime_seconds, defaults.max_lifetime_seconds);
 }
 
 TEST(SandboxOptionsTest, EveryOptionReachesTheProviderFromAFile) {
   const SandboxConfig config = parse_config(R"({"sandbox": {
       "replicas": 7, "idle_timeout": 70, "teardown_wait_seconds": 7.5,
       "pause_after_seconds": 17, "overflow_policy": "wait", "acquire_timeout": 27,
-      "burst_limit": 0, "max_per_user": 2, "thread_data_mounts": false}})",
+      "burst_limit": 0, "max_per_user": 2, "thread_data_mounts": false,
+      "max_lifetime_seconds": 3600}})",
                                             "cfg.json");
   ProviderOptions options;
   copy_sandbox_options(config, options);
@@ -64,6 +67,21 @@ TEST(SandboxOptionsTest, EveryOptionReachesTheProviderFromAFile) {
   EXPECT_EQ(options.acquire_timeout_seconds, 27);
   EXPECT_EQ(options.max_per_user, 2);
   EXPECT_EQ(options.thread_data_mounts, std::optional<bool>(false));
+  EXPECT_EQ(options.max_lifetime_seconds, 3600);
+}
+
+TEST(SandboxOptionsTest, MaxLifetimeIsBoundedToAYear) {
+  EXPECT_EQ(parse_config(R"({"sandbox": {"max_lifetime_seconds": 31536000}})", "cfg.json")
+                .max_lifetime_seconds,
+            31536000);
+  try {
+    parse_config(R"({"sandbox": {"max_lifetime_seconds": 31536001}})", "cfg.json");
+    ADD_FAILURE() << "a year and a second accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "cfg.json: sandbox.max_lifetime_seconds: expected a number of seconds >= 0 and <= "
+              "31536000 (0: never), got 31536001");
+  }
 }
 
 TEST(SandboxOptionsTest, CheckConfigShowsEveryOption) {

@@ -1,6 +1,7 @@
 // Provider: start-up, the two background threads (idle checker, lease renewer) and
 // acquire_async (SPEC §5.2, §6, §7.10, §12).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "fixed_decimals.hpp"
@@ -21,13 +22,19 @@ void Provider::Impl::start_background_threads() {
                           "s, ttl: " + fixed(ownership_->ttl_seconds(), 1) + "s)");
   std::optional<double> idle_timeout;
   if (options_.idle_timeout > 0) idle_timeout = options_.idle_timeout;
-  if (idle_timeout || pausing_enabled()) {
-    idle_checker_ = std::thread([this, idle_timeout] { idle_checker_loop(idle_timeout); });
+  const bool lifetime = options_.max_lifetime_seconds > 0;
+  if (idle_timeout || pausing_enabled() || lifetime) {
+    // With no idle timeout, the idle pass still ends sandboxes past their lifetime.
+    idle_checker_ = std::thread([this, idle_timeout, lifetime] {
+      idle_checker_loop(lifetime ? idle_timeout.value_or(INFINITY) : idle_timeout);
+    });
     log(LogLevel::info,
         "Started warm-pool idle checker thread (timeout: " + std::to_string(options_.idle_timeout) +
             "s" +
             (pausing_enabled() ? ", pause after: " + fixed(options_.pause_after_seconds, 1) + "s"
                                : std::string()) +
+            (lifetime ? ", max lifetime: " + fixed(options_.max_lifetime_seconds, 1) + "s"
+                      : std::string()) +
             ")");
   }
 }

@@ -439,6 +439,49 @@ void Provider::Impl::cleanup_idle_sandboxes(double idle_timeout) {
     }
   }
   reap_expired_warm(idle_timeout);
+  reap_past_lifetime();
+}
+
+// ── max lifetime (issue 35 item 2) ───────────────────────────────────────────
+
+void Provider::Impl::reap_past_lifetime() {
+  const double limit = options_.max_lifetime_seconds;
+  if (limit <= 0) return;
+  struct Old {
+    std::string id;
+    InfoPtr info;
+    double age = 0;
+  };
+  std::vector<Old> old;
+  {
+    MutexLock lock(mutex_);
+    const double wall = clock_->wall_now();
+    registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
+      // An unknown creation time (0) is not taken for 1970.
+      if (entry.info && entry.info->created_at > 0 && wall - entry.info->created_at >= limit) {
+        old.push_back({id, entry.info, wall - entry.info->created_at});
+      }
+    });
+  }
+  std::sort(old.begin(), old.end(), [](const Old& a, const Old& b) { return a.id < b.id; });
+  for (const Old& sandbox : old) {
+    // A warning: an active one is taken from its conversation, whose next turn gets a new one.
+    log(LogLevel::warning, "Sandbox " + sandbox.id + " reached max_lifetime_seconds (" +
+                               fixed(sandbox.age, 1) + "s since its creation, limit " +
+                               fixed(limit, 1) + "s), destroying it");
+    // The very container seen above: not one re-created under the id since.
+    const Predicate same_container = [id = sandbox.id,
+                                      info = sandbox.info](const SandboxRegistry& registry) {
+      const SandboxEntry* entry = registry.find(id);
+      return entry && entry->info == info;
+    };
+    try {
+      destroy_tracked(sandbox.id, same_container);
+    } catch (const std::exception& e) {
+      log(LogLevel::error,
+          "Failed to destroy sandbox " + sandbox.id + " past its lifetime: " + e.what());
+    }
+  }
 }
 
 }  // namespace sandboxd::core

@@ -60,6 +60,8 @@ struct SandboxConfig {
   // Issue 23: pause a sandbox released this long ago (0: never, DeerFlow's behaviour). Takes
   // effect only with a backend that can pause; must be below idle_timeout to matter.
   double pause_after_seconds = 0.0;
+  // Destroy a sandbox this long after its creation, active or not (0: never).
+  double max_lifetime_seconds = 0.0;
   // Issue 23, the ceilings (DeerFlow's E2B provider's words): unset overflow_policy keeps
   // `replicas` soft; wait | reject | burst make it a ceiling. max_per_user 0: no per-user one.
   OverflowPolicy overflow_policy = OverflowPolicy::soft;

@@ -82,6 +82,10 @@ struct ProviderOptions {
   // SandboxPausing capability) until it is acquired again or idle_timeout reaps it. 0: never
   // (DeerFlow's behaviour); a backend without the capability keeps it warm.
   double pause_after_seconds = 0.0;
+  // A sandbox this old (counted from SandboxInfo::created_at, as its backend reports it) is
+  // destroyed by the idle pass, active or released; one whose creation time is unknown (0) is
+  // not. 0: never (DeerFlow's behaviour).
+  double max_lifetime_seconds = 0.0;
   // Background work starts in start(); tests that drive it by hand leave these off.
   bool run_background_threads = true;
   bool reconcile_on_start = true;
