@@ -1,5 +1,7 @@
 #include "http_binding.hpp"
 
+#include <tuple>
+
 #include "provisioner_metrics.hpp"
 #include "refusal_log.hpp"
 
@@ -51,6 +53,18 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
              [&service](const Request&, const RouteParams& params) {
                return answer(service.instance(params["id"]));
              });
+  // Issue 34: an allowlist sandbox's way out (apps/door/egress_routes.hpp).
+  using Call = ProvisionerService::EgressCall;
+  for (const auto& [method, pattern, call] :
+       {std::tuple{"GET", "/api/sandboxes/{id}/egress", Call::view},
+        std::tuple{"POST", "/api/sandboxes/{id}/egress/events", Call::events},
+        std::tuple{"POST", "/api/sandboxes/{id}/egress/deny-pending", Call::deny_pending},
+        std::tuple{"POST", "/api/sandboxes/{id}/egress/decide", Call::decide}}) {
+    routes.add(method, pattern,
+               [&service, call = call](const Request& request, const RouteParams& params) {
+                 return answer(service.egress(params["id"], call, request.body));
+               });
+  }
   return routes;
 }
 

@@ -20,6 +20,7 @@
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/default_config.hpp"
+#include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/owner_id.hpp"
 #include "sandboxd/core/paths.hpp"
@@ -69,7 +70,9 @@ constexpr const char* kDetails =
     "With the backend's network mode isolated (backend.network.mode), sandboxes have no host\n"
     "address: a relay (on relay_listen, default the listen host and the port its last run\n"
     "used) is the only way in, and each answer's sandbox_url is the relay's, with the token to\n"
-    "send in request_headers (X-Sandboxd-Relay-Token).\n"
+    "send in request_headers (X-Sandboxd-Relay-Token). With network mode allowlist as well,\n"
+    "each sandbox's only way out is this service's egress proxy; the gateway decides refused\n"
+    "names through /api/sandboxes/ID/egress[/events|/deny-pending|/decide] (docs/egress.md).\n"
     "\n"
     "Every client has deadlines (10 s for a request's line and headers, 30 s for its body and\n"
     "for taking the answer, 30 s between kept-alive requests); X-API-Key is checked as soon as\n"
@@ -165,6 +168,23 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The egress proxy's settings (issue 34, network mode allowlist) are read before the backend
+  // is made: each secret's placeholder goes into the sandboxes' environment. The grants and
+  // placeholders are kept beside the relay's secret.
+  std::optional<core::EgressSettings> egress_settings;
+  try {
+    egress_settings = core::egress_settings_from(config.backend_json, "provisioner.backend");
+    if (egress_settings) {
+      core::ensure_private_dir(config.relay_state_dir);
+      core::assign_secret_placeholders(*egress_settings, config.relay_state_dir);
+      config.backend_json = core::with_secret_placeholders(config.backend_json, *egress_settings,
+                                                           "provisioner.backend");
+    }
+  } catch (const std::exception& error) {
+    return fail(
+        3, (config.source_file.empty() ? std::string() : config.source_file + ": ") + error.what());
+  }
+
   std::shared_ptr<SandboxBackend> backend;
   try {
     PluginContext context;
@@ -250,13 +270,7 @@ int main(int argc, char** argv) {
   // through it, with the token each answer carries in request_headers.
   std::unique_ptr<core::BackendRelayTargets> relay_targets;
   std::unique_ptr<core::Relay> relay;
-  if (const auto* policy = backend_capability<SandboxNetworkPolicy>(*backend);
-      policy != nullptr && policy->configured_network_policy() == "allowlist") {
-    return fail(3, config.backend_key_path +
-                       ".network.mode: allowlist needs the egress proxy, which sandboxctl serve "
-                       "runs and sandboxd-provisioner does not yet; use isolated (no egress) or "
-                       "open here");
-  }
+  std::unique_ptr<core::EgressHost> egress;  // after relay_targets: it asks them
   if (core::makes_namespaced_sandboxes(*backend)) {
     core::RelayOptions relay_options;
     relay_options.host = config.relay_host;
@@ -280,6 +294,28 @@ int main(int argc, char** argv) {
       return fail(4, std::string("relay: ") + error.what());
     }
     service.set_relay(relay.get(), relay_targets.get());
+    // The egress proxy (issue 34), for network mode allowlist: each sandbox's only way out. Its
+    // sandboxes are the backend's running ones; their namespaces are the relay's endpoints.
+    if (egress_settings) {
+      core::EgressSandboxes sandboxes;
+      sandboxes.tracked = [backend] {
+        std::vector<core::EgressSandboxes::Tracked> tracked;
+        for (SandboxInfo& info : backend->list_running()) tracked.push_back({std::move(info)});
+        return tracked;
+      };
+      sandboxes.endpoint = [targets = relay_targets.get()](const std::string& id) {
+        return targets->lookup(id);
+      };
+      egress = std::make_unique<core::EgressHost>(std::move(sandboxes), std::move(*egress_settings),
+                                                  config.relay_state_dir, logger,
+                                                  std::make_shared<SystemClock>());
+      try {
+        egress->start();
+      } catch (const std::exception& error) {
+        return fail(4, std::string("egress proxy: ") + error.what());
+      }
+      service.set_egress(egress.get(), egress.get());
+    }
     logger->info("Relay at " + relay->base_url() +
                  ": the only way into this backend's sandboxes, which have no host address "
                  "(secret and port in " +
@@ -325,6 +361,7 @@ int main(int argc, char** argv) {
   std::cout << "listening on http://" << shown_host << ":" << port << std::endl;
   const std::size_t handlers_left = server.run();
   stopped.store(true);
+  if (egress) egress->stop();  // no new tunnel; the sandboxes keep running
   if (signal_watcher.joinable()) {
     pthread_kill(signal_watcher.native_handle(), SIGTERM);  // wakes sigwait if still waiting
     signal_watcher.join();

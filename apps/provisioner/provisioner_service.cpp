@@ -9,6 +9,7 @@
 #include <map>
 
 #include "create_request.hpp"
+#include "egress_routes.hpp"
 #include "error_status.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/service_errors.hpp"
@@ -294,6 +295,7 @@ Reply ProvisionerService::create(std::string_view body) {
         settings_.backend_timeout_seconds, "Creating sandbox '" + id + "'");
     if (!info.user_id) info.user_id = request.user_id;
     if (!info.thread_id) info.thread_id = request.thread_id;
+    if (egress_ != nullptr) egress_->attach_if_needed(info);  // its way out, before it is used
     logger_->info(
         std::string(claimed ? "Claimed a pre-started slot as sandbox " : "Created sandbox ") + id +
         " for user " + request.user_id + ", thread " + request.thread_id + ": " + info.sandbox_url);
@@ -417,6 +419,7 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
     return failure("Partial cleanup: sandbox: ", error);
   }
   if (relay_targets_ != nullptr) relay_targets_->forget(sandbox_id);
+  if (egress_ != nullptr) egress_->forget(sandbox_id);  // its listener and grants go with it
   logger_->info("Deleted sandbox " + sandbox_id);
   return ok();
 }
@@ -450,6 +453,33 @@ Reply ProvisionerService::list() {
   w.Int(count);
   w.EndObject();
   return {200, std::string(buffer.GetString(), buffer.GetSize())};
+}
+
+Reply ProvisionerService::egress(const std::string& sandbox_id, EgressCall call,
+                                 std::string_view body) {
+  if (egress_host_ == nullptr) {
+    return detail(404,
+                  "This provisioner runs no egress proxy: its backend's network mode is not "
+                  "allowlist");
+  }
+  if (!is_valid_sandbox_id(sandbox_id) || !egress_host_->proxy().is_attached(sandbox_id)) {
+    return detail(404, "Sandbox '" + sandbox_id + "' has no egress proxy here");
+  }
+  try {
+    switch (call) {
+      case EgressCall::view:
+        return {200, door::egress_view(*egress_host_, sandbox_id)};
+      case EgressCall::events:
+        return {200, door::egress_events(*egress_host_, sandbox_id)};
+      case EgressCall::deny_pending:
+        return {200, door::egress_deny_pending(*egress_host_, sandbox_id)};
+      case EgressCall::decide:
+        return {200, door::egress_decide(*egress_host_, sandbox_id, std::string(body))};
+    }
+  } catch (const core::ServiceError& error) {
+    return detail(door::http_status(error.kind()), error.what());
+  }
+  return detail(404, "Not Found");
 }
 
 }  // namespace sandboxd::provisioner

@@ -17,6 +17,7 @@
 #include "extra_mount_validation.hpp"
 #include "sandboxd/backend.hpp"
 #include "sandboxd/core/backend_relay_targets.hpp"
+#include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
 #include "sandboxd/logger.hpp"
 
@@ -70,6 +71,17 @@ class ProvisionerService {
     relay_targets_ = targets;
   }
 
+  // Issue 34: network mode allowlist. `egress` is told of each sandbox made and removed, and
+  // answers the egress routes (apps/door/egress_routes.hpp). Set before serving; outlives the
+  // service's requests.
+  void set_egress(core::SandboxEgress* egress, core::EgressHost* host) {
+    egress_ = egress;
+    egress_host_ = host;
+  }
+  enum class EgressCall { view, events, deny_pending, decide };
+  // GET /api/sandboxes/{id}/egress, POST …/egress/events, …/egress/deny-pending, …/egress/decide
+  Reply egress(const std::string& sandbox_id, EgressCall call, std::string_view body);
+
   // Makes sure the state roots exist (start-up); throws std::runtime_error naming the path.
   void prepare_state_roots() const;
   void drain() { calls_.drain(); }
@@ -88,6 +100,8 @@ class ProvisionerService {
   const std::shared_ptr<Logger> logger_;
   const core::SandboxAddressing* relay_ = nullptr;  // set once before serving
   core::BackendRelayTargets* relay_targets_ = nullptr;
+  core::SandboxEgress* egress_ = nullptr;    // set once before serving
+  core::EgressHost* egress_host_ = nullptr;  // the same host, for its routes
   BoundedCalls calls_;  // last: drained (in the destructor) before anything above goes
 };
 

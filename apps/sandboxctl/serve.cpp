@@ -33,7 +33,7 @@
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
-#include "serve_egress.hpp"
+#include "egress_routes.hpp"
 #include "session.hpp"
 
 namespace po = boost::program_options;
@@ -340,20 +340,20 @@ class ControlApi {
   }
 
   Response egress_view(const Request&, const RouteParams& params) {
-    return document(200, sandboxctl::egress_view(egress_for(params["id"]), params["id"]));
+    return document(200, door::egress_view(egress_for(params["id"]), params["id"]));
   }
 
   Response egress_events(const Request&, const RouteParams& params) {
-    return document(200, sandboxctl::egress_events(egress_for(params["id"]), params["id"]));
+    return document(200, door::egress_events(egress_for(params["id"]), params["id"]));
   }
 
   Response egress_deny_pending(const Request&, const RouteParams& params) {
-    return document(200, sandboxctl::egress_deny_pending(egress_for(params["id"]), params["id"]));
+    return document(200, door::egress_deny_pending(egress_for(params["id"]), params["id"]));
   }
 
   Response egress_decide(const Request& request, const RouteParams& params) {
     return document(
-        200, sandboxctl::egress_decide(egress_for(params["id"]), params["id"], request.body));
+        200, door::egress_decide(egress_for(params["id"]), params["id"], request.body));
   }
 
   Session& session_;

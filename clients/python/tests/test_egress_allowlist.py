@@ -13,11 +13,12 @@ import http.client
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import ENGINE_SOCKET, IMAGE
+from conftest import ENGINE_SOCKET, IMAGE, engine_containers
 
 import sandboxd
 from sandboxd import deerflow as sandboxd_deerflow
@@ -301,3 +302,95 @@ def test_secrets_are_refused_at_config_time_for_https_and_unsafe_files(
 def engine_containers_of(prefix: str) -> list:
     from conftest import engine_containers
     return engine_containers(prefix)
+
+
+def test_the_provisioner_runs_allowlist_sandboxes_and_takes_decisions(
+        engine_required, tmp_path, prefix, upstream):
+    """sandboxd-provisioner in network mode allowlist: its sandboxes' only way out is its egress
+    proxy, refused names are pending requests decided through its /api/sandboxes/{id}/egress
+    routes (behind its API key), and a removed sandbox's listener and grants go with it."""
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    provisioner = os.environ.get("SANDBOXD_PROVISIONER", "")
+    if not provisioner:
+        pytest.skip("SANDBOXD_PROVISIONER (the sandboxd-provisioner binary) is not set")
+    key = "k" * 32
+    target = f"127.0.0.7:{upstream.port}"
+    config = tmp_path / "provisioner.json"
+    config.write_text(json.dumps({"provisioner": {
+        "listen": "127.0.0.1:0", "api_key": key, "host_base_dir": str(tmp_path / "state"),
+        "relay_state_dir": str(tmp_path / "relay"), "relay_listen": "127.0.0.1:0",
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix, "memory": "256m", "cpus": 1,
+                    "network": {"mode": "allowlist", "allow_domains": ["allowed.test"],
+                                "approval": "prompt",
+                                "test_only_upstreams": {"allowed.test": target,
+                                                        "later.test": target}}}}}))
+    process = subprocess.Popen([provisioner, "--config", str(config)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), (
+            line, process.stderr.read() if process.poll() is not None else "")
+        base = line.split()[-1]
+
+        def call(method: str, path: str, body: dict | None = None,
+                 api_key: str = key) -> tuple[int, dict]:
+            request = urllib.request.Request(
+                base + path, method=method,
+                data=None if body is None else json.dumps(body).encode(),
+                headers={"X-API-Key": api_key, "Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    return answer.status, json.loads(answer.read())
+            except urllib.error.HTTPError as error:
+                text = error.read()
+                try:
+                    return error.code, json.loads(text)
+                except ValueError:  # the 401 is plain text
+                    return error.code, {"text": text.decode(errors="replace")}
+
+        sandbox_id = "0123456789abcdef"
+        status, made = call("POST", "/api/sandboxes",
+                            {"sandbox_id": sandbox_id, "thread_id": "t-1", "user_id": "alice"})
+        assert status == 200, made
+        name = f"{prefix}-{sandbox_id}"
+        code, out = wget(name, "http://allowed.test/via-provisioner")
+        assert code == 0 and "allowed.test/via-provisioner" in out, out
+        code, out = wget(name, "http://later.test/")
+        assert code != 0 and "403" in out, out
+
+        assert call("GET", f"/api/sandboxes/{sandbox_id}/egress", api_key="wrong")[0] == 401
+        status, view = call("GET", f"/api/sandboxes/{sandbox_id}/egress")
+        assert status == 200 and view["allow_domains"] == ["allowed.test"], view
+        status, events = call("POST", f"/api/sandboxes/{sandbox_id}/egress/events")
+        assert status == 200, events
+        pending = events["events"]
+        assert [(e["host"], e["port"]) for e in pending] == [("later.test", 80)], events
+        status, decided = call("POST", f"/api/sandboxes/{sandbox_id}/egress/decide",
+                               {"request_id": pending[0]["request_id"],
+                                "decision": "allow_sandbox"})
+        assert status == 200 and decided["ok"], decided
+        code, out = wget(name, "http://later.test/granted")
+        assert code == 0 and "later.test/granted" in out, out
+        status, bad = call("POST", f"/api/sandboxes/{sandbox_id}/egress/decide",
+                           {"decision": "maybe", "domain": "later.test"})
+        assert status == 400 and "decision" in bad["detail"], bad
+        status, missing = call("GET", "/api/sandboxes/fedcba9876543210/egress")
+        assert status == 404, missing
+
+        assert call("DELETE", f"/api/sandboxes/{sandbox_id}")[0] == 200
+        assert call("GET", f"/api/sandboxes/{sandbox_id}/egress")[0] == 404
+        grants = json.loads((tmp_path / "relay" / "egress-grants.json").read_text())
+        assert sandbox_id not in json.dumps(grants), grants
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    deadline = time.monotonic() + 15
+    while engine_containers(prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_containers(prefix) == []

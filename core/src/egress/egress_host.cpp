@@ -320,9 +320,23 @@ std::string with_secret_placeholders(const std::string& backend_options_json,
   return json_to_string(doc);
 }
 
-EgressHost::EgressHost(Provider& provider, EgressSettings settings, std::filesystem::path state_dir,
-                       std::shared_ptr<Logger> logger, std::shared_ptr<Clock> clock)
-    : provider_(provider),
+EgressSandboxes provider_egress_sandboxes(Provider& provider) {
+  EgressSandboxes sandboxes;
+  sandboxes.tracked = [&provider] {
+    std::vector<EgressSandboxes::Tracked> tracked;
+    for (TrackedSandbox& sandbox : provider.export_registry().sandboxes) {
+      tracked.push_back({std::move(sandbox.info), sandbox.state == SandboxState::paused});
+    }
+    return tracked;
+  };
+  sandboxes.endpoint = [&provider](const std::string& id) { return provider.endpoint(id); };
+  return sandboxes;
+}
+
+EgressHost::EgressHost(EgressSandboxes sandboxes, EgressSettings settings,
+                       std::filesystem::path state_dir, std::shared_ptr<Logger> logger,
+                       std::shared_ptr<Clock> clock)
+    : sandboxes_(std::move(sandboxes)),
       settings_(std::move(settings)),
       state_dir_(std::move(state_dir)),
       logger_(std::move(logger)) {
@@ -390,7 +404,7 @@ void EgressHost::stop() {
 
 void EgressHost::attach_if_needed(const SandboxInfo& info) {
   if (info.network_policy != "allowlist" || proxy_->is_attached(info.sandbox_id)) return;
-  const std::optional<SandboxEndpoint> endpoint = provider_.endpoint(info.sandbox_id);
+  const std::optional<SandboxEndpoint> endpoint = sandboxes_.endpoint(info.sandbox_id);
   if (!endpoint || !endpoint->open_socket || endpoint->paused) return;  // the next pass
   try {
     proxy_->attach(info.sandbox_id, make_egress_listener(endpoint->open_socket));
@@ -405,11 +419,10 @@ void EgressHost::forget(const std::string& sandbox_id) {
 }
 
 void EgressHost::sync() {
-  const RegistrySnapshot snapshot = provider_.export_registry();
   std::set<std::string> tracked;
-  for (const TrackedSandbox& sandbox : snapshot.sandboxes) {
+  for (const EgressSandboxes::Tracked& sandbox : sandboxes_.tracked()) {
     tracked.insert(sandbox.info.sandbox_id);
-    if (sandbox.state != SandboxState::paused) attach_if_needed(sandbox.info);
+    if (!sandbox.paused) attach_if_needed(sandbox.info);
   }
   bool dropped = false;
   for (const std::string& id : proxy_->attached()) {

@@ -1,7 +1,7 @@
-// What a long-running host (sandboxctl serve) runs for network mode `allowlist` (issue 34): the
-// egress proxy, with each allowlist sandbox's listener made in its network namespace and
-// attached when the sandbox is handed out (and again after a restart, by the sync pass), closed
-// when the sandbox goes; the gateway's grants kept in the state directory
+// What a long-running host (sandboxctl serve, sandboxd-provisioner) runs for network mode
+// `allowlist` (issue 34): the egress proxy, with each allowlist sandbox's listener made in its
+// network namespace and attached when the sandbox is handed out (and again after a restart, by
+// the sync pass), closed when the sandbox goes; the gateway's grants kept in the state directory
 // (`egress-grants.json`, 0600) so that a restart keeps them, and dropped with their sandbox.
 //
 // Lock story: the proxy has its own (egress_proxy.hpp). `mutex_` guards the sync thread's stop
@@ -13,15 +13,18 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_proxy.hpp"
+#include "sandboxd/core/sandbox_endpoint.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
 #include "sandboxd/thread_annotations.hpp"
 #include "sandboxd/logger.hpp"
@@ -56,10 +59,30 @@ void assign_secret_placeholders(EgressSettings& settings, const std::filesystem:
 std::string with_secret_placeholders(const std::string& backend_options_json,
                                      const EgressSettings& settings, const std::string& key_path);
 
+// Where an egress host finds its sandboxes: a collaborator, so that a host without a Provider
+// (sandboxd-provisioner, which asks its backend) runs one as serve does.
+struct EgressSandboxes {
+  struct Tracked {
+    SandboxInfo info;
+    bool paused = false;  // a paused sandbox keeps its listener but is not attached anew
+  };
+  // The sandboxes the host keeps now; one not among them loses its listener at the next pass.
+  std::function<std::vector<Tracked>()> tracked;
+  // A sandbox's endpoint (its namespace's socket maker), or nullopt.
+  std::function<std::optional<SandboxEndpoint>(const std::string& sandbox_id)> endpoint;
+};
+
+// The provider's registry and endpoints (serve).
+EgressSandboxes provider_egress_sandboxes(Provider& provider);
+
 class EgressHost final : public SandboxEgress {
  public:
-  EgressHost(Provider& provider, EgressSettings settings, std::filesystem::path state_dir,
+  EgressHost(EgressSandboxes sandboxes, EgressSettings settings, std::filesystem::path state_dir,
              std::shared_ptr<Logger> logger, std::shared_ptr<Clock> clock);
+  EgressHost(Provider& provider, EgressSettings settings, std::filesystem::path state_dir,
+             std::shared_ptr<Logger> logger, std::shared_ptr<Clock> clock)
+      : EgressHost(provider_egress_sandboxes(provider), std::move(settings), std::move(state_dir),
+                   std::move(logger), std::move(clock)) {}
   ~EgressHost() override;  // stop()
 
   // The proxy, the grants kept from the last run, a sync pass, and the sync thread (every
@@ -80,7 +103,7 @@ class EgressHost final : public SandboxEgress {
   void save_grants();
 
  private:
-  Provider& provider_;
+  const EgressSandboxes sandboxes_;
   const EgressSettings settings_;
   const std::filesystem::path state_dir_;
   std::shared_ptr<Logger> logger_;

@@ -1,5 +1,5 @@
-// serve's egress routes (serve_egress.hpp).
-#include "serve_egress.hpp"
+// The egress routes of both daemons (egress_routes.hpp).
+#include "egress_routes.hpp"
 
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -8,7 +8,7 @@
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/json.hpp"
 
-namespace sandboxctl {
+namespace sandboxd::door {
 
 namespace core = sandboxd::core;
 using core::ErrorKind;
@@ -139,4 +139,4 @@ std::string egress_decide(core::EgressHost& egress, const std::string& sandbox_i
   return ok(done);
 }
 
-}  // namespace sandboxctl
+}  // namespace sandboxd::door
