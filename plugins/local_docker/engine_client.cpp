@@ -87,7 +87,7 @@ HttpResponse EngineClient::raw_call(const std::string& method, const std::string
 }
 
 std::string EngineClient::api_version() {
-  std::lock_guard lock(version_mutex_);
+  MutexLock lock(version_mutex_);
   if (version_) return *version_;
   EngineApiRange engine;
   const HttpResponse ping = raw_call("GET", "/_ping", 10.0);

@@ -15,6 +15,7 @@
 #include <string_view>
 
 #include "docker_support.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::local_docker {
 
@@ -74,8 +75,8 @@ class EngineClient {
 
  private:
   EngineEndpoint endpoint_;
-  std::mutex version_mutex_;  // guards version_
-  std::optional<std::string> version_;
+  Mutex version_mutex_;
+  std::optional<std::string> version_ GUARDED_BY(version_mutex_);
 };
 
 }  // namespace sandboxd::local_docker

@@ -7,6 +7,7 @@
 
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::plugins::ownership_memory {
 
@@ -27,7 +28,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   double ttl_seconds() const override { return ttl_seconds_; }
 
   bool take(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("take", sandbox_id);
     const double now = clock_->monotonic_now();
     const auto it = find_live(sandbox_id, now);
@@ -37,7 +38,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   }
 
   bool claim(const std::string& sandbox_id, bool for_destroy) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("claim", sandbox_id);
     const double now = clock_->monotonic_now();
     const auto it = find_live(sandbox_id, now);
@@ -47,7 +48,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   }
 
   RenewOutcome renew(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("renew", sandbox_id);
     const double now = clock_->monotonic_now();
     const auto it = find_live(sandbox_id, now);
@@ -57,14 +58,14 @@ class MemoryOwnershipStore final : public OwnershipStore {
   }
 
   void release(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("release", sandbox_id);
     const auto it = find_live(sandbox_id, clock_->monotonic_now());
     if (lease_rules::may_release(view_of(it), owner_id_)) leases_.erase(it);
   }
 
   std::optional<std::string> owner(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("read", sandbox_id);
     const auto it = find_live(sandbox_id, clock_->monotonic_now());
     if (it == leases_.end()) return std::nullopt;
@@ -73,7 +74,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
 
   // The test-only view SPEC §7.4 asks for; expires_at is on the monotonic clock.
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open("inspect", sandbox_id);
     const auto it = find_live(sandbox_id, clock_->monotonic_now());
     if (it == leases_.end()) return std::nullopt;
@@ -82,7 +83,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
   }
 
   void close() override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     closed_ = true;
     leases_.clear();
   }
@@ -94,8 +95,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
     bool destroying = false;  // "del" state
   };
 
-  // Caller holds mutex_.
-  void require_open(const char* action, const std::string& sandbox_id) const {
+  void require_open(const char* action, const std::string& sandbox_id) const REQUIRES(mutex_) {
     if (closed_) {
       throw OwnershipBackendError(std::string("failed to ") + action + " sandbox ownership for " +
                                   sandbox_id + ": the memory ownership store is closed");
@@ -105,8 +105,8 @@ class MemoryOwnershipStore final : public OwnershipStore {
   using Leases = std::unordered_map<std::string, Lease>;
 
   // The lease for sandbox_id if it has not expired, else end(); an expired one is deleted here,
-  // so expired entries never accumulate past their next read. Caller holds mutex_.
-  Leases::iterator find_live(const std::string& sandbox_id, double now) {
+  // so expired entries never accumulate past their next read.
+  Leases::iterator find_live(const std::string& sandbox_id, double now) REQUIRES(mutex_) {
     auto it = leases_.find(sandbox_id);
     if (it != leases_.end() && !lease_rules::is_live(it->second.expires_at, now)) {
       leases_.erase(it);
@@ -116,14 +116,14 @@ class MemoryOwnershipStore final : public OwnershipStore {
   }
   // What the decision table sees of it, read in place: take and renew run on every acquire
   // and release, and a copied owner id was an allocation each time.
-  std::optional<lease_rules::LiveLeaseView> view_of(Leases::iterator it) const {
+  std::optional<lease_rules::LiveLeaseView> view_of(Leases::iterator it) const REQUIRES(mutex_) {
     if (it == leases_.end()) return std::nullopt;
     return lease_rules::LiveLeaseView{it->second.owner_id, it->second.destroying};
   }
   // Makes the record at `it` (or a new one) our lease; in place, the owner string keeps its
   // buffer, so re-taking our own lease allocates nothing.
   void write_ours(Leases::iterator it, const std::string& sandbox_id, double expires_at,
-                  bool destroying) {
+                  bool destroying) REQUIRES(mutex_) {
     if (it == leases_.end()) {
       leases_.emplace(sandbox_id, Lease{owner_id_, expires_at, destroying});
       return;
@@ -137,12 +137,12 @@ class MemoryOwnershipStore final : public OwnershipStore {
   const std::shared_ptr<Clock> clock_;
   double ttl_seconds_ = 0.0;  // set once in the constructor, read-only afterwards
 
-  // Lock story: mutex_ guards leases_ and closed_. Each public call holds it for its whole
-  // read-decide-write, which is what makes claim() atomic. Nothing is called out under it
-  // except the clock (a plain reading); the logger is only used in the constructor.
-  std::mutex mutex_;
-  Leases leases_;
-  bool closed_ = false;
+  // Lock story: mutex_ guards leases_ and closed_ (checked by clang). Each public call holds it
+  // for its whole read-decide-write, which is what makes claim() atomic. Nothing is called out
+  // under it except the clock (a plain reading); the logger is only used in the constructor.
+  mutable Mutex mutex_;
+  Leases leases_ GUARDED_BY(mutex_);
+  bool closed_ GUARDED_BY(mutex_) = false;
 };
 
 SANDBOXD_EXPORT_OWNERSHIP_STORE(MemoryOwnershipStore,

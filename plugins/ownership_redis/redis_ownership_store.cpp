@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -27,6 +28,7 @@
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::plugins::ownership_redis {
 namespace {
@@ -240,10 +242,8 @@ class RedisFailure : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct Script {
-  const char* source;
-  std::string sha;  // "" until loaded on the current server
-};
+// A Lua script, named by its source; its SHA on the current server is the store's to keep.
+using Script = const char*;
 
 }  // namespace
 
@@ -312,22 +312,23 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
   double ttl_seconds() const override { return ttl_seconds_; }
 
   bool take(const std::string& sandbox_id) override {
-    return run(take_, sandbox_id, {owner_id_, ttl_ms_}, "publish") == 1;
+    return run(kTakeScript, sandbox_id, {owner_id_, ttl_ms_}, "publish") == 1;
   }
 
   bool claim(const std::string& sandbox_id, bool for_destroy) override {
-    return run(claim_, sandbox_id, {owner_id_, ttl_ms_, for_destroy ? "1" : "0"}, "claim") == 1;
+    return run(kClaimScript, sandbox_id, {owner_id_, ttl_ms_, for_destroy ? "1" : "0"}, "claim") ==
+           1;
   }
 
   RenewOutcome renew(const std::string& sandbox_id) override {
-    const long long result = run(renew_, sandbox_id, {owner_id_, ttl_ms_}, "renew");
+    const long long result = run(kRenewScript, sandbox_id, {owner_id_, ttl_ms_}, "renew");
     if (result == 1) return RenewOutcome::renewed;
     if (result == -1) return RenewOutcome::lapsed;
     return RenewOutcome::lost;
   }
 
   void release(const std::string& sandbox_id) override {
-    run(release_, sandbox_id, {owner_id_}, "release");
+    run(kReleaseScript, sandbox_id, {owner_id_}, "release");
   }
 
   std::optional<std::string> owner(const std::string& sandbox_id) override {
@@ -337,7 +338,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
   }
 
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     try {
       const std::string key = key_of(sandbox_id);
       // One round trip for both: a MULTI/EXEC would do, but a pipeline of two reads is enough
@@ -368,7 +369,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
   Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
                   std::size_t per_user_ceiling) override {
     const long long result = run_keys(
-        reserve_, {capacity_key(), capacity_user_key(user)},
+        kReserveScript, {capacity_key(), capacity_user_key(user)},
         {sandbox_id, std::to_string(total_ceiling), std::to_string(per_user_ceiling), ttl_ms_},
         "reserve capacity", sandbox_id);
     if (result == 1) return Refusal::total;
@@ -387,24 +388,24 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
         keys.push_back(capacity_user_key(sandboxes[i].second));
         args.push_back(sandboxes[i].first);
       }
-      run_keys(renew_reservations_, keys, args, "renew capacity", sandboxes[at].first);
+      run_keys(kRenewReservationsScript, keys, args, "renew capacity", sandboxes[at].first);
     }
   }
 
   void unreserve(const std::string& sandbox_id, const std::string& user) override {
-    run_keys(unreserve_, {capacity_key(), capacity_user_key(user)}, {sandbox_id},
+    run_keys(kUnreserveScript, {capacity_key(), capacity_user_key(user)}, {sandbox_id},
              "release capacity", sandbox_id);
   }
 
   std::size_t reserved(const std::string& user) override {
-    const long long n =
-        run_keys(count_reservations_, {user.empty() ? capacity_key() : capacity_user_key(user)}, {},
-                 "count capacity", user);
+    const long long n = run_keys(kCountReservationsScript,
+                                 {user.empty() ? capacity_key() : capacity_user_key(user)}, {},
+                                 "count capacity", user);
     return n > 0 ? static_cast<std::size_t>(n) : 0;
   }
 
   void close() override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     closed_ = true;
     drop_connection_locked();
   }
@@ -417,10 +418,10 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     return key_prefix_ + ":capacity:user:" + user;
   }
 
-  long long run_keys(Script& script, const std::vector<std::string>& keys,
+  long long run_keys(Script script, const std::vector<std::string>& keys,
                      const std::vector<std::string>& args, const char* what,
                      const std::string& subject) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     try {
       Reply reply = evaluate_locked(script, keys, args);
       if (reply->type != REDIS_REPLY_INTEGER) {
@@ -434,9 +435,9 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     }
   }
 
-  long long run(Script& script, const std::string& sandbox_id, const std::vector<std::string>& args,
+  long long run(Script script, const std::string& sandbox_id, const std::vector<std::string>& args,
                 const char* what) {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     try {
       Reply reply = evaluate_locked(script, {key_of(sandbox_id)}, args);
       if (reply->type != REDIS_REPLY_INTEGER) {
@@ -451,22 +452,23 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     }
   }
 
-  Reply evaluate_locked(Script& script, const std::vector<std::string>& keys,
-                        const std::vector<std::string>& args) {
+  Reply evaluate_locked(Script script, const std::vector<std::string>& keys,
+                        const std::vector<std::string>& args) REQUIRES(mutex_) {
     for (int attempt = 0; attempt < 2; ++attempt) {
-      if (script.sha.empty()) {
-        Reply loaded = command({"SCRIPT", "LOAD", script.source});
+      std::string& sha = loaded_shas_[script];
+      if (sha.empty()) {
+        Reply loaded = command({"SCRIPT", "LOAD", script});
         if (loaded->type != REDIS_REPLY_STRING) throw RedisFailure("SCRIPT LOAD failed");
-        script.sha.assign(loaded->str, loaded->len);
+        sha.assign(loaded->str, loaded->len);
       }
-      std::vector<std::string> argv = {"EVALSHA", script.sha, std::to_string(keys.size())};
+      std::vector<std::string> argv = {"EVALSHA", sha, std::to_string(keys.size())};
       argv.insert(argv.end(), keys.begin(), keys.end());
       argv.insert(argv.end(), args.begin(), args.end());
       Reply reply = command(argv, /*error_is_failure=*/false);
       if (reply->type == REDIS_REPLY_ERROR) {
         const std::string error(reply->str, reply->len);
         if (error.rfind("NOSCRIPT", 0) == 0) {  // a restarted or flushed server
-          script.sha.clear();
+          loaded_shas_.erase(script);
           continue;
         }
         throw RedisFailure(error);
@@ -478,7 +480,8 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
 
   // One command on the (re)connected context. Throws RedisFailure on I/O errors and, unless
   // told otherwise, on error replies.
-  Reply command(const std::vector<std::string>& argv, bool error_is_failure = true) {
+  Reply command(const std::vector<std::string>& argv, bool error_is_failure = true)
+      REQUIRES(mutex_) {
     connect_locked();
     std::vector<const char*> pointers;
     std::vector<size_t> lengths;
@@ -502,7 +505,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     return reply;
   }
 
-  void connect_locked() {
+  void connect_locked() REQUIRES(mutex_) {
     if (closed_) throw RedisFailure("the store is closed");
     if (context_) return;
     redisContext* raw =
@@ -517,10 +520,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     redisSetTimeout(context.get(), socket_timeout_);
     context_ = std::move(context);
     // The scripts must be loaded again on a new connection's server (it may have restarted).
-    for (Script* script : {&take_, &claim_, &renew_, &release_, &reserve_, &renew_reservations_,
-                           &unreserve_, &count_reservations_}) {
-      script->sha.clear();
-    }
+    loaded_shas_.clear();
     try {
       if (!target_.password.empty()) {
         std::vector<std::string> auth = {"AUTH"};
@@ -535,7 +535,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     }
   }
 
-  void drop_connection_locked() { context_.reset(); }
+  void drop_connection_locked() REQUIRES(mutex_) { context_.reset(); }
 
   const std::string owner_id_;
   std::shared_ptr<Logger> logger_;
@@ -547,17 +547,12 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
   timeval connect_timeout_{};
   timeval socket_timeout_{};
 
-  std::mutex mutex_;  // guards everything below: the connection and the loaded script SHAs
-  std::unique_ptr<redisContext, ContextDeleter> context_;
-  bool closed_ = false;
-  Script take_{kTakeScript, ""};
-  Script claim_{kClaimScript, ""};
-  Script renew_{kRenewScript, ""};
-  Script release_{kReleaseScript, ""};
-  Script reserve_{kReserveScript, ""};
-  Script renew_reservations_{kRenewReservationsScript, ""};
-  Script unreserve_{kUnreserveScript, ""};
-  Script count_reservations_{kCountReservationsScript, ""};
+  // Lock story: mutex_ guards the connection, the closed flag and the scripts' SHAs on the
+  // current server (checked by clang); a call holds it for its whole round trip.
+  Mutex mutex_;
+  std::unique_ptr<redisContext, ContextDeleter> context_ GUARDED_BY(mutex_);
+  bool closed_ GUARDED_BY(mutex_) = false;
+  std::map<Script, std::string> loaded_shas_ GUARDED_BY(mutex_);  // "" or absent: not loaded
 };
 
 SANDBOXD_EXPORT_OWNERSHIP_STORE(RedisOwnershipStore,

@@ -25,6 +25,7 @@
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/lease_rules.hpp"
 #include "sandboxd/sdk.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::plugins::ownership_sqlite {
 namespace {
@@ -265,7 +266,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
 
   bool take(const std::string& sandbox_id) override {
     if (our_lease_is_fresh("take", sandbox_id)) return true;
-    return in_write_transaction("take", sandbox_id, [&](double now) {
+    return in_write_transaction("take", sandbox_id, [&](double now) REQUIRES(mutex_) {
       if (!lease_rules::may_take(live_lease_for_write(sandbox_id, now))) return false;
       write_lease(sandbox_id, /*destroying=*/false, now + ttl_seconds_);
       return true;
@@ -273,7 +274,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   bool claim(const std::string& sandbox_id, bool for_destroy) override {
-    return in_write_transaction("claim", sandbox_id, [&](double now) {
+    return in_write_transaction("claim", sandbox_id, [&](double now) REQUIRES(mutex_) {
       if (!lease_rules::may_claim(live_lease_for_write(sandbox_id, now), owner_id_, for_destroy)) {
         return false;
       }
@@ -284,7 +285,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
 
   RenewOutcome renew(const std::string& sandbox_id) override {
     if (our_lease_is_fresh("renew", sandbox_id)) return RenewOutcome::renewed;
-    return in_write_transaction("renew", sandbox_id, [&](double now) {
+    return in_write_transaction("renew", sandbox_id, [&](double now) REQUIRES(mutex_) {
       const RenewOutcome outcome =
           lease_rules::renew_outcome(live_lease_for_write(sandbox_id, now), owner_id_);
       if (outcome == RenewOutcome::renewed) {
@@ -295,7 +296,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   void release(const std::string& sandbox_id) override {
-    in_write_transaction("release", sandbox_id, [&](double now) {
+    in_write_transaction("release", sandbox_id, [&](double now) REQUIRES(mutex_) {
       if (lease_rules::may_release(live_lease_for_write(sandbox_id, now), owner_id_)) {
         delete_lease(sandbox_id);
       }
@@ -305,26 +306,30 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
 
   // Read-only: a single SELECT, so an expired row is reported absent but left in place.
   std::optional<std::string> owner(const std::string& sandbox_id) override {
-    return in_read("read", sandbox_id, [&](double now) -> std::optional<std::string> {
-      std::optional<LeaseRecord> row = select_lease(sandbox_id);
-      if (!row.has_value() || !lease_rules::is_live(row->expires_at, now)) return std::nullopt;
-      return row->owner_id;
-    });
+    return in_read("read", sandbox_id,
+                   [&](double now) REQUIRES(mutex_) -> std::optional<std::string> {
+                     std::optional<LeaseRecord> row = select_lease(sandbox_id);
+                     if (!row.has_value() || !lease_rules::is_live(row->expires_at, now))
+                       return std::nullopt;
+                     return row->owner_id;
+                   });
   }
 
   // expires_at is wall-clock seconds since the Unix epoch.
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
-    return in_read("inspect", sandbox_id, [&](double now) -> std::optional<LeaseRecord> {
-      std::optional<LeaseRecord> row = select_lease(sandbox_id);
-      if (!row.has_value() || !lease_rules::is_live(row->expires_at, now)) return std::nullopt;
-      return row;
-    });
+    return in_read("inspect", sandbox_id,
+                   [&](double now) REQUIRES(mutex_) -> std::optional<LeaseRecord> {
+                     std::optional<LeaseRecord> row = select_lease(sandbox_id);
+                     if (!row.has_value() || !lease_rules::is_live(row->expires_at, now))
+                       return std::nullopt;
+                     return row;
+                   });
   }
 
   // ── CapacityLedger (issue 23): the `capacity` table, one row per sandbox of the host ──
   Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
                   std::size_t per_user_ceiling) override {
-    return in_write_transaction("reserve capacity", sandbox_id, [&](double now) {
+    return in_write_transaction("reserve capacity", sandbox_id, [&](double now) REQUIRES(mutex_) {
       Execution(db_.get(), purge_capacity_.get()).bind(1, now).run();
       {
         Execution existing(db_.get(), select_reservation_.get());
@@ -348,22 +353,24 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
       const std::vector<std::pair<std::string, std::string>>& sandboxes) override {
     if (sandboxes.empty()) return;
     // One transaction for all: a renewal pass over thousands of sandboxes is one commit.
-    in_write_transaction("renew capacity", sandboxes.front().first, [&](double now) {
-      for (const auto& [sandbox_id, user] : sandboxes) write_reservation(sandbox_id, user, now);
-      Execution(db_.get(), purge_capacity_.get()).bind(1, now).run();
-      return true;
-    });
+    in_write_transaction("renew capacity", sandboxes.front().first,
+                         [&](double now) REQUIRES(mutex_) {
+                           for (const auto& [sandbox_id, user] : sandboxes)
+                             write_reservation(sandbox_id, user, now);
+                           Execution(db_.get(), purge_capacity_.get()).bind(1, now).run();
+                           return true;
+                         });
   }
 
   void unreserve(const std::string& sandbox_id, const std::string& /*user*/) override {
-    in_write_transaction("release capacity", sandbox_id, [&](double) {
+    in_write_transaction("release capacity", sandbox_id, [&](double) REQUIRES(mutex_) {
       Execution(db_.get(), delete_reservation_.get()).bind(1, sandbox_id).run();
       return true;
     });
   }
 
   std::size_t reserved(const std::string& user) override {
-    return in_read("count capacity", user, [&](double now) {
+    return in_read("count capacity", user, [&](double now) REQUIRES(mutex_) {
       Execution query(db_.get(), user.empty() ? count_live_all_.get() : count_live_user_.get());
       query.bind(1, now);
       if (!user.empty()) query.bind(2, user);
@@ -372,7 +379,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   void close() override {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     // Statements first: a connection cannot close while its statements live.
     purge_capacity_.reset();
     select_reservation_.reset();
@@ -394,7 +401,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   // statements every call uses. Throws SqliteFailure for SQLite's refusals and
   // PluginConfigError for files that are SQLite databases but not ours.
   void open_database(int busy_timeout_ms, const std::string& path_key,
-                     const std::string& described_path, bool created_file) {
+                     const std::string& described_path, bool created_file) REQUIRES(mutex_) {
     sqlite3* raw = nullptr;
     // NOMUTEX: mutex_ already serialises every use of this connection.
     const int rc = sqlite3_open_v2(
@@ -546,7 +553,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   template <typename Body>
   auto in_write_transaction(const char* action, const std::string& sandbox_id, Body&& body)
       -> std::invoke_result_t<Body&, double> {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open(action, sandbox_id);
     sqlite3* db = db_.get();
     try {
@@ -572,7 +579,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   // of a WAL commit (issue 10); anything else writes as before. With the default multiplier (4)
   // the renewal loop itself always writes: its leases have 3/4 of the TTL left when it runs.
   bool our_lease_is_fresh(const char* action, const std::string& sandbox_id) {
-    return in_read(action, sandbox_id, [&](double now) {
+    return in_read(action, sandbox_id, [&](double now) REQUIRES(mutex_) {
       std::optional<LeaseRecord> row = select_lease(sandbox_id);
       return row.has_value() && row->owner_id == owner_id_ && !row->destroying &&
              row->expires_at - now > ttl_seconds_ * 0.75;
@@ -582,7 +589,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   template <typename Body>
   auto in_read(const char* action, const std::string& sandbox_id, Body&& body)
       -> std::invoke_result_t<Body&, double> {
-    std::lock_guard lock(mutex_);
+    MutexLock lock(mutex_);
     require_open(action, sandbox_id);
     try {
       return body(clock_->wall_now());
@@ -593,7 +600,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
 
   // Caller holds mutex_. Best effort: the error that got us here is the one to report, and
   // some errors (disk full, I/O) have already rolled the transaction back.
-  void roll_back() {
+  void roll_back() REQUIRES(mutex_) {
     if (sqlite3_get_autocommit(db_.get()) != 0) return;
     try {
       Execution(db_.get(), rollback_.get()).run();
@@ -604,7 +611,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   // Caller holds mutex_. Also fails closed when the file at the path is no longer the one this
   // connection opened: SQLite would go on using the unlinked inode, and leases written there are
   // invisible to every other process. One stat per call (about a microsecond).
-  void require_open(const char* action, const std::string& sandbox_id) const {
+  void require_open(const char* action, const std::string& sandbox_id) const REQUIRES(mutex_) {
     if (!db_) {
       throw OwnershipBackendError(call_failure(action, sandbox_id, "the store is closed"));
     }
@@ -633,7 +640,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   // Caller holds mutex_.
-  std::optional<LeaseRecord> select_lease(const std::string& sandbox_id) {
+  std::optional<LeaseRecord> select_lease(const std::string& sandbox_id) REQUIRES(mutex_) {
     Execution query(db_.get(), select_lease_.get());
     query.bind(1, sandbox_id);
     if (!query.step()) return std::nullopt;
@@ -643,7 +650,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   // The live lease; an expired row is deleted on the way, as the memory store does. Caller
   // holds mutex_ and is inside a write transaction.
   std::optional<lease_rules::LiveLease> live_lease_for_write(const std::string& sandbox_id,
-                                                             double now) {
+                                                             double now) REQUIRES(mutex_) {
     std::optional<LeaseRecord> row = select_lease(sandbox_id);
     if (!row.has_value()) return std::nullopt;
     if (!lease_rules::is_live(row->expires_at, now)) {
@@ -654,7 +661,8 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   // Caller holds mutex_ and is inside a write transaction.
-  void write_lease(const std::string& sandbox_id, bool destroying, double expires_at) {
+  void write_lease(const std::string& sandbox_id, bool destroying, double expires_at)
+      REQUIRES(mutex_) {
     Execution(db_.get(), write_lease_.get())
         .bind(1, sandbox_id)
         .bind(2, owner_id_)
@@ -664,7 +672,8 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   // Caller holds mutex_ and is inside a write transaction.
-  void write_reservation(const std::string& sandbox_id, const std::string& user, double now) {
+  void write_reservation(const std::string& sandbox_id, const std::string& user, double now)
+      REQUIRES(mutex_) {
     Execution(db_.get(), write_reservation_.get())
         .bind(1, sandbox_id)
         .bind(2, user)
@@ -675,7 +684,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
 
   // Caller holds mutex_ and is inside a write transaction (after the purge, so every row is
   // live).
-  std::size_t count_reservations(const std::string& user) {
+  std::size_t count_reservations(const std::string& user) REQUIRES(mutex_) {
     Execution query(db_.get(), user.empty() ? count_live_all_.get() : count_live_user_.get());
     query.bind(1, -1.0);
     if (!user.empty()) query.bind(2, user);
@@ -683,7 +692,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   }
 
   // Caller holds mutex_ and is inside a write transaction.
-  void delete_lease(const std::string& sandbox_id) {
+  void delete_lease(const std::string& sandbox_id) REQUIRES(mutex_) {
     Execution(db_.get(), delete_lease_.get()).bind(1, sandbox_id).run();
   }
 
@@ -695,25 +704,26 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   ino_t opened_inode_ = 0;
   double ttl_seconds_ = 0.0;  // set once in the constructor, read-only afterwards
 
-  // Lock story: mutex_ guards db_ and every statement below. One SQLite connection must not be
-  // used by two threads at once, and its transaction is per connection, so two threads
-  // interleaving BEGIN/COMMIT on it would break atomicity. Exclusion against other connections
-  // and processes comes from BEGIN IMMEDIATE, not from this mutex. close() nulls db_ under it,
-  // which is how later calls learn the store is closed.
-  std::mutex mutex_;
-  Connection db_;  // declared before the statements, so it is destroyed after them
-  Statement begin_immediate_;
-  Statement commit_;
-  Statement rollback_;
-  Statement select_lease_;
-  Statement write_lease_;
-  Statement delete_lease_;
-  Statement purge_capacity_;
-  Statement select_reservation_;
-  Statement write_reservation_;
-  Statement delete_reservation_;
-  Statement count_live_all_;
-  Statement count_live_user_;
+  // Lock story: mutex_ guards db_ and every statement below (checked by clang). One SQLite
+  // connection must not be used by two threads at once, and its transaction is per connection, so
+  // two threads interleaving BEGIN/COMMIT on it would break atomicity. Exclusion against other
+  // connections and processes comes from BEGIN IMMEDIATE, not from this mutex. close() nulls db_
+  // under it, which is how later calls learn the store is closed.
+  mutable Mutex mutex_;
+  Connection db_
+      GUARDED_BY(mutex_);  // declared before the statements, so it is destroyed after them
+  Statement begin_immediate_ GUARDED_BY(mutex_);
+  Statement commit_ GUARDED_BY(mutex_);
+  Statement rollback_ GUARDED_BY(mutex_);
+  Statement select_lease_ GUARDED_BY(mutex_);
+  Statement write_lease_ GUARDED_BY(mutex_);
+  Statement delete_lease_ GUARDED_BY(mutex_);
+  Statement purge_capacity_ GUARDED_BY(mutex_);
+  Statement select_reservation_ GUARDED_BY(mutex_);
+  Statement write_reservation_ GUARDED_BY(mutex_);
+  Statement delete_reservation_ GUARDED_BY(mutex_);
+  Statement count_live_all_ GUARDED_BY(mutex_);
+  Statement count_live_user_ GUARDED_BY(mutex_);
 };
 
 SANDBOXD_EXPORT_OWNERSHIP_STORE(SqliteOwnershipStore,

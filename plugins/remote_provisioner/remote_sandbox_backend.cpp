@@ -23,6 +23,7 @@
 #include "sandboxd/http.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sdk.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::remote_provisioner {
 namespace {
@@ -77,12 +78,12 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
   MountModeKind mount_mode_kind() const override { return MountModeKind::contract_negotiated; }
 
   void refresh_capabilities_if_stale() override {
-    std::lock_guard lock(probe_mutex_);
+    MutexLock lock(probe_mutex_);
     if (clock_->monotonic_now() >= next_probe_at_) probe_locked();
   }
 
   MountContractSnapshot mount_contract_snapshot() override {
-    std::lock_guard lock(probe_mutex_);
+    MutexLock lock(probe_mutex_);
     return {version_.load(), known_.load()};
   }
 
@@ -164,7 +165,7 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
     }
     if (returned != required) {
       {
-        std::lock_guard lock(probe_mutex_);
+        MutexLock lock(probe_mutex_);
         version_.store(returned);
         known_.store(true);
         next_probe_at_ = clock_->monotonic_now() + kKnownProbeInterval;
@@ -284,8 +285,8 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
     return "default";
   }
 
-  // Requires probe_mutex_. One GET /api/capabilities; never throws.
-  void probe_locked() {
+  // One GET /api/capabilities; never throws.
+  void probe_locked() REQUIRES(probe_mutex_) {
     const double now = clock_->monotonic_now();
     std::string problem;
     try {
@@ -311,7 +312,7 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
                      std::to_string(version_.load()) + ", unknown): " + problem);
   }
 
-  void set_known_locked(int version, double now) {
+  void set_known_locked(int version, double now) REQUIRES(probe_mutex_) {
     version_.store(version);
     known_.store(true);
     next_probe_at_ = now + kKnownProbeInterval;
@@ -328,10 +329,10 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
   // whole probe (one HTTP GET of up to 5 s) by refresh and by mount_contract_snapshot, so a
   // snapshot blocks while a probe runs; it guards next_probe_at_ and every write of version_
   // and known_. The cached accessors read the two atomics without it and never block.
-  std::mutex probe_mutex_;
+  Mutex probe_mutex_;
   std::atomic<int> version_{0};
   std::atomic<bool> known_{false};
-  double next_probe_at_ = 0.0;  // guarded by probe_mutex_; 0 = stale
+  double next_probe_at_ GUARDED_BY(probe_mutex_) = 0.0;  // 0 = stale
 };
 
 SANDBOXD_EXPORT_BACKEND(RemoteSandboxBackend, "sandboxes run by the DeerFlow provisioner service")

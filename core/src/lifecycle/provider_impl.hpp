@@ -376,7 +376,9 @@ struct Provider::Impl {
   std::thread idle_checker_;  // started/joined only by start()/shutdown()
   std::thread renewer_;       // started/joined only by start()/shutdown()
 
-  std::mutex shutdown_mutex_;
+  // Taken before every other lock (the lock story): the registry's, and the background and
+  // capacity-ledger locks shutdown() takes on its way.
+  Mutex shutdown_mutex_ ACQUIRED_BEFORE(mutex_, background_mutex_, ledger_order_);
 
   // Whether a reconciliation pass has logged yet: the first is "Startup reconciliation", the
   // periodic ones after it are "Reconciliation pass".

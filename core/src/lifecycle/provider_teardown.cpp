@@ -122,7 +122,7 @@ DestroyOutcome Provider::Impl::destroy_tracked_step(const std::string& sandbox_i
 // ── shutdown (SPEC §5.15) ────────────────────────────────────────────────────
 
 void Provider::Impl::shutdown() {
-  std::lock_guard once(shutdown_mutex_);  // a concurrent second call returns when this one has
+  MutexLock once(shutdown_mutex_);  // a concurrent second call returns when this one has
   std::vector<std::string> active;
   std::vector<std::pair<std::string, WarmEntry>> warm;
   {
@@ -182,7 +182,7 @@ void Provider::Impl::shutdown() {
 }
 
 void Provider::Impl::detach() {
-  std::lock_guard once(shutdown_mutex_);
+  MutexLock once(shutdown_mutex_);
   Provider::Counts left;
   {
     MutexLock lock(mutex_);
