@@ -154,7 +154,7 @@ std::vector<double> plain_requests(int port, const std::string& request, int cou
   for (int i = 0; i < count; ++i) {
     const auto start = Clock::now();
     const int fd = connect_to(port);
-    exchange(fd, request);
+    request_and_read_body(fd, request);
     ::close(fd);
     samples.push_back(micros_since(start));
   }
@@ -177,7 +177,7 @@ Download download(int port, const std::string& request) {
   const double cpu_before = cpu_seconds();
   const auto start = Clock::now();
   const int fd = connect_to(port);
-  const std::size_t size = exchange(fd, request);
+  const std::size_t size = request_and_read_body(fd, request);
   ::close(fd);
   return {static_cast<double>(size) / (1 << 20) / (micros_since(start) / 1e6),
           cpu_seconds() - cpu_before};

@@ -58,7 +58,7 @@ inline void write_all(int fd, const std::string& data) {
 
 // One request on `fd`; reads the answer whole (Content-Length bodies only, which is what the
 // bench's sandbox sends). Returns the body's size.
-inline std::size_t exchange(int fd, const std::string& request) {
+inline std::size_t request_and_read_body(int fd, const std::string& request) {
   write_all(fd, request);
   std::string head;
   std::vector<char> buffer(1 << 16);

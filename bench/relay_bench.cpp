@@ -58,7 +58,7 @@ std::vector<double> kept_alive(const Path& path, int requests) {
   samples.reserve(static_cast<std::size_t>(requests));
   for (int i = 0; i < requests; ++i) {
     const auto start = Clock::now();
-    exchange(fd, request);
+    request_and_read_body(fd, request);
     samples.push_back(micros_since(start));
   }
   ::close(fd);
@@ -72,7 +72,7 @@ std::vector<double> new_connections(const Path& path, int requests) {
   for (int i = 0; i < requests; ++i) {
     const auto start = Clock::now();
     const int fd = connect_to(path.port);
-    exchange(fd, request);
+    request_and_read_body(fd, request);
     samples.push_back(micros_since(start));
     ::close(fd);
   }
@@ -86,7 +86,7 @@ double download(const Path& path, int mib) {
     const int fd = connect_to(path.port);
     const auto start = Clock::now();
     const std::size_t got =
-        exchange(fd, request_for(path, "/big?mib=" + std::to_string(mib), false));
+        request_and_read_body(fd, request_for(path, "/big?mib=" + std::to_string(mib), false));
     const double seconds = micros_since(start) / 1e6;
     ::close(fd);
     if (got != static_cast<std::size_t>(mib) << 20) throw std::runtime_error("short download");

@@ -10,16 +10,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <thread>
 
 #include "cli_error.hpp"
 #include "commands.hpp"
+#include "egress_routes.hpp"
 #include "error_status.hpp"
 #include "http_door.hpp"
 #include "listen_address.hpp"
@@ -33,7 +36,6 @@
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
-#include "egress_routes.hpp"
 #include "session.hpp"
 
 namespace po = boost::program_options;
@@ -226,6 +228,8 @@ class ControlApi {
     route("GET", "/v1/sandboxes/{id}", &ControlApi::get);
     route("DELETE", "/v1/sandboxes/{id}", &ControlApi::destroy);
     route("POST", "/v1/sandboxes/{id}/release", &ControlApi::release);
+    // Issue 36: what happened to sandboxes, newest last (lifecycle_events.hpp).
+    route("GET", "/v1/events", &ControlApi::events);
     // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
     route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
     route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
@@ -273,6 +277,51 @@ class ControlApi {
           }
         },
         access);
+  }
+
+  // GET /v1/events?after=N&limit=M: the events numbered above N (default 0), at most M (1 to
+  // 1000, default 100).
+  Response events(const Request& request, const RouteParams&) {
+    std::uint64_t after = 0;
+    std::uint64_t limit = 100;
+    std::set<std::string> seen;
+    const std::size_t mark = request.head.target.find('?');
+    const std::string query = mark == std::string::npos ? "" : request.head.target.substr(mark + 1);
+    std::size_t at = 0;
+    while (at < query.size()) {
+      const std::size_t end = std::min(query.find('&', at), query.size());
+      const std::string pair = query.substr(at, end - at);
+      at = end + 1;
+      if (pair.empty()) continue;
+      const std::size_t equals = pair.find('=');
+      const std::string name = pair.substr(0, equals);
+      const std::string value = equals == std::string::npos ? "" : pair.substr(equals + 1);
+      if (name != "after" && name != "limit") continue;  // unknown parameters are ignored
+      if (!seen.insert(name).second) {
+        throw core::ServiceError(core::ErrorKind::invalid_argument,
+                                 name + ": given more than once");
+      }
+      std::uint64_t number = 0;
+      const auto [end_of_number, error] =
+          std::from_chars(value.data(), value.data() + value.size(), number);
+      const bool whole =
+          error == std::errc() && end_of_number == value.data() + value.size() && !value.empty();
+      if (name == "after" && whole) {
+        after = number;
+      } else if (name == "limit" && whole && number >= 1 && number <= 1000) {
+        limit = number;
+      } else {
+        throw core::ServiceError(
+            core::ErrorKind::invalid_argument,
+            name + ": expected " +
+                (name == "after" ? "an event number >= 0" : "an integer from 1 to 1000") +
+                ", got \"" + value.substr(0, 32) + "\"");
+      }
+    }
+    const auto& log = session_.events();
+    core::LifecycleEventPage page;
+    if (log) page = log->after(after, static_cast<std::size_t>(limit));
+    return document(200, core::to_json(page));
   }
 
   Response health(const Request&, const RouteParams&) {
@@ -352,8 +401,7 @@ class ControlApi {
   }
 
   Response egress_decide(const Request& request, const RouteParams& params) {
-    return document(
-        200, door::egress_decide(egress_for(params["id"]), params["id"], request.body));
+    return document(200, door::egress_decide(egress_for(params["id"]), params["id"], request.body));
   }
 
   Session& session_;
@@ -377,7 +425,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "                                 [--workers N] [--shutdown-grace SECONDS] [--json]",
       "Hosts one provider in the foreground and answers the HTTP/JSON control API of\n"
       "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
-      "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/health, GET /metrics;\n"
+      "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/events?after=N,\n"
+      "GET /v1/health, GET /metrics;\n"
       "with network mode allowlist also /v1/sandboxes/ID/egress[/events|/deny-pending|/decide].\n"
       "Sandboxes without a host address (modes isolated, allowlist) are reached through its\n"
       "relay (--relay-listen) with their token; allowlist sandboxes get its egress proxy as their\n"

@@ -36,6 +36,10 @@ Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logg
   host.owner_id = core::one_shot_owner_id(registry_.path());
   host.start = false;
   host.max_capacity_waiters = max_capacity_waiters;
+  if (kind == SessionKind::daemon) {
+    events_ = std::make_shared<core::LifecycleEventLog>(std::make_shared<SystemClock>());
+    host.events = events_;
+  }
   provider_ = core::Provider::from_config(config_, logger_, std::move(hooks), host);
   provider_->import_registry(loaded_);
   service_ = std::make_unique<core::SandboxService>(*provider_, state_dir_.string(), where());

@@ -47,6 +47,8 @@ class Session {
   sandboxd::core::Provider& provider() { return *provider_; }
   // The operations every door offers, over this session's provider.
   sandboxd::core::SandboxService& service() { return *service_; }
+  // What happened to sandboxes (a daemon's; null for a one-shot command, which sees too little).
+  const std::shared_ptr<sandboxd::core::LifecycleEventLog>& events() const { return events_; }
   const sandboxd::core::SandboxConfig& config() const { return config_; }
   const std::filesystem::path& state_dir() const { return state_dir_; }
   // "state directory PATH", for messages.
@@ -63,6 +65,7 @@ class Session {
   std::filesystem::path state_dir_;
   sandboxd::core::RegistryFile registry_;
   sandboxd::core::RegistrySnapshot loaded_;
+  std::shared_ptr<sandboxd::core::LifecycleEventLog> events_;  // before the provider uses it
   std::unique_ptr<sandboxd::core::Provider> provider_;
   std::unique_ptr<sandboxd::core::SandboxService> service_;
   bool committed_ = false;

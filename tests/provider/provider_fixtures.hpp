@@ -344,8 +344,8 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
   return true;
 }
 
-// The Provider under test, with its befriended peer (core/src/lifecycle/provider_test_peer.hpp): the
-// public API forwards to the real, final Provider; the `*_fn` members are the peer's step seams
+// The Provider under test, with its befriended peer (core/src/lifecycle/provider_test_peer.hpp):
+// the public API forwards to the real, final Provider; the `*_fn` members are the peer's step seams
 // (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement can observe
 // and then delegate; `mutex_` and `registry_` reach the registry, filled and read only through
 // its own methods. Set the seams before the provider runs. Not a subclass of Provider.
@@ -748,6 +748,7 @@ class ProviderFixture : public ::testing::Test {
     deps.hooks = hooks.make_hooks();
     deps.blocking_executor = blocking_executor;
     deps.lock_wait_executor = lock_wait_executor;
+    deps.events = events;
     return deps;
   }
 
@@ -819,6 +820,9 @@ class ProviderFixture : public ::testing::Test {
   HookState hooks;
   std::shared_ptr<RecordingExecutor> blocking_executor = std::make_shared<RecordingExecutor>(4);
   std::shared_ptr<RecordingExecutor> lock_wait_executor = std::make_shared<RecordingExecutor>(4);
+  // What happens to sandboxes (lifecycle_events.hpp), recorded by every provider made here.
+  std::shared_ptr<core::LifecycleEventLog> events =
+      std::make_shared<core::LifecycleEventLog>(clock);
   std::shared_ptr<OwnershipStore> store;  // the built provider's store
   std::vector<std::unique_ptr<TestProvider>> extra_providers;
   bool leak_provider = false;              // TearDown found a task that never finished

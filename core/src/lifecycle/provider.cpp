@@ -88,6 +88,7 @@ Provider::Impl::Impl(ProviderDeps deps)
       options_(deps.options),
       hooks_(std::move(deps.hooks)),
       policy_(std::move(deps.policy)),
+      event_log_(std::move(deps.events)),
       teardown_(ownership_, logger_, deps.options.renewal_interval_seconds,
                 deps.options.teardown_join_timeout_seconds),
       blocking_executor_(std::move(deps.blocking_executor)),
@@ -206,6 +207,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   deps.mounts = std::make_shared<MountComposer>(paths, composer);
   copy_sandbox_options(config, deps.options);
   deps.options.max_waiting = host.max_capacity_waiters;
+  deps.events = host.events;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
   deps.hooks = std::move(hooks);
   if (auto* negotiation = backend_capability<MountContractNegotiation>(*deps.backend);

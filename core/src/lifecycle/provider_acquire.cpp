@@ -22,16 +22,56 @@ void note_acquire_path(AcquirePath path) {
 
 // ── acquire (SPEC §5.3, §5.4) ────────────────────────────────────────────────
 
+namespace {
+
+LifecycleEventKind lifecycle_event_of(AcquirePath path);
+
+}  // namespace
+
 std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
                                     const std::optional<std::string>& user_id) {
   const std::string user = effective_user(user_id);
-  if (!thread_id) return acquire_with_restarts(std::nullopt, user);
-  validate_thread_id(*thread_id);
-  validate_user_id(user);
-  auto lock = thread_lock({user, *thread_id});
-  std::lock_guard<ThreadLock> held(*lock);
-  return acquire_with_restarts(thread_id, user);
+  // The path is noted for the event log too: here, unless acquire_traced asked for it already.
+  AcquirePath path = AcquirePath::created;
+  AcquirePath* const outer = t_acquire_path;
+  if (outer == nullptr) t_acquire_path = &path;
+  ScopeExit restore([outer] { t_acquire_path = outer; });
+  std::string sandbox_id;
+  if (!thread_id) {
+    sandbox_id = acquire_with_restarts(std::nullopt, user);
+  } else {
+    validate_thread_id(*thread_id);
+    validate_user_id(user);
+    auto lock = thread_lock({user, *thread_id});
+    std::lock_guard<ThreadLock> held(*lock);
+    sandbox_id = acquire_with_restarts(thread_id, user);
+  }
+  note(lifecycle_event_of(outer ? *outer : path), sandbox_id,
+       thread_id ? std::optional<ThreadKey>(ThreadKey{user, *thread_id}) : std::nullopt);
+  return sandbox_id;
 }
+
+namespace {
+
+LifecycleEventKind lifecycle_event_of(AcquirePath path) {
+  switch (path) {
+    case AcquirePath::reused:
+      return LifecycleEventKind::reused;
+    case AcquirePath::reclaimed:
+      return LifecycleEventKind::reclaimed;
+    case AcquirePath::resumed:
+      return LifecycleEventKind::resumed;
+    case AcquirePath::discovered:
+      return LifecycleEventKind::discovered;
+    case AcquirePath::claimed:
+      return LifecycleEventKind::claimed;
+    case AcquirePath::created:
+      break;
+  }
+  return LifecycleEventKind::created;
+}
+
+}  // namespace
 
 AcquireResult Provider::Impl::acquire_traced(const std::optional<std::string>& thread_id,
                                              const std::optional<std::string>& user_id) {

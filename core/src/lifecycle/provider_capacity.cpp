@@ -147,6 +147,7 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
     counter.fetch_add(1, std::memory_order_relaxed);
     const std::string message = capacity_refusal(reason, user_id, now() - started);
     log(LogLevel::warning, "Refusing sandbox " + sandbox_id + ": " + message);
+    note(LifecycleEventKind::refused, sandbox_id, ThreadKey{user_id, ""}, reason);
     throw ServiceError(ErrorKind::capacity, message, 1.0);
   };
 

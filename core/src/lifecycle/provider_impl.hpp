@@ -339,6 +339,11 @@ struct Provider::Impl {
   const ProviderOptions options_;
   ProviderHooks hooks_;
   std::shared_ptr<LifecyclePolicy> policy_;
+  const std::shared_ptr<LifecycleEventLog> event_log_;  // null: nothing recorded
+  void note(LifecycleEventKind kind, const std::string& sandbox_id,
+            const std::optional<ThreadKey>& conversation, const std::string& reason = "") const {
+    if (event_log_) event_log_->record(kind, sandbox_id, conversation, reason);
+  }
   ProviderSeams seams_;
 
   // Orders writes to the capacity ledger (issue 32 B): a renewal holds it from its snapshot of

@@ -59,6 +59,7 @@ int Provider::Impl::pause_idle_warm() {
     }
     ++paused;
     events_.pauses.fetch_add(1, std::memory_order_relaxed);
+    note(LifecycleEventKind::paused, id, entry.identity);
     log_lazily(LogLevel::info, [&] {
       return "Paused warm-pool sandbox " + id + " (released " + fixed(warm_for, 1) + "s ago)";
     });

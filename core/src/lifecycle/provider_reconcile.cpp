@@ -91,6 +91,7 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
     }
     ++adopted;
     events_.adoptions.fetch_add(1, std::memory_order_relaxed);
+    note(LifecycleEventKind::adopted, id, std::nullopt);
     log(LogLevel::info, "Adopted container " + id + " into warm pool (age: " +
                             (std::isinf(age) ? std::string("inf") : fixed(age, 0)) + "s)");
   }

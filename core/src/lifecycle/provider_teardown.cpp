@@ -43,15 +43,20 @@ const char* to_string(DestroyOutcome outcome) {
 
 ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   SandboxRegistry::Parked parked;
+  std::optional<ThreadKey> conversation;
   {
     MutexLock lock(mutex_);
     parked = registry_.park(sandbox_id, now());
+    if (const SandboxEntry* entry = registry_.find(sandbox_id); parked.info && entry) {
+      conversation = entry->identity;
+    }
   }
   close_client(parked.client,
                [&] { return "Error closing sandbox " + sandbox_id + " during release"; });
   ReleaseOutcome outcome = parked.info       ? ReleaseOutcome::released
                            : parked.was_warm ? ReleaseOutcome::already_warm
                                              : ReleaseOutcome::not_tracked;
+  if (parked.info) note(LifecycleEventKind::released, sandbox_id, conversation);
   // A lease that is no longer ours only because this instance is already evicting the sandbox
   // (a creation waiting for room got there first) is not a peer's: the release stands.
   const auto ours_being_torn_down = [&] {
@@ -76,7 +81,17 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
 // ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
 
 DestroyOutcome Provider::Impl::destroy(const std::string& sandbox_id) {
-  return destroy_tracked(sandbox_id, [](const SandboxRegistry&) { return true; });
+  std::optional<ThreadKey> conversation;
+  {
+    MutexLock lock(mutex_);
+    if (const SandboxEntry* entry = registry_.find(sandbox_id)) conversation = entry->identity;
+  }
+  const DestroyOutcome outcome =
+      destroy_tracked(sandbox_id, [](const SandboxRegistry&) { return true; });
+  if (outcome == DestroyOutcome::destroyed) {
+    note(LifecycleEventKind::destroyed, sandbox_id, conversation);
+  }
+  return outcome;
 }
 
 DestroyOutcome Provider::Impl::destroy_tracked(const std::string& sandbox_id,
@@ -303,6 +318,10 @@ bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id, cons
     registry_.erase_released_if(sandbox_id, entry.info);
   }
   release_capacity(sandbox_id, entry.identity ? entry.identity->user_id : std::string());
+  note(reason == "idle_timeout"          ? LifecycleEventKind::reaped
+       : reason == "replica_enforcement" ? LifecycleEventKind::evicted
+                                         : LifecycleEventKind::destroyed,
+       sandbox_id, entry.identity, reason);
   if (reason == "idle_timeout") {
     events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
     log(LogLevel::info, "Destroyed idle warm-pool sandbox " + sandbox_id);
@@ -433,7 +452,10 @@ void Provider::Impl::cleanup_idle_sandboxes(double idle_timeout) {
     });
     try {
       destroy_tracked(id, still_idle);
-      if (!find(id)) events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
+      if (!find(id)) {
+        events_.idle_reaps.fetch_add(1, std::memory_order_relaxed);
+        note(LifecycleEventKind::reaped, id, std::nullopt, "idle_timeout");
+      }
     } catch (const std::exception& e) {
       log(LogLevel::error, "Failed to destroy idle sandbox " + id + ": " + e.what());
     }
@@ -451,6 +473,7 @@ void Provider::Impl::reap_past_lifetime() {
     std::string id;
     InfoPtr info;
     double age = 0;
+    std::optional<ThreadKey> conversation;
   };
   std::vector<Old> old;
   {
@@ -459,7 +482,7 @@ void Provider::Impl::reap_past_lifetime() {
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
       // An unknown creation time (0) is not taken for 1970.
       if (entry.info && entry.info->created_at > 0 && wall - entry.info->created_at >= limit) {
-        old.push_back({id, entry.info, wall - entry.info->created_at});
+        old.push_back({id, entry.info, wall - entry.info->created_at, entry.identity});
       }
     });
   }
@@ -476,7 +499,9 @@ void Provider::Impl::reap_past_lifetime() {
       return entry && entry->info == info;
     };
     try {
-      destroy_tracked(sandbox.id, same_container);
+      if (destroy_tracked(sandbox.id, same_container) == DestroyOutcome::destroyed) {
+        note(LifecycleEventKind::expired, sandbox.id, sandbox.conversation, "max_lifetime_seconds");
+      }
     } catch (const std::exception& e) {
       log(LogLevel::error,
           "Failed to destroy sandbox " + sandbox.id + " past its lifetime: " + e.what());

@@ -153,6 +153,41 @@ std::string to_json(const Reaped& reaped) {
   });
 }
 
+std::string to_json(const LifecycleEventPage& page) {
+  return document([&](Writer& w) {
+    w.Key("events");
+    w.StartArray();
+    for (const LifecycleEvent& event : page.events) {
+      w.StartObject();
+      w.Key("sequence");
+      w.Uint64(event.sequence);
+      w.Key("time");
+      w.Double(event.time);
+      write_json_member(w, "kind", to_string(event.kind));
+      write_json_member(w, "sandbox_id", event.sandbox_id);
+      w.Key("user_id");
+      if (event.conversation) {
+        write_json_string(w, event.conversation->user_id);
+      } else {
+        w.Null();
+      }
+      w.Key("thread_id");
+      if (event.conversation && !event.conversation->thread_id.empty()) {
+        write_json_string(w, event.conversation->thread_id);
+      } else {
+        w.Null();
+      }
+      write_json_member(w, "reason", event.reason);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.Key("last");
+    w.Uint64(page.last);
+    w.Key("dropped");
+    w.Uint64(page.dropped);
+  });
+}
+
 std::string to_json(const Health& health) {
   return document([&](Writer& w) {
     write_json_member(w, "status", "ok");

@@ -27,6 +27,7 @@
 #include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/conversation.hpp"
 #include "sandboxd/core/executor.hpp"
+#include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/lifecycle_policy.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/overflow_policy.hpp"
@@ -127,6 +128,8 @@ struct ProviderDeps {
   std::shared_ptr<Executor> blocking_executor;
   // Per-thread lock waits of acquire_async, never shared with other work (SPEC §12 item 2).
   std::shared_ptr<Executor> lock_wait_executor;
+  // Where what happens to sandboxes is recorded (lifecycle_events.hpp); none when null.
+  std::shared_ptr<LifecycleEventLog> events;
 };
 
 // The result of acquire_async. get() blocks; wait_for() polls; cancel() abandons the wait
@@ -281,6 +284,8 @@ class Provider final {
     bool start = true;
     // ProviderOptions::max_waiting (0: no bound).
     std::size_t max_capacity_waiters = 0;
+    // ProviderDeps::events: what happens to sandboxes, for a host that shows it (serve).
+    std::shared_ptr<LifecycleEventLog> events;
   };
   static std::unique_ptr<Provider> from_config(const SandboxConfig& config,
                                                std::shared_ptr<Logger> logger, ProviderHooks hooks,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
 
 namespace sandboxd::core {
@@ -28,6 +29,9 @@ std::string to_json(const Listing& listing);
 std::string to_json(const ReconcileReport& report);
 // {idle_timeout, reaped: [ids], active, warm}
 std::string to_json(const Reaped& reaped);
+// {events: [{sequence, time, kind, sandbox_id, user_id, thread_id, reason}], last, dropped}
+// (user_id and thread_id null when the event has no conversation)
+std::string to_json(const LifecycleEventPage& page);
 // {status: "ok", owner_id, active, warm, uses_thread_data_mounts}
 std::string to_json(const Health& health);
 // {"error": {"code"?, "kind", "message"}}: `code` is the CLI's exit code, absent over HTTP.
