@@ -203,6 +203,14 @@ int main(int argc, char** argv) {
   } catch (const std::exception& error) {
     return fail(3, error.what());
   }
+  // The proxy listens inside each sandbox's own network namespace: a backend that makes none
+  // would leave allowlist sandboxes with nobody to proxy for them.
+  if (egress_settings && !core::makes_namespaced_sandboxes(*backend)) {
+    return fail(3, (config.source_file.empty() ? std::string() : config.source_file + ": ") +
+                       "provisioner.backend.network.mode: allowlist needs a backend that makes "
+                       "each sandbox in its own network namespace (" +
+                       config.backend_use + " does not); use local_docker, or mode open");
+  }
 
   if (vm.count("check-config")) {
     const std::string config_shown =
