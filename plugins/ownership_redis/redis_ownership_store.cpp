@@ -454,12 +454,19 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
 
   Reply evaluate_locked(Script script, const std::vector<std::string>& keys,
                         const std::vector<std::string>& args) REQUIRES(mutex_) {
+    // Connected first: a new connection forgets every SHA (connect_locked clears the map), so
+    // no SHA is read across it; and a copy, never a reference into the map, is kept.
+    connect_locked();
     for (int attempt = 0; attempt < 2; ++attempt) {
-      std::string& sha = loaded_shas_[script];
+      std::string sha;
+      if (const auto known = loaded_shas_.find(script); known != loaded_shas_.end()) {
+        sha = known->second;
+      }
       if (sha.empty()) {
         Reply loaded = command({"SCRIPT", "LOAD", script});
         if (loaded->type != REDIS_REPLY_STRING) throw RedisFailure("SCRIPT LOAD failed");
         sha.assign(loaded->str, loaded->len);
+        loaded_shas_[script] = sha;
       }
       std::vector<std::string> argv = {"EVALSHA", sha, std::to_string(keys.size())};
       argv.insert(argv.end(), keys.begin(), keys.end());
