@@ -11,6 +11,11 @@ namespace {
 using core::LifecycleEventKind;
 using core::LifecycleEventLog;
 
+// Whose an event is, as (user, thread); "-" for an unknown part.
+std::pair<std::string, std::string> whose(const core::LifecycleEvent& event) {
+  return {event.user_id.value_or("-"), event.thread_id.value_or("-")};
+}
+
 std::vector<std::string> kinds(const core::LifecycleEventPage& page) {
   std::vector<std::string> out;
   for (const auto& event : page.events) out.push_back(core::to_string(event.kind));
@@ -23,8 +28,8 @@ TEST(LifecycleEventLogTest, KeepsTheNewestAndSaysHowManyAReaderMissed) {
   EXPECT_EQ(log.after(0, 10).last, 0u);
   for (int i = 0; i < 5; ++i) {
     clock->advance(1);
-    log.record(LifecycleEventKind::created, "sb-" + std::to_string(i),
-               core::ThreadKey{"alice", "t-" + std::to_string(i)});
+    log.record(LifecycleEventKind::created, "sb-" + std::to_string(i), "alice",
+               "t-" + std::to_string(i));
   }
   const auto all = log.after(0, 10);
   EXPECT_EQ(all.last, 5u);
@@ -33,7 +38,7 @@ TEST(LifecycleEventLogTest, KeepsTheNewestAndSaysHowManyAReaderMissed) {
   EXPECT_EQ(all.events.front().sequence, 3u);
   EXPECT_EQ(all.events.front().sandbox_id, "sb-2");
   EXPECT_EQ(all.events.front().time, 503);
-  EXPECT_EQ(all.events.back().conversation, (core::ThreadKey{"alice", "t-4"}));
+  EXPECT_EQ(whose(all.events.back()), (std::pair<std::string, std::string>{"alice", "t-4"}));
 
   const auto resumed = log.after(3, 10);  // a reader that saw event 3
   EXPECT_EQ(resumed.dropped, 0u);
@@ -63,12 +68,14 @@ TEST_F(ProviderFixture, TheProviderRecordsEachLifecycleStepWithItsConversation) 
                                                    "released", "evicted", "created", "destroyed"}));
   ASSERT_EQ(page.events.size(), 8u);
   EXPECT_EQ(page.events[0].sandbox_id, first.sandbox_id);
-  EXPECT_EQ(page.events[0].conversation, (core::ThreadKey{"alice", "t-1"}));
-  EXPECT_EQ(page.events[1].conversation, (core::ThreadKey{"alice", "t-1"}));
+  EXPECT_EQ(whose(page.events[0]), (std::pair<std::string, std::string>{"alice", "t-1"}));
+  EXPECT_EQ(whose(page.events[1]), (std::pair<std::string, std::string>{"alice", "t-1"}));
   EXPECT_EQ(page.events[3].reason, "capacity");
+  // A ceiling is decided per user: the refusal names the user and no thread.
+  EXPECT_EQ(whose(page.events[3]), (std::pair<std::string, std::string>{"bob", "-"}));
   EXPECT_EQ(page.events[5].sandbox_id, first.sandbox_id);
   EXPECT_EQ(page.events[5].reason, "replica_enforcement");
-  EXPECT_EQ(page.events[7].conversation, (core::ThreadKey{"bob", "t-2"}));
+  EXPECT_EQ(whose(page.events[7]), (std::pair<std::string, std::string>{"bob", "t-2"}));
 }
 
 TEST_F(ProviderFixture, IdleReapsAndLifetimesAreRecordedWithTheirReason) {
@@ -102,7 +109,7 @@ TEST_F(ProviderFixture, IdleReapsAndLifetimesAreRecordedWithTheirReason) {
   EXPECT_EQ(page.events[1].kind, LifecycleEventKind::expired);
   EXPECT_EQ(page.events[1].sandbox_id, young);
   EXPECT_EQ(page.events[1].reason, "max_lifetime_seconds");
-  EXPECT_EQ(page.events[1].conversation, (core::ThreadKey{"bob", "t-young"}));
+  EXPECT_EQ(whose(page.events[1]), (std::pair<std::string, std::string>{"bob", "t-young"}));
 }
 
 }  // namespace

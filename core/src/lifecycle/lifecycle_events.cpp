@@ -47,9 +47,15 @@ LifecycleEventLog::LifecycleEventLog(std::shared_ptr<Clock> clock, std::size_t c
 }
 
 void LifecycleEventLog::record(LifecycleEventKind kind, const std::string& sandbox_id,
-                               const std::optional<ThreadKey>& conversation,
-                               const std::string& reason) {
-  LifecycleEvent event{0, clock_->wall_now(), kind, sandbox_id, conversation, reason};
+                               std::optional<std::string> user_id,
+                               std::optional<std::string> thread_id, std::string reason) {
+  LifecycleEvent event{0,
+                       clock_->wall_now(),
+                       kind,
+                       sandbox_id,
+                       std::move(user_id),
+                       std::move(thread_id),
+                       std::move(reason)};
   MutexLock lock(mutex_);
   event.sequence = next_++;
   if (ring_.size() == capacity_) ring_.pop_front();

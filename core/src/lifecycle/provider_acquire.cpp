@@ -46,8 +46,9 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
     std::lock_guard<ThreadLock> held(*lock);
     sandbox_id = acquire_with_restarts(thread_id, user);
   }
-  note(lifecycle_event_of(outer ? *outer : path), sandbox_id,
-       thread_id ? std::optional<ThreadKey>(ThreadKey{user, *thread_id}) : std::nullopt);
+  if (event_log_) {
+    event_log_->record(lifecycle_event_of(outer ? *outer : path), sandbox_id, user, thread_id);
+  }
   return sandbox_id;
 }
 

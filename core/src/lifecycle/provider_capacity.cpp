@@ -147,7 +147,10 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
     counter.fetch_add(1, std::memory_order_relaxed);
     const std::string message = capacity_refusal(reason, user_id, now() - started);
     log(LogLevel::warning, "Refusing sandbox " + sandbox_id + ": " + message);
-    note(LifecycleEventKind::refused, sandbox_id, ThreadKey{user_id, ""}, reason);
+    // Ceilings are per user: the thread is not known here.
+    if (event_log_) {
+      event_log_->record(LifecycleEventKind::refused, sandbox_id, user_id, std::nullopt, reason);
+    }
     throw ServiceError(ErrorKind::capacity, message, 1.0);
   };
 

@@ -339,10 +339,14 @@ struct Provider::Impl {
   const ProviderOptions options_;
   ProviderHooks hooks_;
   std::shared_ptr<LifecyclePolicy> policy_;
-  const std::shared_ptr<LifecycleEventLog> event_log_;  // null: nothing recorded
+  // Null: nothing recorded, and nothing is looked up for it (release and acquire are hot).
+  const std::shared_ptr<LifecycleEventLog> event_log_;
   void note(LifecycleEventKind kind, const std::string& sandbox_id,
             const std::optional<ThreadKey>& conversation, const std::string& reason = "") const {
-    if (event_log_) event_log_->record(kind, sandbox_id, conversation, reason);
+    if (!event_log_) return;
+    event_log_->record(
+        kind, sandbox_id, conversation ? std::optional(conversation->user_id) : std::nullopt,
+        conversation ? std::optional(conversation->thread_id) : std::nullopt, reason);
   }
   ProviderSeams seams_;
 

@@ -47,7 +47,8 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   {
     MutexLock lock(mutex_);
     parked = registry_.park(sandbox_id, now());
-    if (const SandboxEntry* entry = registry_.find(sandbox_id); parked.info && entry) {
+    if (const SandboxEntry* entry =
+            event_log_ && parked.info ? registry_.find(sandbox_id) : nullptr) {
       conversation = entry->identity;
     }
   }
@@ -82,7 +83,7 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
 
 DestroyOutcome Provider::Impl::destroy(const std::string& sandbox_id) {
   std::optional<ThreadKey> conversation;
-  {
+  if (event_log_) {
     MutexLock lock(mutex_);
     if (const SandboxEntry* entry = registry_.find(sandbox_id)) conversation = entry->identity;
   }
@@ -470,41 +471,39 @@ void Provider::Impl::reap_past_lifetime() {
   const double limit = options_.max_lifetime_seconds;
   if (limit <= 0) return;
   struct Old {
-    std::string id;
     InfoPtr info;
     double age = 0;
     std::optional<ThreadKey> conversation;
   };
-  std::vector<Old> old;
+  std::vector<std::pair<std::string, Old>> old;  // led by the id, for sort_by_id
   {
     MutexLock lock(mutex_);
     const double wall = clock_->wall_now();
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
       // An unknown creation time (0) is not taken for 1970.
       if (entry.info && entry.info->created_at > 0 && wall - entry.info->created_at >= limit) {
-        old.push_back({id, entry.info, wall - entry.info->created_at, entry.identity});
+        old.emplace_back(id, Old{entry.info, wall - entry.info->created_at, entry.identity});
       }
     });
   }
-  std::sort(old.begin(), old.end(), [](const Old& a, const Old& b) { return a.id < b.id; });
-  for (const Old& sandbox : old) {
+  sort_by_id(old);
+  for (const auto& [id, sandbox] : old) {
     // A warning: an active one is taken from its conversation, whose next turn gets a new one.
-    log(LogLevel::warning, "Sandbox " + sandbox.id + " reached max_lifetime_seconds (" +
+    log(LogLevel::warning, "Sandbox " + id + " reached max_lifetime_seconds (" +
                                fixed(sandbox.age, 1) + "s since its creation, limit " +
                                fixed(limit, 1) + "s), destroying it");
     // The very container seen above: not one re-created under the id since.
-    const Predicate same_container = [id = sandbox.id,
+    const Predicate same_container = [id = id,
                                       info = sandbox.info](const SandboxRegistry& registry) {
       const SandboxEntry* entry = registry.find(id);
       return entry && entry->info == info;
     };
     try {
-      if (destroy_tracked(sandbox.id, same_container) == DestroyOutcome::destroyed) {
-        note(LifecycleEventKind::expired, sandbox.id, sandbox.conversation, "max_lifetime_seconds");
+      if (destroy_tracked(id, same_container) == DestroyOutcome::destroyed) {
+        note(LifecycleEventKind::expired, id, sandbox.conversation, "max_lifetime_seconds");
       }
     } catch (const std::exception& e) {
-      log(LogLevel::error,
-          "Failed to destroy sandbox " + sandbox.id + " past its lifetime: " + e.what());
+      log(LogLevel::error, "Failed to destroy sandbox " + id + " past its lifetime: " + e.what());
     }
   }
 }

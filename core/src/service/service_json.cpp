@@ -165,17 +165,14 @@ std::string to_json(const LifecycleEventPage& page) {
       w.Double(event.time);
       write_json_member(w, "kind", to_string(event.kind));
       write_json_member(w, "sandbox_id", event.sandbox_id);
-      w.Key("user_id");
-      if (event.conversation) {
-        write_json_string(w, event.conversation->user_id);
-      } else {
-        w.Null();
-      }
-      w.Key("thread_id");
-      if (event.conversation && !event.conversation->thread_id.empty()) {
-        write_json_string(w, event.conversation->thread_id);
-      } else {
-        w.Null();
+      for (const auto& [key, value] :
+           {std::pair{"user_id", &event.user_id}, std::pair{"thread_id", &event.thread_id}}) {
+        w.Key(key);
+        if (*value) {
+          write_json_string(w, **value);
+        } else {
+          w.Null();
+        }
       }
       write_json_member(w, "reason", event.reason);
       w.EndObject();

@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "sandboxd/clock.hpp"
-#include "sandboxd/core/conversation.hpp"
 #include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
@@ -45,9 +44,12 @@ struct LifecycleEvent {
   std::uint64_t sequence = 0;  // 1, 2, …: one more per event, never reused
   double time = 0.0;           // wall-clock seconds
   LifecycleEventKind kind = LifecycleEventKind::created;
-  std::string sandbox_id;  // "" for a refusal before an id was given
-  std::optional<ThreadKey> conversation;
-  std::string reason;  // "" or a short phrase: "capacity (per_user)", …
+  std::string sandbox_id;
+  // Whose it is, as far as the step knows: an adopted orphan has neither, a capacity refusal
+  // (decided per user) the user only.
+  std::optional<std::string> user_id;
+  std::optional<std::string> thread_id;
+  std::string reason;  // "" or why: idle_timeout, replica_enforcement, capacity, …
 };
 
 struct LifecycleEventPage {
@@ -64,7 +66,8 @@ class LifecycleEventLog {
   explicit LifecycleEventLog(std::shared_ptr<Clock> clock, std::size_t capacity = kDefaultCapacity);
 
   void record(LifecycleEventKind kind, const std::string& sandbox_id,
-              const std::optional<ThreadKey>& conversation, const std::string& reason = "");
+              std::optional<std::string> user_id, std::optional<std::string> thread_id,
+              std::string reason = "");
 
   // The events numbered above `after`, at most `limit` of them (the oldest first).
   LifecycleEventPage after(std::uint64_t after, std::size_t limit) const;
