@@ -245,14 +245,19 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
     header(out, "sandboxd_egress_refused_total", "counter",
            "Requests the egress proxy refused, by reason (domain_not_allowed, ip_literal, "
            "port_not_allowed, host_mismatch, non_public_address, resolve_failed, sni_mismatch, "
-           "no_sni, ech, not_tls, connect_failed, bad_request, busy).");
+           "no_sni, ech, not_tls, connect_failed, client_tls_failed, upstream_tls_failed, "
+           "bad_request, busy).");
     for (const auto& [reason, count] : egress->refused) {
       out << "sandboxd_egress_refused_total{reason=\"" << label_value(reason) << "\"} " << count
           << "\n";
     }
     sample(out, "sandboxd_egress_secrets_injected_total", "counter",
-           "Plain requests the egress proxy put a secret into (network.secrets).",
+           "Requests the egress proxy put a secret into (network.secrets).",
            egress->secrets_injected);
+    sample(out, "sandboxd_egress_intercepted_total", "counter",
+           "Tunnels the egress proxy ended itself to put a secret into an https request "
+           "(inject_tls_ca); counted among the tunnels too.",
+           egress->intercepted);
     sample(out, "sandboxd_egress_connections", "gauge", "Connections open on the egress proxy.",
            egress->open_connections);
     sample(out, "sandboxd_egress_sandboxes", "gauge",

@@ -147,10 +147,19 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
       };
       const auto inject = entry.FindMember("inject");
       const bool has_inject = inject != entry.MemberEnd() && inject->value.IsObject();
+      const bool plain = has_inject && text(inject->value, "scheme") == "http";
       policy.secrets_shown.push_back(text(entry, "name") + " → " +
                                      (has_inject ? text(inject->value, "header") : "?") + " to " +
+                                     (plain ? "http://" : "https://") +
                                      (has_inject ? text(inject->value, "host") : "?"));
     }
+  }
+  if (const auto it = object.FindMember("inject_tls_ca");
+      it != object.MemberEnd() && it->value.IsObject()) {
+    const auto file = it->value.FindMember("certificate_file");
+    policy.tls_ca_shown = file != it->value.MemberEnd() && file->value.IsString()
+                              ? std::string(file->value.GetString())
+                              : std::string("?");
   }
   if (string_of("proxy_image")) {
     logger.info(std::string(kLogPrefix) + at +
@@ -161,7 +170,7 @@ NetworkPolicy read_network_policy(const rapidjson::Value& object, const std::str
     if (key != "mode" && key != "publish" && key != "isolate_sandboxes" && key != "allow_domains" &&
         key != "approval" && key != "temporary_grant_ttl" && key != "proxy_image" &&
         key != "engine_network" && key != "test_only_upstreams" && key != "secrets" &&
-        key != "inject_tls_ca") {
+        key != "inject_tls_ca" && key != "upstream_ca_file") {
       logger.warning(std::string(kLogPrefix) + "ignoring unknown option " + at + "." + key);
     }
   }
@@ -435,6 +444,15 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
           "secrets the sandbox never holds (a placeholder in its environment, the secret put "
           "in by serve's proxy): " +
               secrets,
+          policy_source);
+    }
+    if (!s.policy.tls_ca_shown.empty()) {
+      shown(
+          "TLS to the https destinations of secrets is ended by the host's proxy, with "
+          "certificates signed by the CA in " +
+              s.policy.tls_ca_shown +
+              " (inject_tls_ca): the sandbox's image must trust that CA; every other tunnel "
+              "stays end to end",
           policy_source);
     }
     if (s.policy.test_only_upstreams) {

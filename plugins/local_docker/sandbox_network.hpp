@@ -42,8 +42,9 @@ struct NetworkPolicy {
   bool test_only_upstreams = false;
   // `secrets`, as check-config shows them ("TOKEN → Authorization to api.example"); serve's
   // egress host reads and checks them and puts each placeholder in the environment.
-  std::vector<std::string>
-      secrets_shown;  // `test_only_upstreams` given (the host reads it; tests only)
+  std::vector<std::string> secrets_shown;
+  // `inject_tls_ca`'s certificate file, as check-config shows it ("" when not given).
+  std::string tls_ca_shown;
 
   // What is recorded on each sandbox (label sandboxd.network-policy): "isolated", or "open"
   // with "+shared" (isolation turned off) and "+unpublished" (no host port) when they apply.

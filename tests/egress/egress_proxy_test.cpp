@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "client_hellos.hpp"
+#include "loopback_listener.hpp"
 #include "test_support.hpp"
 
 namespace sandboxd::testing {
@@ -33,21 +34,6 @@ using core::EgressOptions;
 using core::EgressPolicy;
 using core::EgressProxy;
 using namespace std::chrono_literals;
-
-int listen_on_loopback(int* port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(fd, 64) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("cannot listen");
-  }
-  *port = ntohs(address.sin_port);
-  return fd;
-}
 
 int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

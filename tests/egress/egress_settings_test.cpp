@@ -1,7 +1,8 @@
 // The allowlist settings as serve reads them (egress_settings_from): every bad value named by
 // its key, and the secrets (issue 34 §3): a secret file of ours that nobody else can read, a
-// plain-HTTP destination on the allow-list, https refused at config time, placeholders kept in
-// the state directory across restarts and given to the sandboxes' environment.
+// destination on the allow-list, https only with an operator's CA (`inject_tls_ca`, checked at
+// config time), placeholders kept in the state directory across restarts and given to the
+// sandboxes' environment.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/egress_host.hpp"
+#include "sandboxd/core/egress_tls.hpp"
 
 namespace sandboxd::testing {
 namespace {
@@ -104,16 +106,20 @@ TEST_F(EgressSettingsTest, ASecretForAPlainHttpDestinationIsReadFromItsFile) {
 TEST_F(EgressSettingsTest, SecretsTheProxyCannotKeepAreRefusedWithoutShowingThem) {
   const std::string good_inject =
       R"({"host": "api.example", "header": "Authorization", "scheme": "http"})";
-  // https (scheme not given, or given): the proxy cannot read the request.
+  // https (scheme not given, or given) without inject_tls_ca: the proxy cannot read the request.
   std::string why =
       refusal(options(secret(R"({"host": "api.example", "header": "Authorization"})")));
   EXPECT_NE(why.find("network.secrets[0].inject.scheme"), std::string::npos) << why;
-  EXPECT_NE(why.find("https"), std::string::npos) << why;
+  EXPECT_NE(why.find("inject_tls_ca"), std::string::npos) << why;
   EXPECT_NE(
       refusal(options(secret(
                   R"({"host": "api.example", "header": "Authorization", "scheme": "https"})")))
           .find("inject.scheme"),
       std::string::npos);
+  EXPECT_NE(refusal(options(secret(
+                        R"({"host": "api.example", "header": "Authorization", "scheme": "ftp"})")))
+                .find("expected http or https, got \"ftp\""),
+            std::string::npos);
   EXPECT_NE(refusal(options(R"("inject_tls_ca": "/etc/ca.pem")")).find("inject_tls_ca"),
             std::string::npos);
   // A destination that is not allowed, a header a secret cannot go into, a format without {}.
@@ -194,6 +200,54 @@ TEST_F(EgressSettingsTest, PlaceholdersAreKeptAcrossRestartsAndGoIntoTheEnvironm
     EXPECT_NE(std::string(e.what()).find("sandbox.backend.environment.TOKEN"), std::string::npos)
         << e.what();
   }
+}
+
+// inject_tls_ca: a CA certificate and its key, the key ours and private; with it an https
+// secret is accepted; every problem is named by its key, never showing the key.
+TEST_F(EgressSettingsTest, AnHttpsSecretIsAcceptedWithAnOperatorsCaCheckedAtConfigTime) {
+  const core::TlsKeyPair ca = core::make_certificate_authority("operator CA", 2);
+  write(dir_ / "ca.pem", ca.certificate_pem, 0644);
+  write(dir_ / "ca.key", ca.key_pem, 0600);
+  write(dir_ / "roots.pem", ca.certificate_pem, 0644);
+  const auto with_ca = [&](const std::string& certificate, const std::string& key) {
+    return R"("inject_tls_ca": {"certificate_file": ")" + (dir_ / certificate).string() +
+           R"(", "key_file": ")" + (dir_ / key).string() + R"("}, )" +
+           secret(R"({"host": "api.example", "header": "Authorization"})");
+  };
+  const auto settings =
+      egress_settings_from(options(with_ca("ca.pem", "ca.key") + R"(, "upstream_ca_file": ")" +
+                                   (dir_ / "roots.pem").string() + "\""),
+                           "sandbox.backend");
+  ASSERT_TRUE(settings);
+  ASSERT_TRUE(settings->policy.interception_authority);
+  EXPECT_EQ(settings->policy.interception_authority->certificate_pem, ca.certificate_pem);
+  EXPECT_EQ(settings->policy.upstream_roots_pem, ca.certificate_pem);
+  ASSERT_EQ(settings->policy.secrets.size(), 1u);
+  EXPECT_TRUE(settings->policy.secrets[0].https) << "scheme not given is https";
+
+  // The key readable by others.
+  write(dir_ / "open.key", ca.key_pem, 0644);
+  std::string why = refusal(options(with_ca("ca.pem", "open.key")));
+  EXPECT_NE(why.find("network.inject_tls_ca.key_file"), std::string::npos) << why;
+  EXPECT_NE(why.find("chmod 600"), std::string::npos) << why;
+  EXPECT_EQ(why.find("PRIVATE KEY"), std::string::npos) << "the key was shown: " << why;
+  // A certificate that is not a CA's, and a key that is not the certificate's.
+  const core::TlsKeyPair leaf = core::issue_server_certificate(ca, "api.example", 2);
+  write(dir_ / "leaf.pem", leaf.certificate_pem, 0644);
+  write(dir_ / "leaf.key", leaf.key_pem, 0600);
+  why = refusal(options(with_ca("leaf.pem", "leaf.key")));
+  EXPECT_NE(why.find("is not a CA certificate"), std::string::npos) << why;
+  why = refusal(options(with_ca("ca.pem", "leaf.key")));
+  EXPECT_NE(why.find("the key is not the key of"), std::string::npos) << why;
+  EXPECT_EQ(why.find("PRIVATE KEY"), std::string::npos) << why;
+  // A missing file, and roots that hold no certificate.
+  why = refusal(options(with_ca("missing.pem", "ca.key")));
+  EXPECT_NE(why.find("network.inject_tls_ca.certificate_file"), std::string::npos) << why;
+  write(dir_ / "junk.pem", "not a certificate\n", 0644);
+  why = refusal(options(with_ca("ca.pem", "ca.key") + R"(, "upstream_ca_file": ")" +
+                        (dir_ / "junk.pem").string() + "\""));
+  EXPECT_NE(why.find("network.upstream_ca_file"), std::string::npos) << why;
+  EXPECT_NE(why.find("holds no PEM certificate"), std::string::npos) << why;
 }
 
 }  // namespace

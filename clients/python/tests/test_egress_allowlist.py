@@ -228,7 +228,7 @@ def test_a_secret_reaches_only_its_destination_header_and_never_the_sandbox(
     from conftest import SANDBOXCTL
     shown = subprocess.run([SANDBOXCTL, "--config", str(served.config), "check-config"],
                            capture_output=True, text=True, timeout=60)
-    assert "GITHUB_TOKEN → Authorization to allowed.test" in shown.stdout, shown.stdout
+    assert "GITHUB_TOKEN → Authorization to http://allowed.test" in shown.stdout, shown.stdout
     assert SECRET not in shown.stdout + shown.stderr
 
     # The sandbox holds a placeholder, never the secret.
@@ -266,6 +266,115 @@ def test_a_secret_reaches_only_its_destination_header_and_never_the_sandbox(
     again.client().destroy(box.sandbox_id)
 
 
+def openssl(*args: str) -> None:
+    import subprocess
+    done = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+
+
+def make_ca(directory, name: str):
+    """A CA made the way docs/egress.md tells an operator to make one."""
+    certificate, key = directory / f"{name}.pem", directory / f"{name}.key"
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+            "-keyout", str(key), "-out", str(certificate), "-days", "2", "-subj", f"/CN={name}",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    key.chmod(0o600)
+    return certificate, key
+
+
+class TlsUpstream(Upstream):
+    """The upstream over TLS, with a certificate for allowed.test from its own CA."""
+
+    def __init__(self, directory) -> None:
+        import ssl
+        super().__init__()
+        ca, ca_key = make_ca(directory, "upstream-ca")
+        self.ca = ca
+        key, request, certificate = (directory / f"allowed.{ext}" for ext in ("key", "csr", "pem"))
+        openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                "-keyout", str(key), "-out", str(request), "-subj", "/CN=allowed.test")
+        extensions = directory / "allowed.ext"
+        extensions.write_text("subjectAltName=DNS:allowed.test\n")
+        openssl("x509", "-req", "-in", str(request), "-CA", str(ca), "-CAkey", str(ca_key),
+                "-CAcreateserial", "-days", "2", "-out", str(certificate),
+                "-extfile", str(extensions))
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(str(certificate), str(key))
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+
+
+def container_pid(name: str) -> int:
+    class Conn(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(ENGINE_SOCKET)
+
+    conn = Conn("engine", timeout=60)
+    conn.request("GET", f"/containers/{name}/json")
+    return json.loads(conn.getresponse().read())["State"]["Pid"]
+
+
+def test_an_https_secret_goes_in_through_tls_the_proxy_ends_with_the_operators_ca(
+        engine_required, make_serve, tmp_path, prefix):
+    """inject_tls_ca: the proxy ends the sandbox's TLS to a secret's https destination with a
+    certificate from the operator's CA (made with openssl, as docs/egress.md says), verifies the
+    destination itself, and puts the secret in. A client in the sandbox's own network namespace
+    that trusts the CA (curl --cacert) sees a valid certificate; one trusting only the system's
+    store refuses it."""
+    import subprocess
+    from conftest import SANDBOXCTL
+    secrets_dir = tmp_path / "secrets"
+    secrets_dir.mkdir(mode=0o700)
+    upstream = TlsUpstream(secrets_dir)
+    try:
+        ca, ca_key = make_ca(secrets_dir, "egress-ca")
+        secret_file = secrets_dir / "gh-token"
+        secret_file.write_text(SECRET + "\n")
+        secret_file.chmod(0o600)
+        section = allowlist_section(prefix, tmp_path / "state", upstream)
+        section["network"]["inject_tls_ca"] = {"certificate_file": str(ca),
+                                               "key_file": str(ca_key)}
+        section["network"]["upstream_ca_file"] = str(upstream.ca)
+        section["network"]["secrets"] = [{
+            "name": "GITHUB_TOKEN", "secret_file": str(secret_file),
+            "inject": {"host": "allowed.test", "header": "Authorization",
+                       "format": "Bearer {}"}}]
+        served = make_serve("state", "--on-exit", "destroy", section=section)
+        shown = subprocess.run([SANDBOXCTL, "--config", str(served.config), "check-config"],
+                               capture_output=True, text=True, timeout=60)
+        assert "GITHUB_TOKEN → Authorization to https://allowed.test" in shown.stdout, shown.stdout
+        assert f"signed by the CA in {ca}" in shown.stdout, shown.stdout
+        client = served.client()
+        box = client.acquire("t-1", user_id="alice")
+        name = f"{prefix}-{box.sandbox_id}"
+        code, out = engine_exec(name, ["sh", "-c", "echo $GITHUB_TOKEN"])
+        placeholder = out.strip()
+        assert code == 0 and placeholder.startswith("sandboxd-placeholder-"), out
+
+        # curl in the sandbox's own network namespace (busybox wget does not CONNECT for
+        # https): the certificate is valid with the operator's CA, and not without it.
+        pid = container_pid(name)
+        def curl(*extra: str) -> subprocess.CompletedProcess:
+            return subprocess.run(
+                ["nsenter", f"--net=/proc/{pid}/ns/net", "curl", "-sS", "--max-time", "10",
+                 "-x", "http://127.0.0.1:3128", "-H", f"Authorization: Bearer {placeholder}",
+                 *extra, "https://allowed.test/curl"], capture_output=True, text=True, timeout=30)
+        verified = curl("--cacert", str(ca))
+        assert verified.returncode == 0, verified.stderr
+        assert "upstream saw allowed.test/curl" in verified.stdout
+        assert upstream.authorizations[-1] == f"Bearer {SECRET}", upstream.authorizations
+        unverified = curl()
+        assert unverified.returncode != 0, unverified.stdout
+        assert len(upstream.seen) == 1, upstream.seen
+        metrics = client.metrics()
+        assert "sandboxd_egress_secrets_injected_total 1" in metrics, metrics
+        assert "sandboxd_egress_intercepted_total 1" in metrics, metrics
+        client.destroy(box.sandbox_id)
+    finally:
+        upstream.close()
+
+
 def test_secrets_are_refused_at_config_time_for_https_and_unsafe_files(
         engine_required, make_serve, tmp_path, prefix, upstream):
     import subprocess
@@ -288,7 +397,8 @@ def test_secrets_are_refused_at_config_time_for_https_and_unsafe_files(
 
     https = serve_with({"host": "allowed.test", "header": "Authorization"})
     assert https.returncode == 3, https.stderr
-    assert "secrets[0].inject.scheme" in https.stderr and "https" in https.stderr, https.stderr
+    assert "secrets[0].inject.scheme" in https.stderr and "inject_tls_ca" in https.stderr, \
+        https.stderr
     secret_file.chmod(0o644)
     readable = serve_with({"host": "allowed.test", "header": "Authorization", "scheme": "http"})
     assert readable.returncode == 3 and "chmod 600" in readable.stderr, readable.stderr

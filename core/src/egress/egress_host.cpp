@@ -25,6 +25,8 @@ constexpr const char* kGrantsFile = "egress-grants.json";
 
 constexpr const char* kPlaceholdersFile = "egress-placeholders.json";
 constexpr std::size_t kMaxSecretBytes = 4096;
+constexpr std::size_t kMaxPemBytes = 64 * 1024;               // a CA certificate or its key
+constexpr std::size_t kMaxRootsBytes = 1024 * 1024;           // upstream_ca_file, a bundle
 constexpr std::size_t kMaxStateFileBytes = 16 * 1024 * 1024;  // the grants of 10,000 sandboxes fit
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
@@ -51,10 +53,13 @@ std::string lowercase(std::string text) {
   return text;
 }
 
-// The secret in `file` (absolute; its last component never a link): a regular file of ours that
-// nobody else can read, one line of at most 4 KiB (a final newline dropped). Errors name the
-// file and what is wrong with it, never what it holds.
-std::string read_secret_file(const std::string& file, const std::string& where) {
+enum class Readers { anyone, only_us };
+
+// What `file` (absolute; its last component never a link) holds, at most `limit` bytes (one
+// more is an error); with Readers::only_us it must be a file of ours that nobody else can read.
+// Errors name the file and what is wrong with it, never what it holds.
+std::string read_config_file(const std::string& file, const std::string& where, std::size_t limit,
+                             Readers readers) {
   const std::filesystem::path path(file);
   if (!path.is_absolute() || !path.has_filename()) {
     bad(where, "expected an absolute path to a file, got \"" + file + "\"");
@@ -64,20 +69,17 @@ std::string read_secret_file(const std::string& file, const std::string& where) 
     const host_fs::UniqueFd in =
         host_fs::open_file(dir.get(), path.filename().string(), O_RDONLY, 0, path);
     const struct stat st = host_fs::stat_of(in.get(), path);
-    if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    if (readers == Readers::only_us && (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0)) {
       bad(where, file +
                      " must belong to this process's user and be readable by nobody else (mode " +
                      host_fs::octal_mode(st.st_mode) + ", owner " +
                      host_fs::describe_uid(st.st_uid) + "); chmod 600 it");
     }
-    std::string value = host_fs::read_fd(in.get(), kMaxSecretBytes + 2, path);
-    if (!value.empty() && value.back() == '\n') value.pop_back();
-    if (!value.empty() && value.back() == '\r') value.pop_back();
-    if (value.empty()) bad(where, file + " is empty");
-    if (value.size() > kMaxSecretBytes) bad(where, file + " holds more than 4 KiB");
-    if (value.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
-      bad(where, file + " holds more than one line (a header value cannot)");
+    std::string value = host_fs::read_fd(in.get(), limit + 1, path);
+    if (value.size() > limit) {
+      bad(where, file + " holds more than " + std::to_string(limit / 1024) + " KiB");
     }
+    if (value.empty()) bad(where, file + " is empty");
     return value;
   } catch (const std::filesystem::filesystem_error& e) {
     bad(where, e.what());
@@ -86,9 +88,48 @@ std::string read_secret_file(const std::string& file, const std::string& where) 
   }
 }
 
+// The secret in `file`: a file of ours nobody else can read, one line of at most 4 KiB (a
+// final newline dropped).
+std::string read_secret_file(const std::string& file, const std::string& where) {
+  std::string value = read_config_file(file, where, kMaxSecretBytes + 2, Readers::only_us);
+  if (!value.empty() && value.back() == '\n') value.pop_back();
+  if (!value.empty() && value.back() == '\r') value.pop_back();
+  if (value.empty()) bad(where, file + " is empty");
+  if (value.size() > kMaxSecretBytes) bad(where, file + " holds more than 4 KiB");
+  if (value.find_first_of(std::string("\r\n\0", 3)) != std::string::npos) {
+    bad(where, file + " holds more than one line (a header value cannot)");
+  }
+  return value;
+}
+
+// `network.inject_tls_ca`: {"certificate_file", "key_file"}, the key ours and private.
+TlsKeyPair read_interception_authority(const rapidjson::Value& section, const std::string& where) {
+  if (!section.IsObject()) {
+    bad(where, "expected {\"certificate_file\": PATH, \"key_file\": PATH}");
+  }
+  const auto path_of = [&](const char* key) {
+    const auto it = section.FindMember(key);
+    if (it == section.MemberEnd() || !it->value.IsString()) {
+      bad(where + "." + key, "expected the absolute path of a PEM file");
+    }
+    return std::string(it->value.GetString());
+  };
+  TlsKeyPair authority;
+  authority.certificate_pem = read_config_file(
+      path_of("certificate_file"), where + ".certificate_file", kMaxPemBytes, Readers::anyone);
+  authority.key_pem =
+      read_config_file(path_of("key_file"), where + ".key_file", kMaxPemBytes, Readers::only_us);
+  try {
+    check_certificate_authority(authority);
+  } catch (const std::invalid_argument& e) {
+    bad(where, e.what());
+  }
+  return authority;
+}
+
 // One entry of `network.secrets`.
 EgressSecret secret_from(const rapidjson::Value& entry, const std::string& where,
-                         const egress::DomainAllowlist& allow) {
+                         const egress::DomainAllowlist& allow, bool can_end_tls) {
   if (!entry.IsObject()) {
     bad(where, "expected {\"name\", \"secret_file\", \"inject\": {\"host\", \"header\"}}");
   }
@@ -137,15 +178,19 @@ EgressSecret secret_from(const rapidjson::Value& entry, const std::string& where
     secret.format = format;
   }
   const std::string scheme = text(inject->value, "scheme", at, false);
-  if (scheme != "http") {
-    // The proxy sees inside plain HTTP only; HTTPS would need TLS terminated in the proxy with
-    // a CA the image trusts, which is not built.
+  if (!scheme.empty() && scheme != "http" && scheme != "https") {
+    bad(at + ".scheme", "expected http or https, got \"" + scheme + "\"");
+  }
+  secret.https = scheme != "http";
+  if (secret.https && !can_end_tls) {
+    // The proxy can change only requests it can read: an https one only when it ends the
+    // sandbox's TLS itself, with a CA the image trusts.
     bad(at + ".scheme",
-        (scheme.empty() ? std::string("not given (an https destination)") : "\"" + scheme + "\"") +
-            ": the proxy can put a secret only into requests it can read, plain HTTP; an "
-            "https destination needs TLS terminated in the proxy with a CA the image trusts "
-            "(inject_tls_ca), which this version does not do. Declare scheme: http for a "
-            "plain-HTTP destination, or keep this secret out of sandboxd");
+        (scheme.empty() ? std::string("not given (an https destination)") : "\"https\"") +
+            ": the proxy can put a secret only into requests it can read; for an https "
+            "destination it must end the sandbox's TLS with a CA the image trusts: give "
+            "network.inject_tls_ca. Declare scheme: http for a plain-HTTP destination, or keep "
+            "this secret out of sandboxd");
   }
   secret.value = read_secret_file(text(entry, "secret_file", where, true), where + ".secret_file");
   return secret;
@@ -204,9 +249,18 @@ std::optional<EgressSettings> egress_settings_from(const std::string& backend_op
   }
   if (const auto ca = section.FindMember("inject_tls_ca");
       ca != section.MemberEnd() && !ca->value.IsNull()) {
-    bad(base + ".inject_tls_ca",
-        "terminating TLS to put secrets into https requests is not done by this version; "
-        "secrets go into plain-HTTP requests only (docs/egress.md)");
+    out.policy.interception_authority =
+        read_interception_authority(ca->value, base + ".inject_tls_ca");
+  }
+  if (const auto roots = section.FindMember("upstream_ca_file");
+      roots != section.MemberEnd() && !roots->value.IsNull()) {
+    const std::string where = base + ".upstream_ca_file";
+    if (!roots->value.IsString()) bad(where, "expected the absolute path of a PEM file");
+    out.policy.upstream_roots_pem =
+        read_config_file(roots->value.GetString(), where, kMaxRootsBytes, Readers::anyone);
+    if (certificate_subject(out.policy.upstream_roots_pem) == "(not a certificate)") {
+      bad(where, std::string(roots->value.GetString()) + " holds no PEM certificate");
+    }
   }
   if (const auto secrets = section.FindMember("secrets");
       secrets != section.MemberEnd() && !secrets->value.IsNull()) {
@@ -215,7 +269,8 @@ std::optional<EgressSettings> egress_settings_from(const std::string& backend_op
     std::size_t index = 0;
     for (const auto& entry : secrets->value.GetArray()) {
       const std::string where = base + ".secrets[" + std::to_string(index++) + "]";
-      EgressSecret secret = secret_from(entry, where, out.policy.allow);
+      EgressSecret secret = secret_from(entry, where, out.policy.allow,
+                                        out.policy.interception_authority.has_value());
       if (!names.insert(secret.name).second) {
         bad(where + ".name", secret.name + " is declared twice");
       }

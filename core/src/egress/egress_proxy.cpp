@@ -9,6 +9,12 @@
 //   (deadline, bounded) must name the same host and hide nothing, then dial and pipe both ways;
 //   plain: the body read whole (bounded), dial, the request written in origin form with
 //   `Connection: close`, and the answer piped back until the upstream closes.
+// A tunnel to the destination of an https secret is ended here instead (TLS interception,
+// egress_tls.hpp): after the ClientHello the proxy completes the handshake itself with a
+// certificate for that name from the operator's CA, reads one request (bounded, like a plain
+// one; its Host must name the destination), dials the destination with its own TLS (the name
+// verified against the host's trust store and `upstream_ca_file`), writes the request with the
+// secret put in and `Connection: close`, and relays the answer until the destination closes.
 #include "sandboxd/core/egress_proxy.hpp"
 
 #include <fcntl.h>
@@ -23,11 +29,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/asio/write.hpp>
@@ -43,8 +51,8 @@
 #include "net/deadline.hpp"
 #include "net/io_thread.hpp"
 #include "relay/hop_by_hop.hpp"
-#include "sandboxd/thread_annotations.hpp"
 #include "sandboxd/json.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 
@@ -231,7 +239,55 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   std::uint64_t unlogged GUARDED_BY(mutex) = 0;
   static constexpr int kLogBurst = 20;
 
-  std::atomic<std::uint64_t> tunnels{0}, requests{0}, secrets_injected{0}, open_connections{0};
+  std::atomic<std::uint64_t> tunnels{0}, requests{0}, secrets_injected{0}, intercepted{0},
+      open_connections{0};
+
+  // TLS interception (https secrets): the certificate shown for each destination, and the
+  // trust the real destinations are verified with. Made by the constructor, read-only after.
+  std::map<std::string, std::shared_ptr<asio::ssl::context>> interception_contexts;
+  std::shared_ptr<asio::ssl::context> upstream_tls;
+
+  void prepare_interception() {
+    std::set<std::string> destinations;
+    for (const EgressSecret& secret : policy.secrets) {
+      if (!secret.https) continue;
+      if (!policy.interception_authority) {
+        throw std::invalid_argument("secret " + secret.name + " goes to https://" + secret.domain +
+                                    ", which needs a CA to end its TLS with (inject_tls_ca)");
+      }
+      destinations.insert(secret.domain);
+    }
+    if (destinations.empty()) return;
+    const TlsKeyPair& authority = *policy.interception_authority;
+    check_certificate_authority(authority);
+    constexpr auto kProtocols = asio::ssl::context::default_workarounds |
+                                asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                                asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1;
+    for (const std::string& destination : destinations) {
+      // No ALPN is offered back: the sandbox speaks HTTP/1.1, the one request read here.
+      const TlsKeyPair shown = issue_server_certificate(authority, destination, 397);
+      auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+      context->set_options(kProtocols);
+      context->use_certificate_chain(asio::buffer(shown.certificate_pem));
+      context->use_private_key(asio::buffer(shown.key_pem), asio::ssl::context::pem);
+      interception_contexts.emplace(destination, std::move(context));
+    }
+    upstream_tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+    upstream_tls->set_options(kProtocols);
+    upstream_tls->set_default_verify_paths();
+    if (!policy.upstream_roots_pem.empty()) {
+      try {
+        upstream_tls->add_certificate_authority(asio::buffer(policy.upstream_roots_pem));
+      } catch (const boost::system::system_error&) {
+        throw std::invalid_argument("upstream_ca_file holds no PEM certificate");
+      }
+    }
+  }
+
+  asio::ssl::context* interception_context(const std::string& domain) const {
+    const auto it = interception_contexts.find(domain);
+    return it == interception_contexts.end() ? nullptr : it->second.get();
+  }
 
   void accept(const std::string& sandbox_id, std::uint64_t generation);
   void forget(std::uint64_t id, const std::string& sandbox_id) {
@@ -527,7 +583,122 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     if (!named || *named != domain_) {
       return refuse_tunnel("sni_mismatch", "ClientHello names " + *hello.server_name);
     }
+    if (asio::ssl::context* context = impl_->interception_context(domain_)) {
+      return intercept(*context);
+    }
     dial();
+  }
+
+  // ── the destination of an https secret: the proxy ends the sandbox's TLS ──
+  void intercept(asio::ssl::context& context) {
+    const auto data = client_buffer_.data();
+    auto hello = std::make_shared<std::string>(static_cast<const char*>(data.data()), data.size());
+    client_buffer_.consume(client_buffer_.size());
+    client_tls_.emplace(client_, context);
+    client_tls_->async_handshake(
+        asio::ssl::stream_base::server, asio::buffer(*hello),
+        [self = shared_from_this(), hello](const boost::system::error_code& ec, std::size_t) {
+          if (self->closed_) return;
+          if (ec) {
+            return self->refuse_tunnel("client_tls_failed",
+                                       "TLS with the sandbox failed; does its image trust the "
+                                       "inject_tls_ca certificate?");
+          }
+          self->read_intercepted_request();
+        });
+  }
+
+  void read_intercepted_request() {
+    arm(impl_->options.head_timeout);
+    parser_.emplace();
+    parser_->header_limit(static_cast<std::uint32_t>(impl_->options.max_header_bytes));
+    parser_->body_limit(impl_->options.max_plain_body_bytes);
+    http::async_read(*client_tls_, client_buffer_, *parser_,
+                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                       if (self->closed_) return;
+                       if (ec == http::error::header_limit) {
+                         return self->refuse(431, "bad_request", "headers too large");
+                       }
+                       if (ec == http::error::body_limit) {
+                         return self->refuse(413, "bad_request", "request body too large");
+                       }
+                       if (ec) return self->close();
+                       self->check_intercepted_request();
+                     });
+  }
+
+  void check_intercepted_request() {
+    auto& message = parser_->get();
+    path_ = std::string(message.target());
+    if (message.method() == http::verb::connect || path_.empty() || path_.front() != '/') {
+      return refuse(400, "bad_request", "expected a request in origin form (GET /path)");
+    }
+    const auto [first, end] = message.equal_range(http::field::host);
+    if (first == end || std::next(first) != end) {
+      return refuse(400, "bad_request", "expected one Host header");
+    }
+    std::string named_host(first->value());
+    if (const std::size_t colon = named_host.rfind(':');
+        colon != std::string::npos && named_host.find(']') == std::string::npos) {
+      named_host = named_host.substr(0, colon);
+    }
+    const auto host_header = egress::normalize_domain(named_host);
+    if (!host_header || *host_header != domain_) {
+      return refuse(403, "host_mismatch",
+                    "Host header does not name " + domain_ + ": " + named_host);
+    }
+    dial();
+  }
+
+  void verify_upstream() {
+    upstream_tls_.emplace(upstream_, *impl_->upstream_tls);
+    if (SSL_set_tlsext_host_name(upstream_tls_->native_handle(), domain_.c_str()) != 1) {
+      return refuse(502, "upstream_tls_failed", "cannot name " + domain_ + " in TLS");
+    }
+    upstream_tls_->set_verify_mode(asio::ssl::verify_peer);
+    upstream_tls_->set_verify_callback(asio::ssl::host_name_verification(domain_));
+    arm(impl_->options.connect_timeout);
+    upstream_tls_->async_handshake(
+        asio::ssl::stream_base::client,
+        [self = shared_from_this()](const boost::system::error_code& ec) {
+          if (self->closed_) return;
+          if (ec) {
+            return self->refuse(502, "upstream_tls_failed",
+                                "TLS to " + self->domain_ + " failed: " + ec.message());
+          }
+          ++self->impl_->tunnels;
+          ++self->impl_->intercepted;
+          self->request_ = self->outgoing_request();
+          self->arm(self->impl_->options.progress_timeout);
+          http::async_write(*self->upstream_tls_, *self->request_,
+                            [self](const boost::system::error_code& write_ec, std::size_t) {
+                              if (self->closed_) return;
+                              if (write_ec) return self->close();
+                              self->relay_answer();
+                            });
+        });
+  }
+
+  // The destination's answer, record by record, until it closes; then the sandbox's TLS ends.
+  void relay_answer() {
+    if (!relay_buffer_) relay_buffer_ = std::make_unique<std::array<char, 16 * 1024>>();
+    arm(impl_->options.progress_timeout);
+    upstream_tls_->async_read_some(
+        asio::buffer(*relay_buffer_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (self->closed_) return;
+          if (n == 0 && ec) {
+            self->arm(self->impl_->options.progress_timeout);
+            return self->client_tls_->async_shutdown(
+                [self](const boost::system::error_code&) { self->close(); });
+          }
+          asio::async_write(*self->client_tls_, asio::buffer(self->relay_buffer_->data(), n),
+                            [self](const boost::system::error_code& write_ec, std::size_t) {
+                              if (self->closed_) return;
+                              if (write_ec) return self->close();
+                              self->relay_answer();
+                            });
+        });
   }
 
   // ── the upstream ──
@@ -542,6 +713,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
           }
           boost::system::error_code ignored;
           self->upstream_.set_option(tcp::no_delay(true), ignored);
+          if (self->client_tls_) return self->verify_upstream();
           if (self->tunnel_) {
             ++self->impl_->tunnels;
             self->pipe_both();
@@ -552,18 +724,26 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
         });
   }
 
-  void forward_request() {
+  // The request read from the sandbox as the destination gets it: origin form, no hop-by-hop
+  // header, the secrets bound to it put in, and `Connection: close` (one request per
+  // connection, so every request the destination sees went through here).
+  std::shared_ptr<http::request<http::string_body>> outgoing_request() {
     auto& message = parser_->get();
-    request_ = std::make_shared<http::request<http::string_body>>(message.method(), path_,
-                                                                  message.version());
+    auto request = std::make_shared<http::request<http::string_body>>(message.method(), path_,
+                                                                      message.version());
     for (const auto& field : message) {
-      request_->insert(field.name(), field.name_string(), field.value());
+      request->insert(field.name(), field.name_string(), field.value());
     }
-    strip_hop_by_hop(*request_);
-    if (inject_secrets(*request_)) ++impl_->secrets_injected;
-    request_->set(http::field::connection, "close");
-    request_->body() = std::move(message.body());
-    request_->prepare_payload();
+    strip_hop_by_hop(*request);
+    if (inject_secrets(*request)) ++impl_->secrets_injected;
+    request->set(http::field::connection, "close");
+    request->body() = std::move(message.body());
+    request->prepare_payload();
+    return request;
+  }
+
+  void forward_request() {
+    request_ = outgoing_request();
     arm(impl_->options.progress_timeout);
     http::async_write(
         upstream_, *request_,
@@ -598,8 +778,9 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
   // becomes the secret. True when one was put in.
   bool inject_secrets(http::request<http::string_body>& request) const {
     bool injected = false;
+    const bool inside_tls = client_tls_.has_value();
     for (const EgressSecret& secret : impl_->policy.secrets) {
-      if (secret.domain != domain_) continue;
+      if (secret.domain != domain_ || secret.https != inside_tls) continue;
       // Every line of that header, in order: each holding the placeholder gets the secret.
       std::vector<std::string> values;
       bool holds = false;
@@ -706,10 +887,13 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
               "\r\nContent-Type: text/plain\r\nContent-Length: " + std::to_string(line.size() + 1) +
               "\r\nConnection: close\r\n\r\n" + line + "\n";
     arm(impl_->options.progress_timeout);
-    asio::async_write(client_, asio::buffer(answer_),
-                      [self = shared_from_this()](const boost::system::error_code&, std::size_t) {
-                        self->close();
-                      });
+    const auto then_close = [self = shared_from_this()](const boost::system::error_code&,
+                                                        std::size_t) { self->close(); };
+    if (client_tls_) {
+      asio::async_write(*client_tls_, asio::buffer(answer_), then_close);
+    } else {
+      asio::async_write(client_, asio::buffer(answer_), then_close);
+    }
   }
   void refuse_tunnel(const std::string& reason, const std::string& line) {
     impl_->count_refusal(reason, sandbox_id_, shown_ + " (" + line + ")");
@@ -727,6 +911,9 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
   std::shared_ptr<http::request<http::string_body>> request_;
   std::vector<tcp::endpoint> endpoints_;
   SplicePipe to_upstream_, to_client_;
+  // An intercepted tunnel's two TLS ends and the buffer its answer passes through.
+  std::optional<asio::ssl::stream<tcp::socket&>> client_tls_, upstream_tls_;
+  std::unique_ptr<std::array<char, 16 * 1024>> relay_buffer_;
   std::string domain_, path_, shown_, answer_;
   std::uint16_t port_ = 0;
   bool tunnel_ = false;
@@ -772,7 +959,9 @@ EgressProxy::EgressProxy(EgressPolicy policy, std::shared_ptr<EgressNetwork> net
                          EgressOptions options, std::shared_ptr<Logger> logger,
                          std::shared_ptr<Clock> clock)
     : impl_(std::make_shared<Impl>(std::move(policy), std::move(network), std::move(options),
-                                   std::move(logger), std::move(clock))) {}
+                                   std::move(logger), std::move(clock))) {
+  impl_->prepare_interception();
+}
 
 EgressProxy::~EgressProxy() {
   stop();
@@ -981,6 +1170,7 @@ EgressStats EgressProxy::stats() const {
   out.tunnels = impl_->tunnels.load();
   out.requests = impl_->requests.load();
   out.secrets_injected = impl_->secrets_injected.load();
+  out.intercepted = impl_->intercepted.load();
   out.open_connections = impl_->open_connections.load();
   MutexLock lock(impl_->mutex);
   out.refused = impl_->refused;

@@ -45,8 +45,9 @@ struct EgressSettings {
 // allowlist. Throws ConfigError naming the key (`{key_path}.network.allow_domains[2]`, …):
 // allow_domains must be names or *.suffix, approval deny or prompt, temporary_grant_ttl 30 to
 // 3600 seconds; each of `secrets` names an environment variable, a secret file of ours that
-// nobody else can read, and a plain-HTTP destination on the allow-list (its file is read here;
-// its placeholder comes from assign_secret_placeholders).
+// nobody else can read, and a destination on the allow-list, https (the default) only with
+// `inject_tls_ca`, a CA certificate and its private key checked here (its file is read here;
+// its placeholder comes from assign_secret_placeholders); `upstream_ca_file` adds roots.
 std::optional<EgressSettings> egress_settings_from(const std::string& backend_options_json,
                                                    const std::string& key_path);
 

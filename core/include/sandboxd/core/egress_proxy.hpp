@@ -14,6 +14,9 @@
 //   - the proxy resolves the name itself and dials what it resolved, and every address the
 //     name resolves to must be public (EgressNetwork::refusal): a sandbox that edits its
 //     /etc/hosts, or a DNS answer that rebinds to a private or metadata address, gains nothing.
+// A tunnel to the destination of an https secret is the one the proxy does not leave end to end:
+// it ends the sandbox's TLS itself with a certificate from the operator's CA, reads one request,
+// and sends it on over its own verified TLS with the secret put in (egress_tls.hpp).
 // A refusal before a tunnel is up is `403` with one line of reason (`domain not allowed:
 // example.org`, `private address: 10.0.0.5`), counted per reason and logged without a query
 // string or a header; one after the 200 (a wrong SNI) closes the tunnel.
@@ -43,6 +46,7 @@
 
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_rules.hpp"
+#include "sandboxd/core/egress_tls.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::core {
@@ -73,10 +77,12 @@ std::shared_ptr<EgressNetwork> test_upstream_network(
     std::map<std::string, boost::asio::ip::tcp::endpoint> upstreams);
 
 // A secret the sandbox never holds (`network.secrets`): the sandbox's environment variable
-// `name` holds `placeholder`; in a plain-HTTP request to `domain` the proxy replaces the
-// placeholder in header `header` with `format` ("{}" standing for the secret; a header whose
-// value is more than the placeholder has just the placeholder replaced by the secret). Nowhere
-// else, for no other host. `value` is never logged, shown or written anywhere.
+// `name` holds `placeholder`; in a request to `domain` the proxy replaces the placeholder in
+// header `header` with `format` ("{}" standing for the secret; a header whose value is more
+// than the placeholder has just the placeholder replaced by the secret). Nowhere else, for no
+// other host, and only over the scheme it is bound to: a plain-HTTP secret never goes into a
+// tunnel, an https one never into plain HTTP (where anyone on the way could read it). `value`
+// is never logged, shown or written anywhere.
 struct EgressSecret {
   std::string name;
   std::string domain;  // normalized
@@ -84,11 +90,20 @@ struct EgressSecret {
   std::string format = "{}";
   std::string placeholder;
   std::string value;
+  // https: put into requests inside a CONNECT tunnel to `domain`, which the proxy then ends
+  // itself with a certificate from the policy's interception_authority (egress_tls.hpp).
+  bool https = false;
 };
 
 struct EgressPolicy {
   egress::DomainAllowlist allow;
   std::vector<EgressSecret> secrets;
+  // `inject_tls_ca`: the CA that signs the certificates the proxy shows a sandbox for the
+  // destinations of https secrets (the image must trust it). Required when a secret is https.
+  std::optional<TlsKeyPair> interception_authority;
+  // `upstream_ca_file`: certificates (PEM) trusted for those destinations' real servers besides
+  // the host's own store (an internal service with a private CA).
+  std::string upstream_roots_pem;
   bool prompt = false;               // approval `prompt`: refusals wait for the gateway's word
   double temporary_grant_ttl = 300;  // seconds a temporary grant lasts
 };
@@ -133,6 +148,7 @@ struct EgressStats {
   std::uint64_t tunnels = 0;                     // CONNECT tunnels opened
   std::uint64_t requests = 0;                    // plain requests forwarded
   std::uint64_t secrets_injected = 0;            // requests a secret was put into
+  std::uint64_t intercepted = 0;                 // tunnels ended by the proxy (https secrets)
   std::map<std::string, std::uint64_t> refused;  // by reason (domain_not_allowed, …)
   std::uint64_t open_connections = 0;
   std::uint64_t attached_sandboxes = 0;
@@ -140,6 +156,8 @@ struct EgressStats {
 
 class EgressProxy {
  public:
+  // Throws std::invalid_argument when an https secret has no interception_authority, or the
+  // authority or the upstream roots cannot be used (check_certificate_authority's words).
   EgressProxy(EgressPolicy policy, std::shared_ptr<EgressNetwork> network, EgressOptions options,
               std::shared_ptr<Logger> logger, std::shared_ptr<Clock> clock);
   ~EgressProxy();  // stop()
