@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -28,6 +29,7 @@
 #include "listen_address.hpp"
 #include "metrics.hpp"
 #include "route_table.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
@@ -377,31 +379,75 @@ class ControlApi {
     return document(200, core::to_json(released));
   }
 
-  // The egress proxy of this serve, for a sandbox it tracks (else not_found).
-  core::EgressHost& egress_for(const std::string& sandbox_id) {
-    if (egress_ == nullptr) {
+  // The egress routes answer from this serve's own egress proxy, or forward to the host that
+  // runs its sandboxes' proxy (a provisioner, through the backend), for a sandbox this serve
+  // tracks (else not_found). `here` is the route over this serve's proxy.
+  Response egress_route(const std::string& sandbox_id, const std::string& action,
+                        const std::string& body,
+                        const std::function<std::string(core::EgressHost&)>& here) {
+    if (egress_ == nullptr && egress_remote_ == nullptr) {
       throw core::ServiceError(core::ErrorKind::not_found,
                                "this serve runs no egress proxy: the backend's network mode "
                                "is not allowlist");
     }
     session_.service().get(sandbox_id);  // tracked here, or 404
-    return *egress_;
+    if (egress_ != nullptr) return document(200, here(*egress_));
+    RemoteSandboxEgress::Answer answer;
+    try {
+      answer = egress_remote_->egress_call(sandbox_id, action, body);
+    } catch (const std::exception& e) {
+      throw core::ServiceError(core::ErrorKind::unavailable, e.what());
+    }
+    if (answer.status == 200) return document(200, answer.body);
+    // The remote host's refusal, in this serve's words: its status's kind, its detail.
+    const std::string detail = remote_detail(answer.body);
+    const std::string said = "the provisioner answered " + std::to_string(answer.status) +
+                             (detail.empty() ? std::string() : ": " + detail);
+    switch (answer.status) {
+      case 400:
+        throw core::ServiceError(core::ErrorKind::invalid_argument, detail.empty() ? said : detail);
+      case 404:
+        throw core::ServiceError(core::ErrorKind::not_found, said);
+      default:
+        throw core::ServiceError(core::ErrorKind::unavailable, said);
+    }
+  }
+
+  // The "detail" (or "error"/"message") of a JSON error document, shortened; "" when none.
+  static std::string remote_detail(const std::string& body) {
+    rapidjson::Document doc;
+    if (!parse_json(doc, body) || !doc.IsObject()) return "";
+    for (const char* key : {"detail", "message", "error"}) {
+      const auto it = doc.FindMember(key);
+      if (it != doc.MemberEnd() && it->value.IsString()) {
+        return std::string(it->value.GetString()).substr(0, 500);
+      }
+    }
+    return "";
   }
 
   Response egress_view(const Request&, const RouteParams& params) {
-    return document(200, door::egress_view(egress_for(params["id"]), params["id"]));
+    const std::string id = params["id"];
+    return egress_route(id, "", "", [&](core::EgressHost& e) { return door::egress_view(e, id); });
   }
 
   Response egress_events(const Request&, const RouteParams& params) {
-    return document(200, door::egress_events(egress_for(params["id"]), params["id"]));
+    const std::string id = params["id"];
+    return egress_route(id, "events", "",
+                        [&](core::EgressHost& e) { return door::egress_events(e, id); });
   }
 
   Response egress_deny_pending(const Request&, const RouteParams& params) {
-    return document(200, door::egress_deny_pending(egress_for(params["id"]), params["id"]));
+    const std::string id = params["id"];
+    return egress_route(id, "deny-pending", "",
+                        [&](core::EgressHost& e) { return door::egress_deny_pending(e, id); });
   }
 
   Response egress_decide(const Request& request, const RouteParams& params) {
-    return document(200, door::egress_decide(egress_for(params["id"]), params["id"], request.body));
+    const std::string id = params["id"];
+    return egress_route(id, "decide", request.body, [&](core::EgressHost& e) {
+      return door::egress_decide(e, id, request.body);
+    });
   }
 
   Session& session_;
@@ -414,6 +460,8 @@ class ControlApi {
  public:
   const core::Relay* relay_ = nullptr;  // set before the server runs
   core::EgressHost* egress_ = nullptr;  // likewise; nullptr unless network mode is allowlist
+  // Likewise: set when the backend's sandboxes get their egress proxy elsewhere (a provisioner).
+  RemoteSandboxEgress* egress_remote_ = nullptr;
 };
 
 }  // namespace
@@ -427,7 +475,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
       "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/events?after=N,\n"
       "GET /v1/health, GET /metrics;\n"
-      "with network mode allowlist also /v1/sandboxes/ID/egress[/events|/deny-pending|/decide].\n"
+      "with network mode allowlist also /v1/sandboxes/ID/egress[/events|/deny-pending|/decide]\n"
+      "(over a remote_provisioner backend, forwarded to the provisioner that runs the proxy).\n"
       "Sandboxes without a host address (modes isolated, allowlist) are reached through its\n"
       "relay (--relay-listen) with their token; allowlist sandboxes get its egress proxy as their\n"
       "only way out (docs/egress.md).\n"
@@ -589,6 +638,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     egress->start();
     session.service().set_egress(egress.get());
     control.egress_ = egress.get();
+  } else if (SandboxBackend* backend = session.provider().backend()) {
+    control.egress_remote_ = backend_capability<RemoteSandboxEgress>(*backend);
   }
 
   std::thread waiter([&server, &stop_signals, logger = context.logger] {

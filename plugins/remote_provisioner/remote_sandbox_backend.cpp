@@ -13,6 +13,7 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -38,7 +39,9 @@ constexpr double kUnavailableProbeInterval = 1.0;
 
 }  // namespace
 
-class RemoteSandboxBackend final : public SandboxBackend, public MountContractNegotiation {
+class RemoteSandboxBackend final : public SandboxBackend,
+                                   public MountContractNegotiation,
+                                   public RemoteSandboxEgress {
  public:
   explicit RemoteSandboxBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -70,6 +73,24 @@ class RemoteSandboxBackend final : public SandboxBackend, public MountContractNe
     for (const auto& key : options.unread_keys()) {
       logger_->warning("Unknown remote provisioner option " + key + " ignored");
     }
+  }
+
+  // ── egress decisions, at the provisioner that runs the sandbox's egress proxy ──
+  Answer egress_call(const std::string& sandbox_id, const std::string& action,
+                     const std::string& json_body) override {
+    static const std::set<std::string> kActions = {"", "events", "deny-pending", "decide"};
+    if (kActions.count(action) == 0) throw std::invalid_argument("no egress action " + action);
+    const std::string url =
+        sandbox_url_for(sandbox_id) + "/egress" + (action.empty() ? "" : "/" + action);
+    HttpResponse response;
+    try {
+      response = http_request(action.empty() ? "GET" : "POST", url, api_key_, kGetTimeout,
+                              action.empty() ? "" : (json_body.empty() ? "{}" : json_body));
+    } catch (const TransportError& error) {
+      throw std::runtime_error("Provisioner egress call failed for " + sandbox_id + ": " +
+                               error.what());
+    }
+    return {static_cast<int>(response.status), response.body};
   }
 
   // ── capability negotiation (§10.2) ──

@@ -414,56 +414,79 @@ def engine_containers_of(prefix: str) -> list:
     return engine_containers(prefix)
 
 
+class Provisioner:
+    """sandboxd-provisioner on the engine in network mode allowlist (prompt), on 127.0.0.1."""
+
+    KEY = "k" * 32
+
+    def __init__(self, tmp_path, prefix: str, upstream: Upstream) -> None:
+        import os
+        import subprocess
+        binary = os.environ.get("SANDBOXD_PROVISIONER", "")
+        if not binary:
+            pytest.skip("SANDBOXD_PROVISIONER (the sandboxd-provisioner binary) is not set")
+        self.relay_dir = tmp_path / "relay"
+        target = f"127.0.0.7:{upstream.port}"
+        config = tmp_path / "provisioner.json"
+        config.write_text(json.dumps({"provisioner": {
+            "listen": "127.0.0.1:0", "api_key": self.KEY,
+            "host_base_dir": str(tmp_path / "state"),
+            "relay_state_dir": str(self.relay_dir), "relay_listen": "127.0.0.1:0",
+            "backend": {"use": "local_docker:LocalContainerBackend",
+                        "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                        "container_prefix": prefix, "memory": "256m", "cpus": 1,
+                        "network": {"mode": "allowlist", "allow_domains": ["allowed.test"],
+                                    "approval": "prompt",
+                                    "test_only_upstreams": {"allowed.test": target,
+                                                            "later.test": target}}}}}))
+        self.process = subprocess.Popen([binary, "--config", str(config)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        line = self.process.stdout.readline()
+        if not line.startswith("listening on http://127.0.0.1:"):
+            self.stop()
+            raise AssertionError((line, self.process.stderr.read()))
+        self.base = line.split()[-1]
+
+    def call(self, method: str, path: str, body: dict | None = None,
+             api_key: str = KEY) -> tuple[int, dict]:
+        import urllib.error
+        import urllib.request
+        request = urllib.request.Request(
+            self.base + path, method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"X-API-Key": api_key, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            text = error.read()
+            try:
+                return error.code, json.loads(text)
+            except ValueError:  # the 401 is plain text
+                return error.code, {"text": text.decode(errors="replace")}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def wait_for_no_containers(prefix: str) -> None:
+    deadline = time.monotonic() + 15
+    while engine_containers(prefix) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_containers(prefix) == []
+
+
 def test_the_provisioner_runs_allowlist_sandboxes_and_takes_decisions(
         engine_required, tmp_path, prefix, upstream):
     """sandboxd-provisioner in network mode allowlist: its sandboxes' only way out is its egress
     proxy, refused names are pending requests decided through its /api/sandboxes/{id}/egress
     routes (behind its API key), and a removed sandbox's listener and grants go with it."""
-    import os
-    import subprocess
-    import urllib.error
-    import urllib.request
-
-    provisioner = os.environ.get("SANDBOXD_PROVISIONER", "")
-    if not provisioner:
-        pytest.skip("SANDBOXD_PROVISIONER (the sandboxd-provisioner binary) is not set")
-    key = "k" * 32
-    target = f"127.0.0.7:{upstream.port}"
-    config = tmp_path / "provisioner.json"
-    config.write_text(json.dumps({"provisioner": {
-        "listen": "127.0.0.1:0", "api_key": key, "host_base_dir": str(tmp_path / "state"),
-        "relay_state_dir": str(tmp_path / "relay"), "relay_listen": "127.0.0.1:0",
-        "backend": {"use": "local_docker:LocalContainerBackend",
-                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
-                    "container_prefix": prefix, "memory": "256m", "cpus": 1,
-                    "network": {"mode": "allowlist", "allow_domains": ["allowed.test"],
-                                "approval": "prompt",
-                                "test_only_upstreams": {"allowed.test": target,
-                                                        "later.test": target}}}}}))
-    process = subprocess.Popen([provisioner, "--config", str(config)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    provisioner = Provisioner(tmp_path, prefix, upstream)
+    call = provisioner.call
     try:
-        line = process.stdout.readline()
-        assert line.startswith("listening on http://127.0.0.1:"), (
-            line, process.stderr.read() if process.poll() is not None else "")
-        base = line.split()[-1]
-
-        def call(method: str, path: str, body: dict | None = None,
-                 api_key: str = key) -> tuple[int, dict]:
-            request = urllib.request.Request(
-                base + path, method=method,
-                data=None if body is None else json.dumps(body).encode(),
-                headers={"X-API-Key": api_key, "Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=60) as answer:
-                    return answer.status, json.loads(answer.read())
-            except urllib.error.HTTPError as error:
-                text = error.read()
-                try:
-                    return error.code, json.loads(text)
-                except ValueError:  # the 401 is plain text
-                    return error.code, {"text": text.decode(errors="replace")}
-
         sandbox_id = "0123456789abcdef"
         status, made = call("POST", "/api/sandboxes",
                             {"sandbox_id": sandbox_id, "thread_id": "t-1", "user_id": "alice"})
@@ -495,12 +518,58 @@ def test_the_provisioner_runs_allowlist_sandboxes_and_takes_decisions(
 
         assert call("DELETE", f"/api/sandboxes/{sandbox_id}")[0] == 200
         assert call("GET", f"/api/sandboxes/{sandbox_id}/egress")[0] == 404
-        grants = json.loads((tmp_path / "relay" / "egress-grants.json").read_text())
+        grants = json.loads((provisioner.relay_dir / "egress-grants.json").read_text())
         assert sandbox_id not in json.dumps(grants), grants
     finally:
-        process.terminate()
-        process.wait(timeout=30)
-    deadline = time.monotonic() + 15
-    while engine_containers(prefix) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_containers(prefix) == []
+        provisioner.stop()
+    wait_for_no_containers(prefix)
+
+
+def test_a_gateway_serve_over_the_provisioner_forwards_egress_decisions(
+        engine_required, make_serve, tmp_path, prefix, upstream):
+    """A gateway's serve whose sandboxes come from sandboxd-provisioner (remote_provisioner):
+    its own /v1/sandboxes/{id}/egress routes, and so the Python client, sandboxctl egress and
+    DeerFlow's provider calls, reach the provisioner's proxy; the provisioner's refusals come
+    back in serve's words."""
+    import subprocess
+    from conftest import SANDBOXCTL
+    provisioner = Provisioner(tmp_path, prefix, upstream)
+    try:
+        served = make_serve("gateway", "--on-exit", "destroy", section={
+            "backend": {"use": "remote_provisioner:RemoteSandboxBackend",
+                        "provisioner_url": provisioner.base,
+                        "provisioner_api_key": Provisioner.KEY},
+            "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                          "path": str(tmp_path / "gateway" / "leases.db")},
+            # DeerFlow's layout: the gateway and the provisioner share the state directory.
+            "base_dir": str(tmp_path / "state")})
+        client = served.client()
+        box = client.acquire("t-1", user_id="alice")
+        name = f"{prefix}-{box.sandbox_id}"
+        code, out = wget(name, "http://later.test/")
+        assert code != 0 and "403" in out, out
+
+        view = client.egress(box.sandbox_id)
+        assert view["allow_domains"] == ["allowed.test"], view
+        events = client.consume_network_policy_events(box.sandbox_id)
+        assert [(e["host"], e["port"]) for e in events] == [("later.test", 80)], events
+        assert client.consume_network_policy_events(box.sandbox_id) == [], "handed out twice"
+        assert client.decide_network_policy_request(box.sandbox_id, events[0]["request_id"],
+                                                    "allow_sandbox")
+        code, out = wget(name, "http://later.test/granted-through-the-gateway")
+        assert code == 0 and "later.test/granted-through-the-gateway" in out, out
+
+        # sandboxctl egress against the gateway serve: the grant is listed.
+        listed = subprocess.run([SANDBOXCTL, "egress", box.sandbox_id, "--json",
+                                 "--serve", served.listen], capture_output=True, text=True,
+                                timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert "later.test" in json.dumps(json.loads(listed.stdout)["grants"]), listed.stdout
+        # The provisioner's refusal of a bad decision, as serve's invalid_argument.
+        with pytest.raises(sandboxd.SandboxdError) as refused:
+            client.decide_network_domain(box.sandbox_id, "later.test", "maybe")
+        assert "decision" in str(refused.value), refused.value
+        client.destroy(box.sandbox_id)
+    finally:
+        provisioner.stop()
+    wait_for_no_containers(prefix)

@@ -143,6 +143,23 @@ class NamespacedSandboxes {
   virtual int open_socket(const SandboxInfo& info) = 0;
 };
 
+// Egress decisions (issue 34) for sandboxes whose egress proxy runs in another host: the remote
+// provisioner's sandboxes get theirs from sandboxd-provisioner, so a gateway's serve forwards
+// its /v1/sandboxes/ID/egress routes there. `action` is "" (the view, a GET), "events",
+// "deny-pending" or "decide" (POSTs; `json_body` is the route's body, docs/egress.md). Blocks
+// on the network; never called under the host's registry lock.
+class RemoteSandboxEgress {
+ public:
+  virtual ~RemoteSandboxEgress() = default;
+  struct Answer {
+    int status = 0;    // the remote host's HTTP status
+    std::string body;  // its JSON document
+  };
+  // Throws std::runtime_error when no answer came (unreachable, timed out).
+  virtual Answer egress_call(const std::string& sandbox_id, const std::string& action,
+                             const std::string& json_body) = 0;
+};
+
 // What a backend runs every sandbox with, as an operator's check shows it (`sandboxctl
 // check-config`): one line per setting that matters for isolation and limits, with where it
 // came from ("default", a key path, "environment variable …"). Never a secret.
