@@ -110,8 +110,6 @@ struct Provider::Impl {
   bool provider_uses_thread_data_mounts();
   bool sandbox_uses_thread_data_mounts(const std::string& sandbox_id) EXCLUDES(mutex_);
   void cleanup_idle_sandboxes(double idle_timeout) EXCLUDES(mutex_);
-  // Destroys every sandbox older than max_lifetime_seconds; part of the idle pass.
-  void reap_past_lifetime() EXCLUDES(mutex_);
   void reap_expired_warm(std::optional<double> timeout) EXCLUDES(mutex_);
   // Only `user`'s released sandboxes when set (max_per_user).
   std::optional<std::string> evict_oldest_warm(const std::optional<std::string>& user = {})

@@ -408,7 +408,55 @@ std::optional<std::string> Provider::Impl::evict_oldest_warm(
   return std::nullopt;
 }
 
-// ── idle reaper (SPEC §6.1) ──────────────────────────────────────────────────
+// ── max lifetime (issue 35 item 2), then the idle reaper (SPEC §6.1) ─────────
+
+namespace {
+
+// Destroys every sandbox older than max_lifetime_seconds; the end of the idle pass. A policy
+// of this file alone: it uses the provider's destroy path, its registry and its event log.
+void reap_past_lifetime(Provider::Impl& impl) EXCLUDES(impl.mutex_) {
+  const double limit = impl.options_.max_lifetime_seconds;
+  if (limit <= 0) return;
+  struct Old {
+    InfoPtr info;
+    double age = 0;
+    std::optional<ThreadKey> conversation;
+  };
+  std::vector<std::pair<std::string, Old>> old;  // led by the id, for sort_by_id
+  {
+    MutexLock lock(impl.mutex_);
+    const double wall = impl.clock_->wall_now();
+    impl.registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
+      // An unknown creation time (0) is not taken for 1970.
+      if (entry.info && entry.info->created_at > 0 && wall - entry.info->created_at >= limit) {
+        old.emplace_back(id, Old{entry.info, wall - entry.info->created_at, entry.identity});
+      }
+    });
+  }
+  sort_by_id(old);
+  for (const auto& [id, sandbox] : old) {
+    // A warning: an active one is taken from its conversation, whose next turn gets a new one.
+    impl.log(LogLevel::warning, "Sandbox " + id + " reached max_lifetime_seconds (" +
+                                    fixed(sandbox.age, 1) + "s since its creation, limit " +
+                                    fixed(limit, 1) + "s), destroying it");
+    // The very container seen above: not one re-created under the id since.
+    const Predicate same_container = [id = id,
+                                      info = sandbox.info](const SandboxRegistry& registry) {
+      const SandboxEntry* entry = registry.find(id);
+      return entry && entry->info == info;
+    };
+    try {
+      if (impl.destroy_tracked(id, same_container) == DestroyOutcome::destroyed) {
+        impl.note(LifecycleEventKind::expired, id, sandbox.conversation, "max_lifetime_seconds");
+      }
+    } catch (const std::exception& e) {
+      impl.log(LogLevel::error,
+               "Failed to destroy sandbox " + id + " past its lifetime: " + e.what());
+    }
+  }
+}
+
+}  // namespace
 
 void Provider::Impl::cleanup_idle_sandboxes(double idle_timeout) {
   std::vector<std::pair<std::string, double>> idle;  // id, idle for (s)
@@ -462,50 +510,7 @@ void Provider::Impl::cleanup_idle_sandboxes(double idle_timeout) {
     }
   }
   reap_expired_warm(idle_timeout);
-  reap_past_lifetime();
-}
-
-// ── max lifetime (issue 35 item 2) ───────────────────────────────────────────
-
-void Provider::Impl::reap_past_lifetime() {
-  const double limit = options_.max_lifetime_seconds;
-  if (limit <= 0) return;
-  struct Old {
-    InfoPtr info;
-    double age = 0;
-    std::optional<ThreadKey> conversation;
-  };
-  std::vector<std::pair<std::string, Old>> old;  // led by the id, for sort_by_id
-  {
-    MutexLock lock(mutex_);
-    const double wall = clock_->wall_now();
-    registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
-      // An unknown creation time (0) is not taken for 1970.
-      if (entry.info && entry.info->created_at > 0 && wall - entry.info->created_at >= limit) {
-        old.emplace_back(id, Old{entry.info, wall - entry.info->created_at, entry.identity});
-      }
-    });
-  }
-  sort_by_id(old);
-  for (const auto& [id, sandbox] : old) {
-    // A warning: an active one is taken from its conversation, whose next turn gets a new one.
-    log(LogLevel::warning, "Sandbox " + id + " reached max_lifetime_seconds (" +
-                               fixed(sandbox.age, 1) + "s since its creation, limit " +
-                               fixed(limit, 1) + "s), destroying it");
-    // The very container seen above: not one re-created under the id since.
-    const Predicate same_container = [id = id,
-                                      info = sandbox.info](const SandboxRegistry& registry) {
-      const SandboxEntry* entry = registry.find(id);
-      return entry && entry->info == info;
-    };
-    try {
-      if (destroy_tracked(id, same_container) == DestroyOutcome::destroyed) {
-        note(LifecycleEventKind::expired, id, sandbox.conversation, "max_lifetime_seconds");
-      }
-    } catch (const std::exception& e) {
-      log(LogLevel::error, "Failed to destroy sandbox " + id + " past its lifetime: " + e.what());
-    }
-  }
+  reap_past_lifetime(*this);
 }
 
 }  // namespace sandboxd::core
