@@ -13,11 +13,16 @@
 //     proxy's own CPU per GiB moved;
 //   - refusals at 1,000 per second (distinct names under approval `prompt`, so the pending list
 //     fills to its bound): the bench's resident memory after the first second and at the end;
-//   - the memory and descriptors each open tunnel costs, over --tunnels held at once.
+//   - the memory and descriptors each open tunnel costs, over --tunnels held at once;
+//   - an HTTPS request carrying an https secret (TLS interception, `inject_tls_ca`): CONNECT,
+//     the client's TLS with the proxy, the proxy's own TLS to the upstream, the request with the
+//     secret put in, the answer; beside the same request straight to the upstream over TLS (a
+//     new connection, so a full handshake, each time on both paths): p50/p99.
 // The upstreams run in a child process, so their threads and memory are not counted.
 // Not a test: speed goals never live in timed unit tests.
 //
 //   sandboxd_egress_bench [--requests N] [--mib M] [--refusals N] [--tunnels N] [--json]
+#include <httplib.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -41,6 +46,7 @@
 #include "quiet_logger.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_proxy.hpp"
+#include "sandboxd/core/egress_tls.hpp"
 
 namespace {
 
@@ -84,9 +90,10 @@ int loopback_listener(int& port) {
 }
 
 // The upstreams, in a child process forked before this one starts any thread (so their threads
-// and copies are not counted as the proxy's): an HTTP server (BenchSandbox) and an echo server
-// with a thread per client. Returns the child's pid; the ports are where they listen.
-pid_t fork_upstreams(int& http_port, int& echo_port) {
+// and copies are not counted as the proxy's): an HTTP server (BenchSandbox), an HTTPS server
+// with the certificate in `tls_files` ("{prefix}.pem", "{prefix}.key") and an echo server with
+// a thread per client. Returns the child's pid; the ports are where they listen.
+pid_t fork_upstreams(int& http_port, int& echo_port, int& tls_port, const std::string& tls_files) {
   const int echo_fd = loopback_listener(echo_port);
   int ports[2];
   if (::pipe(ports) != 0) throw std::runtime_error("pipe failed");
@@ -95,7 +102,8 @@ pid_t fork_upstreams(int& http_port, int& echo_port) {
   if (child > 0) {
     ::close(echo_fd);
     ::close(ports[1]);
-    if (::read(ports[0], &http_port, sizeof http_port) != sizeof http_port) {
+    if (::read(ports[0], &http_port, sizeof http_port) != sizeof http_port ||
+        ::read(ports[0], &tls_port, sizeof tls_port) != sizeof tls_port) {
       throw std::runtime_error("the upstreams did not start");
     }
     ::close(ports[0]);
@@ -103,7 +111,14 @@ pid_t fork_upstreams(int& http_port, int& echo_port) {
   }
   BenchSandbox upstream;
   const int port = upstream.port();
+  httplib::SSLServer tls((tls_files + ".pem").c_str(), (tls_files + ".key").c_str());
+  tls.Get("/small", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("small", "text/plain");
+  });
+  const int tls_bound = tls.bind_to_any_port("127.0.0.1");
+  std::thread([&tls] { tls.listen_after_bind(); }).detach();
   (void)!::write(ports[1], &port, sizeof port);
+  (void)!::write(ports[1], &tls_bound, sizeof tls_bound);
   while (true) {
     const int client = ::accept4(echo_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (client < 0) continue;
@@ -156,6 +171,32 @@ std::vector<double> plain_requests(int port, const std::string& request, int cou
     const int fd = connect_to(port);
     request_and_read_body(fd, request);
     ::close(fd);
+    samples.push_back(micros_since(start));
+  }
+  return samples;
+}
+
+// `count` HTTPS GETs, each on a new connection: through the proxy (CONNECT secure.test:443,
+// the interception CA trusted) when `proxy_port` > 0, else straight to the upstream.
+std::vector<double> https_requests(int proxy_port, int tls_port, const std::string& ca_file,
+                                   const std::string& placeholder, int count) {
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
+    const auto start = Clock::now();
+    // Straight: the upstream's certificate names secure.test, not 127.0.0.1, so this side
+    // skips the check (a few microseconds of a handshake's hundreds).
+    httplib::SSLClient client(proxy_port > 0 ? "secure.test" : "127.0.0.1",
+                              proxy_port > 0 ? 443 : tls_port);
+    if (proxy_port > 0) {
+      client.set_proxy("127.0.0.1", proxy_port);
+      client.set_ca_cert_path(ca_file.c_str());
+      client.enable_server_certificate_verification(true);
+    } else {
+      client.enable_server_certificate_verification(false);
+    }
+    const auto answer = client.Get("/small", {{"Authorization", "Bearer " + placeholder}});
+    if (!answer || answer->status != 200) throw std::runtime_error("an https request failed");
     samples.push_back(micros_since(start));
   }
   return samples;
@@ -249,8 +290,30 @@ int main(int argc, char** argv) {
   }
   refusal_count = std::max(1001, refusal_count);  // the first second's reading needs 1,000
 
-  int http_port = 0, echo_port = 0;
-  const pid_t upstreams = fork_upstreams(http_port, echo_port);
+  // TLS interception's certificates: the operator's CA, and the upstream's own.
+  const std::filesystem::path tls_dir = std::filesystem::temp_directory_path() /
+                                        ("sandboxd-egress-bench-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tls_dir);
+  const sandboxd::core::TlsKeyPair interception_ca =
+      sandboxd::core::make_certificate_authority("bench interception CA", 1);
+  const sandboxd::core::TlsKeyPair upstream_ca =
+      sandboxd::core::make_certificate_authority("bench upstream CA", 1);
+  const sandboxd::core::TlsKeyPair upstream_certificate =
+      sandboxd::core::issue_server_certificate(upstream_ca, "secure.test", 1);
+  std::ofstream(tls_dir / "upstream.pem") << upstream_certificate.certificate_pem;
+  std::ofstream(tls_dir / "upstream.key") << upstream_certificate.key_pem;
+  std::ofstream(tls_dir / "interception-ca.pem") << interception_ca.certificate_pem;
+  struct DirRemover {
+    std::filesystem::path path;
+    ~DirRemover() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remover{tls_dir};
+
+  int http_port = 0, echo_port = 0, tls_port = 0;
+  const pid_t upstreams =
+      fork_upstreams(http_port, echo_port, tls_port, (tls_dir / "upstream").string());
   struct ChildReaper {
     pid_t pid;
     ~ChildReaper() {
@@ -264,14 +327,27 @@ int main(int argc, char** argv) {
                                           static_cast<unsigned short>(port));
   };
   EgressPolicy policy;
-  policy.allow = sandboxd::core::egress::DomainAllowlist({"plain.test", "tunnel.test"});
+  policy.allow =
+      sandboxd::core::egress::DomainAllowlist({"plain.test", "tunnel.test", "secure.test"});
   policy.prompt = true;
+  const std::string placeholder = "sandboxd-placeholder-0123456789abcdef0123456789abcdef";
+  sandboxd::core::EgressSecret secret;
+  secret.name = "TOKEN";
+  secret.domain = "secure.test";
+  secret.header = "Authorization";
+  secret.placeholder = placeholder;
+  secret.value = "bench-secret";
+  secret.https = true;
+  policy.secrets = {secret};
+  policy.interception_authority = interception_ca;
+  policy.upstream_roots_pem = upstream_ca.certificate_pem;
   EgressOptions options;
   options.max_connections_per_sandbox = static_cast<std::size_t>(tunnels) + 16;
   options.max_connections = options.max_connections_per_sandbox + 16;
   EgressProxy proxy(policy,
                     sandboxd::core::test_upstream_network({{"plain.test", loopback(http_port)},
-                                                           {"tunnel.test", loopback(echo_port)}}),
+                                                           {"tunnel.test", loopback(echo_port)},
+                                                           {"secure.test", loopback(tls_port)}}),
                     options, std::make_shared<QuietLogger>(),
                     std::make_shared<sandboxd::SystemClock>());
   proxy.start();
@@ -293,6 +369,12 @@ int main(int argc, char** argv) {
   const auto proxy_plain = plain_requests(proxy_port, proxied_small, requests);
   const auto direct_tunnel = tunnel_first_bytes(echo_port, "tunnel.test", hello, requests, false);
   const auto proxy_tunnel = tunnel_first_bytes(proxy_port, "tunnel.test", hello, requests, true);
+  const std::string ca_file = (tls_dir / "interception-ca.pem").string();
+  const int https_count = std::max(10, requests / 4);
+  https_requests(0, tls_port, ca_file, placeholder, 20);  // warm both paths
+  https_requests(proxy_port, tls_port, ca_file, placeholder, 20);
+  const auto direct_https = https_requests(0, tls_port, ca_file, placeholder, https_count);
+  const auto proxy_https = https_requests(proxy_port, tls_port, ca_file, placeholder, https_count);
   // Three of each, alternating; the median by throughput.
   std::vector<Download> directs, proxied;
   for (int round = 0; round < 3; ++round) {
@@ -335,7 +417,8 @@ int main(int argc, char** argv) {
     const std::vector<double>& proxied;
   };
   const Row rows[] = {{"plain_request", direct_plain, proxy_plain},
-                      {"tunnel_first_byte", direct_tunnel, proxy_tunnel}};
+                      {"tunnel_first_byte", direct_tunnel, proxy_tunnel},
+                      {"https_secret_request", direct_https, proxy_https}};
   if (json) {
     std::printf("{\n");
     for (const Row& row : rows) {
