@@ -119,7 +119,8 @@ int cmd_egress(GlobalContext& context, const std::vector<std::string>& args) {
       "and drops the name's pending requests; `decide REQUEST_ID deny|allow_temporary|\n"
       "allow_sandbox` answers one pending request. A grant applies to new connections at once\n"
       "and outlives a serve restart. Talks to serve at --serve (default unix:{state dir}/\n"
-      "serve.sock; or http://HOST:PORT with the bearer token in $SANDBOXD_TOKEN or --token-env).\n"
+      "serve.sock; or http://HOST:PORT with the bearer token in $SANDBOXD_TOKEN or --token-env);\n"
+      "a serve over sandboxd-provisioner (remote_provisioner) forwards to the provisioner's proxy.\n"
       "Exit 5 when serve does not track the sandbox, 4 when serve cannot be reached.\n\n"
       "Examples:\n  sandboxctl egress 0123456789abcdef\n"
       "  sandboxctl egress 0123456789abcdef allow pypi.org --temporary\n"};
