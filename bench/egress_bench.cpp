@@ -42,6 +42,7 @@
 
 #include "bench_flags.hpp"
 #include "client_hellos.hpp"
+#include "loopback_listener.hpp"
 #include "loopback_servers.hpp"
 #include "quiet_logger.hpp"
 #include "sandboxd/clock.hpp"
@@ -72,29 +73,12 @@ std::size_t open_fds() {
   return count;
 }
 
-// A listening socket on 127.0.0.1 (a free port), as make_egress_listener makes one in a
-// sandbox's namespace.
-int loopback_listener(int& port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(fd, 1024) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    throw std::runtime_error("cannot listen on 127.0.0.1");
-  }
-  port = ntohs(address.sin_port);
-  return fd;
-}
-
 // The upstreams, in a child process forked before this one starts any thread (so their threads
 // and copies are not counted as the proxy's): an HTTP server (BenchSandbox), an HTTPS server
 // with the certificate in `tls_files` ("{prefix}.pem", "{prefix}.key") and an echo server with
 // a thread per client. Returns the child's pid; the ports are where they listen.
 pid_t fork_upstreams(int& http_port, int& echo_port, int& tls_port, const std::string& tls_files) {
-  const int echo_fd = loopback_listener(echo_port);
+  const int echo_fd = sandboxd::testing::listen_on_loopback(&echo_port, 1024);
   int ports[2];
   if (::pipe(ports) != 0) throw std::runtime_error("pipe failed");
   const pid_t child = ::fork();
@@ -352,7 +336,7 @@ int main(int argc, char** argv) {
                     std::make_shared<sandboxd::SystemClock>());
   proxy.start();
   int proxy_port = 0;
-  proxy.attach("bench", loopback_listener(proxy_port));
+  proxy.attach("bench", sandboxd::testing::listen_on_loopback(&proxy_port, 1024));
 
   const std::string hello = sandboxd::testing::openssl_client_hello("tunnel.test");
   const std::string direct_small = "GET /small HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";

@@ -3,10 +3,12 @@ token) over the real engine the test run provides (SANDBOXD_TEST_DOCKER_SOCKET).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -39,18 +41,22 @@ def engine_section(prefix: str, state: Path, ownership: dict | None = None, **se
     }
 
 
+class EngineConnection(http.client.HTTPConnection):
+    """HTTP to the test engine's API on its unix socket (ENGINE_SOCKET)."""
+
+    def __init__(self, timeout: float = 10) -> None:
+        super().__init__("engine", timeout=timeout)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(ENGINE_SOCKET)
+
+
 def engine_containers(name_part: str) -> list[dict]:
     """Containers (any state) whose name contains ``name_part``, straight from the engine."""
-    import http.client
-    import socket
-
-    class Conn(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(ENGINE_SOCKET)
-
     filters = urllib.parse.quote(json.dumps({"name": [name_part]}))
-    conn = Conn("engine", timeout=10)
+    conn = EngineConnection()
     conn.request("GET", f"/containers/json?all=true&filters={filters}")
     return json.loads(conn.getresponse().read())
 

@@ -9,16 +9,14 @@ the grants."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import ENGINE_SOCKET, IMAGE, engine_containers
+from conftest import ENGINE_SOCKET, IMAGE, EngineConnection, engine_containers
 
 import sandboxd
 from sandboxd import deerflow as sandboxd_deerflow
@@ -56,17 +54,12 @@ class Upstream:
 def engine_exec(container: str, command: list[str]) -> tuple[int, str]:
     """Runs `command` in the container (its environment, HTTP_PROXY included); exit code and
     output."""
-    class Conn(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(ENGINE_SOCKET)
-
-    conn = Conn("engine", timeout=60)
+    conn = EngineConnection(timeout=60)
     conn.request("POST", f"/containers/{container}/exec",
                  json.dumps({"Cmd": command, "AttachStdout": True, "AttachStderr": True}),
                  {"Content-Type": "application/json"})
     exec_id = json.loads(conn.getresponse().read())["Id"]
-    conn = Conn("engine", timeout=60)
+    conn = EngineConnection(timeout=60)
     conn.request("POST", f"/exec/{exec_id}/start", json.dumps({"Detach": False, "Tty": False}),
                  {"Content-Type": "application/json"})
     raw = conn.getresponse().read()
@@ -75,7 +68,7 @@ def engine_exec(container: str, command: list[str]) -> tuple[int, str]:
         size = int.from_bytes(raw[4:8], "big")
         output += raw[8:8 + size]
         raw = raw[8 + size:]
-    conn = Conn("engine", timeout=60)
+    conn = EngineConnection(timeout=60)
     conn.request("GET", f"/exec/{exec_id}/json")
     code = json.loads(conn.getresponse().read())["ExitCode"]
     return code, output.decode(errors="replace")
@@ -305,12 +298,7 @@ class TlsUpstream(Upstream):
 
 
 def container_pid(name: str) -> int:
-    class Conn(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(ENGINE_SOCKET)
-
-    conn = Conn("engine", timeout=60)
+    conn = EngineConnection(timeout=60)
     conn.request("GET", f"/containers/{name}/json")
     return json.loads(conn.getresponse().read())["State"]["Pid"]
 

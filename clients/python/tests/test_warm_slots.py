@@ -5,25 +5,18 @@ nothing (container or host mount) is left once the next serve has reconciled and
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import signal
-import socket
 import time
 import urllib.parse
 from pathlib import Path
 
-from conftest import ENGINE_SOCKET, engine_containers, engine_section
+from conftest import EngineConnection, engine_containers, engine_section
 
 
 def engine_get(path: str) -> int:
-    class Conn(http.client.HTTPConnection):
-        def connect(self) -> None:
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.connect(ENGINE_SOCKET)
-
-    conn = Conn("engine", timeout=10)
+    conn = EngineConnection()
     conn.request("GET", path)
     response = conn.getresponse()
     response.read()

@@ -460,23 +460,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     const auto domain = egress::normalize_domain(host);
     if (!domain) return refuse(400, "bad_request", "not a host name: " + host);
     domain_ = *domain;
-    if (!tunnel_) {
-      if (const auto [first, end] = message.equal_range(http::field::host);
-          first != end && std::next(first) != end) {
-        return refuse(400, "bad_request", "more than one Host header");
-      }
-      const auto named = message.find(http::field::host);
-      std::string named_host = named == message.end() ? "" : std::string(named->value());
-      if (const std::size_t colon = named_host.rfind(':');
-          colon != std::string::npos && named_host.find(']') == std::string::npos) {
-        named_host = named_host.substr(0, colon);
-      }
-      const auto host_header = egress::normalize_domain(named_host);
-      if (!host_header || *host_header != domain_) {
-        return refuse(403, "host_mismatch",
-                      "Host header does not name " + domain_ + ": " + named_host);
-      }
-    }
+    if (!tunnel_ && !host_header_names_domain(message)) return;
     if (!impl_->allowed(sandbox_id_, domain_, port,
                         tunnel_ ? "CONNECT" : std::string(message.method_string()))) {
       return refuse(403, "domain_not_allowed", "domain not allowed: " + domain_);
@@ -498,6 +482,28 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
       return;
     }
     resolve();
+  }
+
+  // Whether the request's one Host header (a port allowed) names domain_; refused when not:
+  // a plain request's, and one read inside an intercepted tunnel, must name the host dialled.
+  bool host_header_names_domain(const http::request<http::string_body>& message) {
+    if (const auto [first, end] = message.equal_range(http::field::host);
+        first != end && std::next(first) != end) {
+      refuse(400, "bad_request", "more than one Host header");
+      return false;
+    }
+    const auto named = message.find(http::field::host);
+    std::string named_host = named == message.end() ? "" : std::string(named->value());
+    if (const std::size_t colon = named_host.rfind(':');
+        colon != std::string::npos && named_host.find(']') == std::string::npos) {
+      named_host = named_host.substr(0, colon);
+    }
+    const auto host_header = egress::normalize_domain(named_host);
+    if (!host_header || *host_header != domain_) {
+      refuse(403, "host_mismatch", "Host header does not name " + domain_ + ": " + named_host);
+      return false;
+    }
+    return true;
   }
 
   static int parse_port(const std::string& text) {
@@ -633,21 +639,7 @@ class EgressSession : public std::enable_shared_from_this<EgressSession> {
     if (message.method() == http::verb::connect || path_.empty() || path_.front() != '/') {
       return refuse(400, "bad_request", "expected a request in origin form (GET /path)");
     }
-    const auto [first, end] = message.equal_range(http::field::host);
-    if (first == end || std::next(first) != end) {
-      return refuse(400, "bad_request", "expected one Host header");
-    }
-    std::string named_host(first->value());
-    if (const std::size_t colon = named_host.rfind(':');
-        colon != std::string::npos && named_host.find(']') == std::string::npos) {
-      named_host = named_host.substr(0, colon);
-    }
-    const auto host_header = egress::normalize_domain(named_host);
-    if (!host_header || *host_header != domain_) {
-      return refuse(403, "host_mismatch",
-                    "Host header does not name " + domain_ + ": " + named_host);
-    }
-    dial();
+    if (host_header_names_domain(message)) dial();
   }
 
   void verify_upstream() {

@@ -40,13 +40,18 @@ Key read_key(const std::string& pem) {
   return Key(PEM_read_bio_PrivateKey(in.get(), nullptr, nullptr, nullptr));
 }
 
+// What a memory BIO holds.
+std::string contents(BIO* memory) {
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(memory, &data);
+  return std::string(data, static_cast<std::size_t>(size));
+}
+
 std::string certificate_pem(X509* certificate) {
   Bio out(BIO_new(BIO_s_mem()));
   if (!out || PEM_write_bio_X509(out.get(), certificate) != 1)
     openssl_failed("write a certificate");
-  char* data = nullptr;
-  const long size = BIO_get_mem_data(out.get(), &data);
-  return std::string(data, static_cast<std::size_t>(size));
+  return contents(out.get());
 }
 
 std::string key_pem(EVP_PKEY* key) {
@@ -55,9 +60,7 @@ std::string key_pem(EVP_PKEY* key) {
       PEM_write_bio_PrivateKey(out.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
     openssl_failed("write a key");
   }
-  char* data = nullptr;
-  const long size = BIO_get_mem_data(out.get(), &data);
-  return std::string(data, static_cast<std::size_t>(size));
+  return contents(out.get());
 }
 
 void add_extension(X509* certificate, X509* issuer, int nid, const std::string& value) {
@@ -171,9 +174,7 @@ std::string certificate_subject(const std::string& certificate_pem) {
                                  XN_FLAG_ONELINE & ~ASN1_STRFLGS_ESC_MSB) < 0) {
     return "(unprintable subject)";
   }
-  char* data = nullptr;
-  const long size = BIO_get_mem_data(out.get(), &data);
-  return std::string(data, static_cast<std::size_t>(size));
+  return contents(out.get());
 }
 
 }  // namespace sandboxd::core
