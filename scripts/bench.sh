@@ -30,6 +30,10 @@
 #      directly (in process, 127.0.0.1): a plain request's p50/p99, a tunnel's time to first
 #      byte, a 64 MiB download's throughput and the proxy's CPU per GiB, memory while refusing
 #      1,000 requests a second, memory and descriptors per held tunnel (500; 100 with --quick).
+#   8. (issue 36) bench/ui_streams.py: serve's CPU at 100 lifecycle events a second with no
+#      operator page open and with 50 open (each page's files fetched, its event stream read),
+#      acquire latency in both, and every stream checked to have received every event (20 s
+#      windows; 5 s with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
 #   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
@@ -115,6 +119,11 @@ python3 bench/relay_scale.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl
   --plugin-dir "$build_dir/plugins" --sandboxes "$relay_sandboxes"
 echo "== the egress proxy beside the same upstreams reached directly (in process, 127.0.0.1)"
 "$build_dir/bench/sandboxd_egress_bench" --requests "$relay_requests" --tunnels "$relay_sandboxes"
+ui_seconds=20
+if ((${#quick[@]})); then ui_seconds=5; fi
+echo "== the operator page: 50 open event streams at 100 lifecycle events/s (loopback_backend)"
+python3 bench/ui_streams.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
+  --plugin-dir "$build_dir/plugins" --streams 50 --events-per-second 100 --seconds "$ui_seconds"
 
 if [ -n "$engine" ]; then
   started=0

@@ -37,6 +37,9 @@ packages=(
   # The Kubernetes stand-in (tests/support/kube_standin.py) and the real clients that check it:
   # openssl makes its TLS certificate, python3-kubernetes is the official Python client.
   openssl python3-kubernetes
+  # The operator page is tested in a real browser (clients/python/tests/test_operator_page.py),
+  # with a font for its screenshot (a recommendation apt skips here).
+  chromium fonts-liberation
 )
 # Debian's kubectl (kubernetes-client) is the other client. Where another package already owns
 # /usr/bin/kubectl (Google Cloud's CLI does), the two cannot be installed together; Debian's

@@ -143,8 +143,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Clock::time_point stop_started{};
   Clock::time_point last_accept_warning{};
 
+  std::size_t streams = 0;  // event streams being sent (I/O thread only)
+
   std::atomic<bool> stop_requested{false};
   std::atomic<std::size_t> open_connections{0}, evicted{0}, refused_busy{0}, timed_out{0};
+  std::atomic<std::size_t> open_streams{0}, dropped_streams{0};
 
   void accept();
   void on_accept(const boost::system::error_code& ec, Generic::socket socket);
@@ -166,7 +169,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 // for an earlier phase a no-op.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  enum class Phase { head, body, handling, writing, idle, lingering, closed };
+  enum class Phase { head, body, handling, writing, idle, lingering, streaming, closed };
 
   Connection(std::shared_ptr<Server::Impl> impl, Generic::socket socket, std::uint64_t id,
              bool over_tcp)
@@ -201,6 +204,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close() {
     if (phase_ == Phase::closed) return;
     phase_ = Phase::closed;
+    if (stream_) {
+      stream_.reset();
+      --impl_->streams;
+      --impl_->open_streams;
+    }
     disarm();
     boost::system::error_code ignored;
     socket_.shutdown(Generic::socket::shutdown_both, ignored);
@@ -234,6 +242,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       return;
     }
     ++impl_->timed_out;
+    if (phase_ == Phase::streaming) ++impl_->dropped_streams;  // it did not take what was sent
     if (impl_->options.logger && impl_->options.logger->enabled(LogLevel::debug)) {
       impl_->log(LogLevel::debug,
                  "closed a connection from " + peer_ + " at its " + phase_name() + " deadline");
@@ -251,6 +260,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
         return "write";
       case Phase::idle:
         return "keep-alive";
+      case Phase::streaming:
+        return "event stream write";
       default:
         return "other";
     }
@@ -473,11 +484,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
       boost::system::error_code ignored;
       socket_.cancel(ignored);
     }
+    if (answer.stream && answer.status == 200) {
+      start_stream(std::move(answer));
+      return;
+    }
     set_phase(Phase::writing);
     const bool keep = keep_alive_ && !close_after && !impl_->stopping;
     response_.emplace(static_cast<http::status>(answer.status), version_ ? version_ : 11);
-    response_->set(http::field::content_type, answer.content_type);
-    for (const auto& [name, value] : answer.headers) response_->set(name, value);
+    if (!answer.content_type.empty()) {  // a 204 has no body to type
+      response_->set(http::field::content_type, answer.content_type);
+    }
+    for (const auto& [name, value] : answer.headers) response_->insert(name, value);
     response_->keep_alive(keep);
     response_->body() = std::move(answer.body);
     response_->prepare_payload();
@@ -516,6 +533,106 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       close();
     }
+  }
+
+  // An event stream (EventStream): the head, then whatever the stream has, one chunk at a time.
+  void start_stream(Response answer) {
+    const std::size_t limit = impl_->options.limits.max_streams;
+    if (impl_->streams >= limit) {
+      ++impl_->refused_busy;
+      write(impl_->error(
+                503, "busy",
+                "all " + std::to_string(limit) + " event streams are open; try again shortly"),
+            /*close_after=*/true);
+      return;
+    }
+    ++impl_->streams;
+    ++impl_->open_streams;
+    stream_ = std::move(answer.stream);
+    route_ = answer.route.empty() ? loggable_path(head_.target) : std::move(answer.route);
+    std::string head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n";
+    for (const auto& [name, value] : answer.headers) head += name + ": " + value + "\r\n";
+    head += "\r\n";
+    set_phase(Phase::streaming);
+    const double seconds = std::chrono::duration<double>(Clock::now() - started_).count();
+    impl_->log(LogLevel::info, head_.method + " " + route_ + " 200 (event stream)");
+    if (impl_->options.on_answered) {
+      try {
+        impl_->options.on_answered(Answered{head_, 200, route_, seconds});
+      } catch (...) {
+      }
+    }
+    watch_stream_reader();
+    send_chunk(std::move(head));
+  }
+
+  void send_chunk(std::string chunk) {
+    chunk_ = std::move(chunk);
+    arm(impl_->options.limits.write_timeout);  // not taken by then: dropped (on_deadline)
+    asio::async_write(
+        socket_, asio::buffer(chunk_),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+          if (self->phase_ != Phase::streaming) return;
+          if (ec) {
+            self->close();
+            return;
+          }
+          self->chunk_.clear();
+          self->last_chunk_ = Clock::now();
+          self->pump_stream();
+        });
+  }
+
+  // The next chunk, a heartbeat when the stream has been quiet, or a wait of `stream_poll`.
+  void pump_stream() {
+    if (phase_ != Phase::streaming) return;
+    if (impl_->stopping) {
+      close();
+      return;
+    }
+    std::string chunk;
+    try {
+      chunk = stream_->next();
+    } catch (const std::exception& e) {
+      impl_->log(LogLevel::error, "event stream " + route_ + " failed: " + e.what());
+      close();
+      return;
+    }
+    const auto& limits = impl_->options.limits;
+    if (chunk.empty() && Clock::now() - last_chunk_ >= limits.stream_heartbeat) {
+      chunk = ": heartbeat\n\n";
+    }
+    if (!chunk.empty()) {
+      send_chunk(std::move(chunk));
+      return;
+    }
+    ++generation_;
+    timer_.expires_after(limits.stream_poll);
+    timer_.async_wait(
+        [self = shared_from_this(), generation = generation_](const boost::system::error_code& ec) {
+          if (ec || generation != self->generation_) return;
+          self->pump_stream();
+        });
+  }
+
+  // A stream's client has nothing to say: end of stream, an error or any byte ends it.
+  void watch_stream_reader() {
+    socket_.async_wait(Generic::socket::wait_read, [self = shared_from_this()](
+                                                       const boost::system::error_code& ec) {
+      if (self->phase_ != Phase::streaming) return;
+      if (ec) {
+        self->close();
+        return;
+      }
+      char byte = 0;
+      const ssize_t n = ::recv(self->socket_.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        self->watch_stream_reader();
+        return;
+      }
+      self->close();
+    });
   }
 
   // Answers before the request was read whole (a refusal, 413): the client may still be
@@ -570,6 +687,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string route_;
   std::array<char, 16 * 1024> sink_{};
   std::size_t drained_ = 0;
+  std::shared_ptr<EventStream> stream_;  // while streaming
+  std::string chunk_;                    // the one chunk of it being sent
+  Clock::time_point last_chunk_{};
 };
 
 void Server::Impl::forget(std::uint64_t id) {
@@ -773,8 +893,9 @@ void Server::stop() {
 }
 
 Server::Stats Server::stats() const {
-  return {impl_->open_connections.load(), impl_->evicted.load(), impl_->refused_busy.load(),
-          impl_->timed_out.load()};
+  return {impl_->open_connections.load(), impl_->evicted.load(),
+          impl_->refused_busy.load(),     impl_->timed_out.load(),
+          impl_->open_streams.load(),     impl_->dropped_streams.load()};
 }
 
 }  // namespace sandboxd::door

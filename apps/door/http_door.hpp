@@ -24,7 +24,10 @@
 //  - exhaust threads or memory: a handler that cannot get a worker (pool full, no thread to be
 //    had) or memory is answered 503, and the server keeps serving;
 //  - leave a handler waiting for nobody: while it runs the I/O thread watches the connection,
-//    and a hang-up cancels the request's `hung_up`.
+//    and a hang-up cancels the request's `hung_up`;
+//  - hold an event stream's memory or more than its share: streams are bounded in number
+//    (`max_streams`, then 503), each has at most one chunk in flight, and one not taken within
+//    `write_timeout` drops the subscriber (EventStream).
 // stop() (from any thread, a signal watcher's) stops accepting, closes connections that have
 // no request in flight, lets requests in flight finish within `shutdown_grace`, then closes
 // whatever is left, stuck readers and writers included; run() then returns.
@@ -73,13 +76,40 @@ struct Request {
   std::shared_ptr<sandboxd::core::Cancellation> hung_up;
 };
 
+// An answer that stays open and sends Server-Sent Events (text/event-stream) for as long as the
+// client takes them (issue 36: the operator page's live tail). The server asks it for more on
+// the I/O thread: once at the start, after each chunk is taken, and every `stream_poll` while
+// it had nothing. A subscriber has at most one chunk pending: one that does not take it within
+// `write_timeout` is dropped, never buffered for; with nothing to send, a comment line goes out
+// every `stream_heartbeat` so a vanished client is noticed.
+class EventStream {
+ public:
+  virtual ~EventStream() = default;
+  // The next bytes in text/event-stream form, "" when nothing is ready now. Must not block
+  // (the I/O thread calls it) and should bound what it returns: it is sent whole.
+  virtual std::string next() = 0;
+};
+
 struct Response {
-  int status = 200;
-  std::string content_type = "application/json";
+  Response(int status_code = 200, std::string type = "application/json", std::string text = {},
+           std::vector<std::pair<std::string, std::string>> extra_headers = {},
+           std::string route_label = {})
+      : status(status_code),
+        content_type(std::move(type)),
+        body(std::move(text)),
+        headers(std::move(extra_headers)),
+        route(std::move(route_label)) {}
+
+  int status;
+  std::string content_type;
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;  // extra ones (Retry-After…)
   // How the access log names the route ("/v1/sandboxes/{id}"); "" logs the path.
   std::string route;
+  // When set (status 200): the head goes out with `headers` and no length, then the stream's
+  // events until the client leaves, the stream's deadline passes, or the server stops; `body`
+  // is not sent. At `max_streams` open ones the answer is 503 instead.
+  std::shared_ptr<EventStream> stream;
 };
 
 // What `admit` decided on a request's head.
@@ -113,6 +143,9 @@ struct Limits {
   std::size_t worker_threads = 64;                  // handlers running at once
   std::size_t queued_requests = 1024;               // admitted requests waiting for a worker
   std::chrono::milliseconds shutdown_grace{10'000};
+  std::size_t max_streams = 64;                // event streams open at once
+  std::chrono::milliseconds stream_poll{250};  // how often an idle stream asks for more
+  std::chrono::milliseconds stream_heartbeat{15'000};
 };
 
 // What the access log and metrics see of one answered request.
@@ -173,9 +206,11 @@ class Server {
 
   struct Stats {
     std::size_t open_connections = 0;
-    std::size_t evicted = 0;       // connections closed to make room for a new one
-    std::size_t refused_busy = 0;  // 503: no slot, no worker
-    std::size_t timed_out = 0;     // connections closed at a deadline
+    std::size_t evicted = 0;          // connections closed to make room for a new one
+    std::size_t refused_busy = 0;     // 503: no slot, no worker
+    std::size_t timed_out = 0;        // connections closed at a deadline
+    std::size_t open_streams = 0;     // event streams being sent
+    std::size_t dropped_streams = 0;  // subscribers closed for not taking what was sent
   };
   Stats stats() const;
 

@@ -2,14 +2,38 @@
 
 #include <tuple>
 
+#include "lifecycle_stream.hpp"
 #include "provisioner_metrics.hpp"
 #include "refusal_log.hpp"
+#include "sandboxd/core/service_errors.hpp"
+#include "ui_page.hpp"
 
 namespace sandboxd::provisioner {
 namespace {
 
 door::Response answer(const Reply& reply) {
   return {reply.status, reply.content_type, reply.body, reply.headers, ""};
+}
+
+// The operator page's data routes, which a browser reaches with the page's cookie.
+bool is_ui_data(const std::string& path) {
+  return path.rfind("/ui/api/", 0) == 0 || path == "/ui/events";
+}
+
+// The key a request presents: X-API-Key (DeerFlow's clients); below /ui also a bearer token
+// (the page's log-in sends one), and on the page's data routes the page's cookie.
+std::string presented_key(const door::RequestHead& head) {
+  if (const std::string& key = head.header("x-api-key"); !key.empty()) return key;
+  if (!door::is_ui_path(head.path)) return "";
+  const std::string& authorization = head.header("authorization");
+  if (authorization.rfind("Bearer ", 0) == 0) return authorization.substr(7);
+  if (is_ui_data(head.path)) return door::ui_cookie_credential(head).value_or("");
+  return "";
+}
+
+// A bad query of the page's routes is 400 in DeerFlow's error shape.
+door::Response usage_error(const std::exception& error) {
+  return answer(detail(400, error.what()));
 }
 
 }  // namespace
@@ -53,6 +77,49 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
              [&service](const Request&, const RouteParams& params) {
                return answer(service.instance(params["id"]));
              });
+  // Issue 36: the operator page (apps/door/ui_page.hpp): its files open, its data behind the
+  // API key, presented as the page's cookie.
+  for (const char* asset : {"/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"}) {
+    routes.add(
+        "GET", asset,
+        [](const Request& request, const RouteParams&) {
+          return door::ui_asset_response(request.head.path).value();
+        },
+        door::RouteTable::Access::open);
+  }
+  routes.add("POST", "/ui/login", [](const Request& request, const RouteParams&) {
+    return door::ui_login_response(presented_key(request.head));  // admitted: the key
+  });
+  routes.add(
+      "POST", "/ui/logout",
+      [](const Request&, const RouteParams&) { return door::ui_logout_response(); },
+      door::RouteTable::Access::open);
+  routes.add("GET", "/ui/api/health", [&service](const Request&, const RouteParams&) {
+    return answer(service.ui_health());
+  });
+  routes.add("GET", "/ui/api/sandboxes", [&service](const Request&, const RouteParams&) {
+    return answer(service.ui_sandboxes());
+  });
+  routes.add("GET", "/ui/api/events", [&service](const Request& request, const RouteParams&) {
+    try {
+      return door::Response(
+          200, "application/json",
+          door::lifecycle_events_json(request.head, service.events().get()) + "\n");
+    } catch (const core::ServiceError& error) {
+      return usage_error(error);
+    }
+  });
+  routes.add("GET", "/ui/events", [&service](const Request& request, const RouteParams&) {
+    try {
+      door::Response response(200, "text/event-stream");
+      response.stream = std::make_shared<door::LifecycleEventStream>(
+          service.events(), door::stream_start(request.head));
+      door::add_ui_headers(response);
+      return response;
+    } catch (const core::ServiceError& error) {
+      return usage_error(error);
+    }
+  });
   // Issue 34: an allowlist sandbox's way out (apps/door/egress_routes.hpp).
   using Call = ProvisionerService::EgressCall;
   for (const auto& [method, pattern, call] :
@@ -90,12 +157,12 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
   metrics_->set_known_routes(routes_->patterns());
   options_.admit = [&service, refusals = refusals_,
                     routes = routes_](const door::RequestHead& head) {
-    // Open: the open routes, and, as FastAPI's provisioner, any path outside /api/ and
-    // /metrics (a 404 that reads no body).
-    if (routes->is_open(head) || (head.path.rfind("/api/", 0) != 0 && head.path != "/metrics")) {
-      return door::Admission::public_route();
-    }
-    if (service.authorized(head.header("x-api-key"))) return door::Admission::credentialed();
+    // Open: the open routes, and, as FastAPI's provisioner, any path outside /api/, /metrics
+    // and the page's log-in and data (a 404 that reads no body).
+    const bool guarded = head.path.rfind("/api/", 0) == 0 || head.path == "/metrics" ||
+                         head.path == "/ui/login" || is_ui_data(head.path);
+    if (routes->is_open(head) || !guarded) return door::Admission::public_route();
+    if (service.authorized(presented_key(head))) return door::Admission::credentialed();
     refusals->record(head.method, door::loggable_path(head.target));
     return door::Admission::refused(
         door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)});

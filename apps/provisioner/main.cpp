@@ -79,6 +79,9 @@ constexpr const char* kDetails =
     "the headers are in. Connections cost no thread; when no worker or thread is to be had the\n"
     "answer is 503 and the service keeps going.\n"
     "\n"
+    "The operator's live view is at /ui: a browser logs in with the API key, kept in an\n"
+    "HttpOnly cookie for /ui, and watches sandboxes come and go (docs/ui.md).\n"
+    "\n"
     "Once listening it prints one line on stdout: \"listening on http://HOST:PORT\".\n"
     "SIGINT or SIGTERM stops it: it stops accepting, lets requests in flight finish within\n"
     "shutdown_grace_seconds, then closes what is left and exits.\n"
@@ -367,6 +370,8 @@ int main(int argc, char** argv) {
                                      ? "[" + config.listen_host + "]"
                                      : config.listen_host;
   std::cout << "listening on http://" << shown_host << ":" << port << std::endl;
+  logger->info("operator page at http://" + shown_host + ":" + std::to_string(port) +
+               "/ui (log in with the API key; docs/ui.md)");
   const std::size_t handlers_left = server.run();
   stopped.store(true);
   if (egress) egress->stop();  // no new tunnel; the sandboxes keep running

@@ -12,6 +12,7 @@
 #include "egress_routes.hpp"
 #include "error_status.hpp"
 #include "sandboxd/capabilities.hpp"
+#include "sandboxd/clock.hpp"
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
@@ -74,7 +75,10 @@ Reply failure(const std::string& prefix, const std::exception& error) {
 ProvisionerService::ProvisionerService(ServiceSettings settings,
                                        std::shared_ptr<SandboxBackend> backend,
                                        std::shared_ptr<Logger> logger)
-    : settings_(std::move(settings)), backend_(std::move(backend)), logger_(std::move(logger)) {}
+    : settings_(std::move(settings)),
+      backend_(std::move(backend)),
+      logger_(std::move(logger)),
+      events_(std::make_shared<core::LifecycleEventLog>(std::make_shared<SystemClock>())) {}
 
 ProvisionerService::~ProvisionerService() {
   calls_.drain();
@@ -261,6 +265,7 @@ Reply ProvisionerService::create(std::string_view body) {
                 })};
       }
     }
+    events_->record(core::LifecycleEventKind::reused, id, request.user_id, request.thread_id);
     return {200, sandbox_json(*existing)};
   }
 
@@ -296,6 +301,8 @@ Reply ProvisionerService::create(std::string_view body) {
     if (!info.user_id) info.user_id = request.user_id;
     if (!info.thread_id) info.thread_id = request.thread_id;
     if (egress_ != nullptr) egress_->attach_if_needed(info);  // its way out, before it is used
+    events_->record(claimed ? core::LifecycleEventKind::claimed : core::LifecycleEventKind::created,
+                    id, request.user_id, request.thread_id);
     logger_->info(
         std::string(claimed ? "Claimed a pre-started slot as sandbox " : "Created sandbox ") + id +
         " for user " + request.user_id + ", thread " + request.thread_id + ": " + info.sandbox_url);
@@ -380,12 +387,13 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
                  })};
   };
   if (!is_valid_sandbox_id(sandbox_id)) return ok();  // nothing of that name can exist
+  std::optional<SandboxInfo> removed;
   try {
-    calls_.run(
-        [backend = backend_, sandbox_id] {
+    removed = calls_.run(
+        [backend = backend_, sandbox_id]() -> std::optional<SandboxInfo> {
           // The exact-instance lookup also finds one that runs but is not ready (no URL).
           SandboxDiscoveryResult found = backend->discover_for_reconciliation(sandbox_id);
-          if (found.status == SandboxDiscoveryResult::Status::absent) return;
+          if (found.status == SandboxDiscoveryResult::Status::absent) return std::nullopt;
           SandboxInfo info;
           info.sandbox_id = sandbox_id;
           if (found.status == SandboxDiscoveryResult::Status::found) {
@@ -408,6 +416,7 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
             }
           }
           backend->destroy(info);
+          return info;
         },
         settings_.backend_timeout_seconds, "Deleting sandbox '" + sandbox_id + "'");
   } catch (const NoCallSlot& busy) {
@@ -421,11 +430,14 @@ Reply ProvisionerService::remove(const std::string& sandbox_id) {
   if (relay_targets_ != nullptr) relay_targets_->forget(sandbox_id);
   if (egress_ != nullptr) egress_->forget(sandbox_id);  // its listener and grants go with it
   logger_->info("Deleted sandbox " + sandbox_id);
+  if (removed) {
+    events_->record(core::LifecycleEventKind::destroyed, sandbox_id, removed->user_id,
+                    removed->thread_id);
+  }
   return ok();
 }
 
-Reply ProvisionerService::list() {
-  std::vector<SandboxInfo> running;
+std::optional<Reply> ProvisionerService::list_running(std::vector<SandboxInfo>& running) {
   try {
     running = calls_.run([backend = backend_] { return backend->list_running(); },
                          settings_.backend_timeout_seconds, "Listing sandboxes");
@@ -436,6 +448,47 @@ Reply ProvisionerService::list() {
   } catch (const std::exception& error) {
     return failure("Failed to list sandboxes: ", error);
   }
+  return std::nullopt;
+}
+
+Reply ProvisionerService::ui_sandboxes() {
+  std::vector<SandboxInfo> running;
+  if (std::optional<Reply> failed = list_running(running)) return *failed;
+  return {200, json_object([&](Writer& w) {
+            w.Key("sandboxes");
+            w.StartArray();
+            for (const SandboxInfo& info : running) {
+              if (info.sandbox_id.empty()) continue;
+              w.StartObject();
+              put(w, "sandbox_id", info.sandbox_id);
+              put(w, "state", std::string("running"));
+              put(w, "user_id", info.user_id);
+              put(w, "thread_id", info.thread_id);
+              w.Key("since");
+              if (info.created_at > 0) {
+                w.Double(info.created_at);
+              } else {
+                w.Null();
+              }
+              w.EndObject();
+            }
+            w.EndArray();
+          })};
+}
+
+Reply ProvisionerService::ui_health() {
+  std::vector<SandboxInfo> running;
+  if (std::optional<Reply> failed = list_running(running)) return *failed;
+  return {200, json_object([&](Writer& w) {
+            put(w, "status", std::string("ok"));
+            w.Key("running");
+            w.Uint64(running.size());
+          })};
+}
+
+Reply ProvisionerService::list() {
+  std::vector<SandboxInfo> running;
+  if (std::optional<Reply> failed = list_running(running)) return *failed;
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
   w.StartObject();

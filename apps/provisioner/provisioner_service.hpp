@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "sandboxd/backend.hpp"
 #include "sandboxd/core/backend_relay_targets.hpp"
 #include "sandboxd/core/egress_host.hpp"
+#include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
 #include "sandboxd/logger.hpp"
 
@@ -63,6 +65,15 @@ class ProvisionerService {
   Reply remove(const std::string& sandbox_id);    // DELETE /api/sandboxes/{id}
   Reply list();                                   // GET /api/sandboxes
 
+  // Issue 36: the operator page (apps/door/ui_page.hpp). Its table, in serve's shape:
+  // {sandboxes: [{sandbox_id, state: "running", user_id, thread_id, since}]}, `since` the
+  // creation time (null when the backend does not know it); its counts, {status, running}.
+  Reply ui_sandboxes();
+  Reply ui_health();
+  // What happened here: creates (created, claimed from a slot, reused when it existed) and
+  // deletes (destroyed); thread-safe, in memory, the last 1,000.
+  const std::shared_ptr<core::LifecycleEventLog>& events() const { return events_; }
+
   // Issue 33: sandboxes the backend makes namespaced (network mode isolated) are answered with
   // `relay`'s URL and `request_headers`, and `targets` forgets a removed one. Set before
   // serving; both outlive the service's requests.
@@ -92,6 +103,9 @@ class ProvisionerService {
 
  private:
   std::string sandbox_json(const SandboxInfo& info) const;
+  // The backend's running sandboxes into `running`; the answer to give instead when listing
+  // failed (busy 503, timed out 504, the backend's failure).
+  std::optional<Reply> list_running(std::vector<SandboxInfo>& running);
   std::vector<Mount> composed_mounts(const std::string& user_id, const std::string& thread_id,
                                      const std::vector<Mount>& extra) const;
 
@@ -100,8 +114,9 @@ class ProvisionerService {
   const std::shared_ptr<Logger> logger_;
   const core::SandboxAddressing* relay_ = nullptr;  // set once before serving
   core::BackendRelayTargets* relay_targets_ = nullptr;
-  core::SandboxEgress* egress_ = nullptr;    // set once before serving
-  core::EgressHost* egress_host_ = nullptr;  // the same host, for its routes
+  core::SandboxEgress* egress_ = nullptr;                  // set once before serving
+  core::EgressHost* egress_host_ = nullptr;                // the same host, for its routes
+  const std::shared_ptr<core::LifecycleEventLog> events_;  // its own lock
   BoundedCalls calls_;  // last: drained (in the destructor) before anything above goes
 };
 

@@ -1,8 +1,13 @@
 #include "metrics.hpp"
 
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
 #include <cstdio>
 #include <span>
 #include <sstream>
+
+#include "sandboxd/json.hpp"
 
 namespace sandboxctl {
 
@@ -264,6 +269,91 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
            "Allowlist sandboxes the egress proxy listens for.", egress->attached_sandboxes);
   }
   return out.str();
+}
+
+std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider) const {
+  const auto events = provider.event_counts();
+  const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  using Items = std::initializer_list<std::pair<const char*, std::uint64_t>>;
+  const auto members = [&w](Items items) {
+    for (const auto& [name, value] : items) {
+      w.Key(name);
+      w.Uint64(value);
+    }
+  };
+  const auto counts = [&w, &members](const char* key, Items items) {
+    w.Key(key);
+    w.StartObject();
+    members(items);
+    w.EndObject();
+  };
+  w.StartObject();
+  {
+    std::lock_guard lock(mutex_);
+    w.Key("acquires");
+    w.StartObject();
+    for (const char* path :
+         {"reused", "reclaimed", "resumed", "discovered", "created", "claimed"}) {
+      const auto it = acquires_by_path_.find(path);
+      w.Key(path);
+      w.Uint64(it == acquires_by_path_.end() ? 0 : it->second);
+    }
+    w.EndObject();
+    w.Key("acquire_failures");
+    w.StartObject();
+    for (const auto& [kind, count] : acquire_failures_by_kind_) {
+      sandboxd::write_json_string(w, kind);
+      w.Uint64(count);
+    }
+    w.EndObject();
+    w.Key("latency");
+    w.StartObject();
+    w.Key("bounds");
+    w.StartArray();
+    for (const double bound : kLatencyBuckets) w.Double(bound);
+    w.EndArray();
+    w.Key("counts");
+    w.StartArray();
+    std::uint64_t bounded = 0;
+    for (const std::uint64_t count : latency_buckets_) {
+      w.Uint64(count);
+      bounded += count;
+    }
+    w.Uint64(latency_count_ - bounded);  // beyond the last bound
+    w.EndArray();
+    w.Key("count");
+    w.Uint64(latency_count_);
+    w.Key("sum");
+    w.Double(latency_sum_);
+    w.EndObject();
+    members({{"releases", releases_}, {"destroys", destroys_}});
+  }
+  counts("capacity_rejections", {{"capacity", events.rejections_capacity},
+                                 {"per_user", events.rejections_per_user},
+                                 {"wait_timeout", events.rejections_wait_timeout},
+                                 {"queue_full", events.rejections_queue_full}});
+  counts("capacity_queue", {{"waits", events.capacity_waits}, {"bursts", events.bursts}});
+  w.Key("slots");
+  w.StartObject();
+  members({{"target", slots.target}, {"ready", slots.ready}, {"claims", events.slot_claims}});
+  w.Key("misses");
+  w.StartObject();
+  for (const auto miss : sandboxd::kSlotMissReasons) {
+    w.Key(sandboxd::to_string(miss));
+    w.Uint64(events.slot_misses[static_cast<std::size_t>(miss)]);
+  }
+  w.EndObject();
+  sandboxd::write_json_member(w, "off_reason", slots.off_reason);
+  w.EndObject();
+  members({{"evictions", events.evictions},
+           {"idle_reaps", events.idle_reaps},
+           {"pauses", events.pauses},
+           {"resumes", events.resumes},
+           {"adoptions", events.adoptions}});
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
 }
 
 }  // namespace sandboxctl

@@ -36,6 +36,13 @@ class ServeMetrics {
                      const sandboxd::core::RelayStats* relay = nullptr,
                      const sandboxd::core::EgressStats* egress = nullptr) const;
 
+  // The same figures for the operator page's Flow panel (issue 36; docs/ui.md), one JSON
+  // object: {acquires: {path: n}, acquire_failures: {kind: n}, latency: {bounds, counts (per
+  // bucket, the last beyond every bound), count, sum}, capacity_rejections: {reason: n},
+  // capacity_queue: {waits, bursts}, slots: {target, ready, claims, misses: {reason: n},
+  // off_reason}, releases, destroys, evictions, idle_reaps, pauses, resumes, adoptions}.
+  std::string flow_json(const sandboxd::core::Provider& provider) const;
+
  private:
   mutable std::mutex mutex_;  // guards every member below; held only to add or to copy
   std::map<std::string, std::uint64_t> acquires_by_path_;

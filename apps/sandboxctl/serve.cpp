@@ -10,14 +10,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -26,6 +24,7 @@
 #include "egress_routes.hpp"
 #include "error_status.hpp"
 #include "http_door.hpp"
+#include "lifecycle_stream.hpp"
 #include "listen_address.hpp"
 #include "metrics.hpp"
 #include "route_table.hpp"
@@ -39,6 +38,7 @@
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
+#include "ui_page.hpp"
 
 namespace po = boost::program_options;
 
@@ -110,6 +110,14 @@ bool token_matches(const std::string& authorization, const std::string& token) {
   if (authorization.size() != kBearer.size() + token.size()) return false;
   if (authorization.compare(0, kBearer.size(), kBearer) != 0) return false;
   return CRYPTO_memcmp(authorization.data() + kBearer.size(), token.data(), token.size()) == 0;
+}
+
+// Whether a request below /ui carries the token in the operator page's cookie (ui_page.hpp).
+bool ui_cookie_matches(const door::RequestHead& head, const std::string& token) {
+  if (token.empty()) return false;
+  const std::optional<std::string> credential = door::ui_cookie_credential(head);
+  return credential && credential->size() == token.size() &&
+         CRYPTO_memcmp(credential->data(), token.data(), token.size()) == 0;
 }
 
 using door::Request;
@@ -233,6 +241,18 @@ class ControlApi {
     // Issue 36: what happened to sandboxes, newest last (lifecycle_events.hpp).
     route("GET", "/v1/events", &ControlApi::events);
     // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
+    // Issue 36: the operator's live view (ui_page.hpp). The page's files need no credential;
+    // its data does, as a cookie from POST /ui/login or the bearer token.
+    for (const char* asset : {"/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"}) {
+      route("GET", asset, &ControlApi::ui_file, door::RouteTable::Access::open);
+    }
+    route("POST", "/ui/login", &ControlApi::ui_login);
+    route("POST", "/ui/logout", &ControlApi::ui_logout, door::RouteTable::Access::open);
+    route("GET", "/ui/api/health", &ControlApi::health);
+    route("GET", "/ui/api/sandboxes", &ControlApi::list);
+    route("GET", "/ui/api/events", &ControlApi::events);
+    route("GET", "/ui/api/flow", &ControlApi::ui_flow);
+    route("GET", "/ui/events", &ControlApi::ui_events);
     route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
     route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
     route("POST", "/v1/sandboxes/{id}/egress/deny-pending", &ControlApi::egress_deny_pending);
@@ -242,8 +262,11 @@ class ControlApi {
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
   door::Admission admit(const RequestHead& head) const {
     if (routes_.is_open(head)) return door::Admission::public_route();
+    // The page's cookie stands for the token for its data only: a login takes the header.
+    const bool ui_cookie = (head.path.rfind("/ui/api/", 0) == 0 || head.path == "/ui/events") &&
+                           ui_cookie_matches(head, token_);
     if ((head.over_tcp || token_on_socket_) &&
-        !token_matches(head.header("authorization"), token_)) {
+        !token_matches(head.header("authorization"), token_) && !ui_cookie) {
       Response refused = error_document(401, "unauthorized", "missing or wrong bearer token");
       refused.headers.emplace_back("WWW-Authenticate", "Bearer");
       return door::Admission::refused(std::move(refused));
@@ -281,49 +304,33 @@ class ControlApi {
         access);
   }
 
-  // GET /v1/events?after=N&limit=M: the events numbered above N (default 0), at most M (1 to
-  // 1000, default 100).
+  // GET /v1/events?after=N&limit=M (door/lifecycle_stream.hpp).
   Response events(const Request& request, const RouteParams&) {
-    std::uint64_t after = 0;
-    std::uint64_t limit = 100;
-    std::set<std::string> seen;
-    const std::size_t mark = request.head.target.find('?');
-    const std::string query = mark == std::string::npos ? "" : request.head.target.substr(mark + 1);
-    std::size_t at = 0;
-    while (at < query.size()) {
-      const std::size_t end = std::min(query.find('&', at), query.size());
-      const std::string pair = query.substr(at, end - at);
-      at = end + 1;
-      if (pair.empty()) continue;
-      const std::size_t equals = pair.find('=');
-      const std::string name = pair.substr(0, equals);
-      const std::string value = equals == std::string::npos ? "" : pair.substr(equals + 1);
-      if (name != "after" && name != "limit") continue;  // unknown parameters are ignored
-      if (!seen.insert(name).second) {
-        throw core::ServiceError(core::ErrorKind::invalid_argument,
-                                 name + ": given more than once");
-      }
-      std::uint64_t number = 0;
-      const auto [end_of_number, error] =
-          std::from_chars(value.data(), value.data() + value.size(), number);
-      const bool whole =
-          error == std::errc() && end_of_number == value.data() + value.size() && !value.empty();
-      if (name == "after" && whole) {
-        after = number;
-      } else if (name == "limit" && whole && number >= 1 && number <= 1000) {
-        limit = number;
-      } else {
-        throw core::ServiceError(
-            core::ErrorKind::invalid_argument,
-            name + ": expected " +
-                (name == "after" ? "an event number >= 0" : "an integer from 1 to 1000") +
-                ", got \"" + value.substr(0, 32) + "\"");
-      }
-    }
-    const auto& log = session_.events();
-    core::LifecycleEventPage page;
-    if (log) page = log->after(after, static_cast<std::size_t>(limit));
-    return document(200, core::to_json(page));
+    return document(200, door::lifecycle_events_json(request.head, session_.events().get()));
+  }
+
+  Response ui_file(const Request& request, const RouteParams&) {
+    return door::ui_asset_response(request.head.path).value();  // routed for each asset only
+  }
+
+  // Admitted with the token in the Authorization header: hands the browser the cookie.
+  Response ui_login(const Request&, const RouteParams&) { return door::ui_login_response(token_); }
+
+  Response ui_logout(const Request&, const RouteParams&) { return door::ui_logout_response(); }
+
+  // GET /ui/api/flow: the Flow panel's counters (metrics.hpp).
+  Response ui_flow(const Request&, const RouteParams&) {
+    return {200, "application/json", metrics_.flow_json(session_.provider()), {}, ""};
+  }
+
+  // GET /ui/events: the lifecycle events as Server-Sent Events, from after Last-Event-ID (a
+  // reconnect) or ?after=N; the server keeps it open (door::EventStream).
+  Response ui_events(const Request& request, const RouteParams&) {
+    Response response(200, "text/event-stream");
+    response.stream = std::make_shared<door::LifecycleEventStream>(
+        session_.events(), door::stream_start(request.head));
+    door::add_ui_headers(response);
+    return response;
   }
 
   Response health(const Request&, const RouteParams&) {
@@ -475,6 +482,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
       "docs/serve-api.yaml: POST /v1/sandboxes/acquire {user_id, thread_id}, GET /v1/sandboxes,\n"
       "GET|DELETE /v1/sandboxes/ID, POST /v1/sandboxes/ID/release, GET /v1/events?after=N,\n"
       "GET /v1/health, GET /metrics;\n"
+      "on TCP, the operator's live view at /ui (a browser logs in with the token; docs/ui.md);\n"
       "with network mode allowlist also /v1/sandboxes/ID/egress[/events|/deny-pending|/decide]\n"
       "(over a remote_provisioner backend, forwarded to the provisioner that runs the proxy).\n"
       "Sandboxes without a host address (modes isolated, allowlist) are reached through its\n"
@@ -663,12 +671,18 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     w.Key("inherited_warm");
     w.Uint64(counts.warm);
     write_json_member(w, "relay", relay->base_url());
+    // A browser reaches only TCP: the operator page's address there, else null.
+    write_json_member_or_null(w, "ui", address.tcp ? server.bound().display() + "/ui" : "");
     w.EndObject();
     emit(buffer);
   } else {
     std::cout << "sandboxctl serve: listening on " << server.bound().display() << " (pid "
               << ::getpid() << ", " << counts.active << " active and " << counts.warm
               << " warm sandboxes inherited); relay at " << relay->base_url() << std::endl;
+    if (address.tcp) {
+      std::cout << "sandboxctl serve: operator page at " << server.bound().display()
+                << "/ui (log in with the token)" << std::endl;
+    }
   }
   std::cout.flush();
 

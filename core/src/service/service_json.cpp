@@ -2,6 +2,7 @@
 
 #include <rapidjson/prettywriter.h>
 #include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include "sandboxd/json.hpp"
 
@@ -153,36 +154,50 @@ std::string to_json(const Reaped& reaped) {
   });
 }
 
+namespace {
+
+template <class AnyWriter>
+void write_event(AnyWriter& w, const LifecycleEvent& event) {
+  w.StartObject();
+  w.Key("sequence");
+  w.Uint64(event.sequence);
+  w.Key("time");
+  w.Double(event.time);
+  write_json_member(w, "kind", to_string(event.kind));
+  write_json_member(w, "sandbox_id", event.sandbox_id);
+  for (const auto& [key, value] :
+       {std::pair{"user_id", &event.user_id}, std::pair{"thread_id", &event.thread_id}}) {
+    w.Key(key);
+    if (*value) {
+      write_json_string(w, **value);
+    } else {
+      w.Null();
+    }
+  }
+  write_json_member(w, "reason", event.reason);
+  w.EndObject();
+}
+
+}  // namespace
+
 std::string to_json(const LifecycleEventPage& page) {
   return document([&](Writer& w) {
     w.Key("events");
     w.StartArray();
-    for (const LifecycleEvent& event : page.events) {
-      w.StartObject();
-      w.Key("sequence");
-      w.Uint64(event.sequence);
-      w.Key("time");
-      w.Double(event.time);
-      write_json_member(w, "kind", to_string(event.kind));
-      write_json_member(w, "sandbox_id", event.sandbox_id);
-      for (const auto& [key, value] :
-           {std::pair{"user_id", &event.user_id}, std::pair{"thread_id", &event.thread_id}}) {
-        w.Key(key);
-        if (*value) {
-          write_json_string(w, **value);
-        } else {
-          w.Null();
-        }
-      }
-      write_json_member(w, "reason", event.reason);
-      w.EndObject();
-    }
+    for (const LifecycleEvent& event : page.events) write_event(w, event);
     w.EndArray();
     w.Key("last");
     w.Uint64(page.last);
     w.Key("dropped");
     w.Uint64(page.dropped);
   });
+}
+
+std::string to_json(const LifecycleEvent& event) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);  // one line: an event stream's data
+  write_event(w, event);
+  return buffer.GetString();
 }
 
 std::string to_json(const Health& health) {

@@ -32,6 +32,9 @@ std::string to_json(const Reaped& reaped);
 // {events: [{sequence, time, kind, sandbox_id, user_id, thread_id, reason}], last, dropped}
 // (user_id and thread_id null when the event has no conversation)
 std::string to_json(const LifecycleEventPage& page);
+// One of them: {sequence, time, kind, sandbox_id, user_id, thread_id, reason} (an event stream's
+// data line).
+std::string to_json(const LifecycleEvent& event);
 // {status: "ok", owner_id, active, warm, uses_thread_data_mounts}
 std::string to_json(const Health& health);
 // {"error": {"code"?, "kind", "message"}}: `code` is the CLI's exit code, absent over HTTP.

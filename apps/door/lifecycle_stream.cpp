@@ -1,0 +1,114 @@
+#include "lifecycle_stream.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+#include "sandboxd/core/service_errors.hpp"
+#include "sandboxd/core/service_json.hpp"
+
+namespace sandboxd::door {
+
+namespace {
+
+// How long a browser waits before it reconnects a dropped stream, in milliseconds.
+constexpr const char* kRetry = "retry: 2000\n\n";
+
+std::uint64_t event_number(const std::string& value, const std::string& source) {
+  std::uint64_t number = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
+    throw core::ServiceError(
+        core::ErrorKind::invalid_argument,
+        source + ": expected an event number >= 0, got \"" + value.substr(0, 32) + "\"");
+  }
+  return number;
+}
+
+}  // namespace
+
+LifecycleEventStream::LifecycleEventStream(std::shared_ptr<const core::LifecycleEventLog> log,
+                                           std::uint64_t after, std::size_t per_chunk)
+    : log_(std::move(log)), after_(after), per_chunk_(per_chunk) {}
+
+std::string LifecycleEventStream::next() {
+  std::string chunk;
+  if (!started_) {
+    started_ = true;
+    chunk = kRetry;
+  }
+  if (!log_) return chunk;
+  const core::LifecycleEventPage page = log_->after(after_, per_chunk_);
+  if (page.dropped > 0) {
+    chunk += "event: dropped\ndata: " + std::to_string(page.dropped) + "\n\n";
+  }
+  for (const core::LifecycleEvent& event : page.events) {
+    chunk += "id: " + std::to_string(event.sequence) +
+             "\nevent: lifecycle\ndata: " + core::to_json(event) + "\n\n";
+    after_ = event.sequence;
+  }
+  if (page.events.empty() && page.last < after_) {
+    // The log started again (a new run numbers from 1): follow it from its start.
+    after_ = 0;
+  }
+  return chunk;
+}
+
+std::string lifecycle_events_json(const RequestHead& head, const core::LifecycleEventLog* log) {
+  std::uint64_t after = 0;
+  std::uint64_t limit = 100;
+  std::set<std::string> seen;
+  const std::size_t mark = head.target.find('?');
+  const std::string query = mark == std::string::npos ? "" : head.target.substr(mark + 1);
+  std::size_t at = 0;
+  while (at < query.size()) {
+    const std::size_t end = std::min(query.find('&', at), query.size());
+    const std::string pair = query.substr(at, end - at);
+    at = end + 1;
+    if (pair.empty()) continue;
+    const std::size_t equals = pair.find('=');
+    const std::string name = pair.substr(0, equals);
+    const std::string value = equals == std::string::npos ? "" : pair.substr(equals + 1);
+    if (name != "after" && name != "limit") continue;  // unknown parameters are ignored
+    if (!seen.insert(name).second) {
+      throw core::ServiceError(core::ErrorKind::invalid_argument, name + ": given more than once");
+    }
+    std::uint64_t number = 0;
+    const auto [end_of_number, error] =
+        std::from_chars(value.data(), value.data() + value.size(), number);
+    const bool whole =
+        error == std::errc() && end_of_number == value.data() + value.size() && !value.empty();
+    if (name == "after" && whole) {
+      after = number;
+    } else if (name == "limit" && whole && number >= 1 && number <= 1000) {
+      limit = number;
+    } else {
+      throw core::ServiceError(
+          core::ErrorKind::invalid_argument,
+          name + ": expected " +
+              (name == "after" ? "an event number >= 0" : "an integer from 1 to 1000") +
+              ", got \"" + value.substr(0, 32) + "\"");
+    }
+  }
+  core::LifecycleEventPage page;
+  if (log) page = log->after(after, static_cast<std::size_t>(limit));
+  return core::to_json(page);
+}
+
+std::uint64_t stream_start(const RequestHead& head) {
+  const std::string& last_seen = head.header("last-event-id");
+  if (!last_seen.empty()) return event_number(last_seen, "Last-Event-ID");
+  const std::size_t mark = head.target.find('?');
+  if (mark == std::string::npos) return 0;
+  const std::string query = head.target.substr(mark + 1);
+  std::size_t at = 0;
+  while (at <= query.size()) {
+    const std::size_t end = std::min(query.find('&', at), query.size());
+    const std::string pair = query.substr(at, end - at);
+    if (pair.rfind("after=", 0) == 0) return event_number(pair.substr(6), "after");
+    at = end + 1;
+  }
+  return 0;
+}
+
+}  // namespace sandboxd::door

@@ -1,0 +1,292 @@
+// The operator's live view (read-only). Every string from the daemon is put in the page as text
+// (textContent), never as markup; the page holds at most kMaxEvents events. Lifecycle events
+// arrive pushed (Server-Sent Events on /ui/events); each one refreshes the fleet's table once
+// things settle.
+'use strict';
+
+const kMaxEvents = 200;
+const kRefreshDelayMilliseconds = 200;
+const kReopenDelayMilliseconds = 2000;
+
+let lastEvent = 0;
+let stream = null;
+let refreshTimer = null;
+let listing = null;
+let ticking = null;
+
+function element(id) { return document.getElementById(id); }
+
+function cell(text, className) {
+  const td = document.createElement('td');
+  if (className) {
+    const span = document.createElement('span');
+    span.className = className;
+    span.textContent = text;
+    td.appendChild(span);
+  } else {
+    td.textContent = text;
+  }
+  if (text) td.title = text;
+  return td;
+}
+
+function duration(seconds) {
+  if (seconds < 0) seconds = 0;
+  if (seconds < 60) return Math.floor(seconds) + 's';
+  if (seconds < 3600) return Math.floor(seconds / 60) + 'm ' + Math.floor(seconds % 60) + 's';
+  return Math.floor(seconds / 3600) + 'h ' + Math.floor((seconds % 3600) / 60) + 'm';
+}
+
+async function api(path) {
+  const answer = await fetch(path, { credentials: 'same-origin', cache: 'no-store' });
+  if (answer.status === 401) throw new Error('unauthorized');
+  if (!answer.ok) throw new Error(path + ': ' + answer.status);
+  return answer.json();
+}
+
+function closeStream() {
+  if (stream) { stream.close(); stream = null; }
+  if (ticking) { clearInterval(ticking); ticking = null; }
+  stopFlow();
+}
+
+function showLogin(message) {
+  closeStream();
+  element('fleet').hidden = true;
+  element('logout').hidden = true;
+  element('login').hidden = false;
+  element('login-error').textContent = message || '';
+  element('status').textContent = '';
+}
+
+function renderCounts(health) {
+  const counts = element('counts');
+  counts.replaceChildren();
+  // serve counts active, warm and paused sandboxes; sandboxd-provisioner running ones.
+  element('daemon').textContent = health.running === undefined ? 'serve' : 'provisioner';
+  for (const state of ['active', 'warm', 'paused', 'running']) {
+    if (health[state] === undefined) continue;
+    const li = document.createElement('li');
+    li.id = 'count-' + state;
+    const number = document.createElement('b');
+    number.textContent = String(health[state]);
+    li.append(number, state);
+    counts.appendChild(li);
+  }
+  if (health.network_mode) {
+    const li = document.createElement('li');
+    li.textContent = 'network ' + health.network_mode;
+    counts.appendChild(li);
+  }
+}
+
+function renderSandboxes() {
+  if (!listing) return;
+  const now = Date.now() / 1000;
+  const body = element('sandboxes');
+  body.replaceChildren();
+  for (const sandbox of listing.sandboxes) {
+    const row = document.createElement('tr');
+    row.dataset.sandbox = sandbox.sandbox_id;
+    row.dataset.state = sandbox.state;
+    row.append(
+      cell(sandbox.sandbox_id),
+      cell(sandbox.state, 'state state-' + sandbox.state),
+      cell(sandbox.user_id || ''),
+      cell(sandbox.thread_id || ''),
+      cell(sandbox.since == null ? '' : duration(now - sandbox.since)));
+    body.appendChild(row);
+  }
+  element('sandboxes-empty').hidden = listing.sandboxes.length !== 0;
+}
+
+function renderEvent(event) {
+  const body = element('events');
+  const row = document.createElement('tr');
+  row.dataset.kind = event.kind;
+  row.dataset.sandbox = event.sandbox_id;
+  row.append(
+    cell(String(event.sequence)),
+    cell(new Date(event.time * 1000).toLocaleTimeString()),
+    cell(event.kind),
+    cell(event.sandbox_id),
+    cell(event.user_id || ''),
+    cell(event.thread_id || ''),
+    cell(event.reason));
+  body.insertBefore(row, body.firstChild);
+  while (body.childElementCount > kMaxEvents) body.removeChild(body.lastChild);
+}
+
+// The Flow panel (serve only: the provisioner answers 404 and the panel stays hidden). Rates
+// come from the difference between two readings.
+const kFlowMilliseconds = 5000;
+let flowTimer = null;
+let lastFlow = null;
+
+function milliseconds(seconds) {
+  return seconds < 1 ? (seconds * 1000) + ' ms' : seconds + ' s';
+}
+
+function renderFlow(flow, previous, elapsed) {
+  const acquires = element('flow-acquires');
+  acquires.replaceChildren();
+  for (const [path, total] of Object.entries(flow.acquires)) {
+    const row = document.createElement('tr');
+    row.dataset.path = path;
+    const before = previous ? previous.acquires[path] : total;
+    const rate = elapsed > 0 ? (total - before) / elapsed : 0;
+    row.append(cell(path), cell(String(total)), cell(rate.toFixed(2)));
+    acquires.appendChild(row);
+  }
+  const refusals = element('flow-refusals');
+  refusals.replaceChildren();
+  const lines = [];
+  for (const [reason, n] of Object.entries(flow.capacity_rejections)) lines.push(['refused: ' + reason, n]);
+  for (const [kind, n] of Object.entries(flow.acquire_failures)) lines.push(['failed: ' + kind, n]);
+  lines.push(['slots ready / kept', flow.slots.ready + ' / ' + flow.slots.target]);
+  lines.push(['slot claims', flow.slots.claims]);
+  for (const [reason, n] of Object.entries(flow.slots.misses)) lines.push(['slot miss: ' + reason, n]);
+  if (flow.slots.off_reason) lines.push(['slots off', flow.slots.off_reason]);
+  lines.push(['queued for capacity', flow.capacity_queue.waits]);
+  lines.push(['evicted / reaped', flow.evictions + ' / ' + flow.idle_reaps]);
+  for (const [what, n] of lines) {
+    const row = document.createElement('tr');
+    row.append(cell(what), cell(String(n)));
+    refusals.appendChild(row);
+  }
+  const histogram = element('flow-latency');
+  histogram.replaceChildren();
+  const most = Math.max(1, ...flow.latency.counts);
+  flow.latency.counts.forEach((n, i) => {
+    const li = document.createElement('li');
+    const label = document.createElement('span');
+    label.className = 'le';
+    label.textContent = i < flow.latency.bounds.length ? '≤ ' + milliseconds(flow.latency.bounds[i]) : 'more';
+    const bar = document.createElement('span');
+    bar.className = 'bar';
+    bar.style.width = (12 * n / most) + 'em';  // CSSOM, which the policy allows; no style attribute
+    const count = document.createElement('span');
+    count.className = 'n';
+    count.textContent = String(n);
+    li.append(label, bar, count);
+    histogram.appendChild(li);
+  });
+}
+
+async function pollFlow() {
+  let flow;
+  try {
+    const answer = await fetch('/ui/api/flow', { credentials: 'same-origin', cache: 'no-store' });
+    if (answer.status === 404) { stopFlow(); return; }  // a daemon without the panel
+    if (!answer.ok) return;
+    flow = await answer.json();
+  } catch (error) {
+    return;
+  }
+  const now = Date.now() / 1000;
+  renderFlow(flow, lastFlow && lastFlow.flow, lastFlow ? now - lastFlow.at : 0);
+  lastFlow = { flow, at: now };
+  element('flow').hidden = false;
+}
+
+function startFlow() {
+  stopFlow();
+  pollFlow();
+  flowTimer = setInterval(pollFlow, kFlowMilliseconds);
+}
+
+function stopFlow() {
+  if (flowTimer) { clearInterval(flowTimer); flowTimer = null; }
+}
+
+async function refreshFleet() {
+  const [health, listed] = await Promise.all([api('/ui/api/health'), api('/ui/api/sandboxes')]);
+  listing = listed;
+  renderCounts(health);
+  renderSandboxes();
+  element('status').textContent = 'live; updated ' + new Date().toLocaleTimeString();
+}
+
+function scheduleRefresh() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(async () => {
+    refreshTimer = null;
+    try {
+      await refreshFleet();
+    } catch (error) {
+      if (error.message === 'unauthorized') showLogin('Your session ended; log in again.');
+      else element('status').textContent = 'cannot reach the daemon: ' + error.message;
+    }
+  }, kRefreshDelayMilliseconds);
+}
+
+// The stream resumes after the last event shown, whether the browser reconnects by itself
+// (Last-Event-ID) or the page opens it again.
+function openStream() {
+  closeStream();
+  stream = new EventSource('/ui/events?after=' + lastEvent);
+  stream.addEventListener('lifecycle', (message) => {
+    const event = JSON.parse(message.data);
+    if (event.sequence <= lastEvent) return;
+    lastEvent = event.sequence;
+    renderEvent(event);
+    scheduleRefresh();
+  });
+  stream.addEventListener('dropped', (message) => {
+    element('status').textContent = 'missed ' + message.data + ' events (no longer kept)';
+  });
+  stream.addEventListener('error', async () => {
+    element('status').textContent = 'reconnecting…';
+    try {
+      await api('/ui/api/health');
+    } catch (error) {
+      if (error.message === 'unauthorized') { showLogin('Your session ended; log in again.'); return; }
+    }
+    if (stream && stream.readyState === EventSource.CLOSED) setTimeout(openStream, kReopenDelayMilliseconds);
+  });
+  ticking = setInterval(renderSandboxes, 1000);
+  startFlow();
+}
+
+async function start() {
+  try {
+    await refreshFleet();
+  } catch (error) {
+    showLogin(error.message === 'unauthorized' ? '' : 'cannot reach the daemon: ' + error.message);
+    return;
+  }
+  element('login').hidden = true;
+  element('fleet').hidden = false;
+  element('logout').hidden = false;
+  openStream();
+}
+
+async function logIn(event) {
+  event.preventDefault();
+  const credential = element('credential').value;
+  element('credential').value = '';
+  const answer = await fetch('/ui/login', {
+    method: 'POST',
+    credentials: 'same-origin',
+    headers: { 'Authorization': 'Bearer ' + credential },
+  });
+  if (answer.status !== 204) {
+    element('login-error').textContent = answer.status === 401 ? 'Wrong token.' : 'Log-in failed: ' + answer.status;
+    return;
+  }
+  await start();
+}
+
+async function logOut() {
+  await fetch('/ui/logout', { method: 'POST', credentials: 'same-origin' });
+  closeStream();
+  lastEvent = 0;
+  element('events').replaceChildren();
+  showLogin('');
+}
+
+document.addEventListener('DOMContentLoaded', () => {
+  element('login-form').addEventListener('submit', logIn);
+  element('logout').addEventListener('click', logOut);
+  start();
+});
