@@ -146,18 +146,29 @@ bool LocalContainerBackend::settle_duplicate_network(const std::string& engine_m
   MutexLock creating(network_create_mutex_);  // no resolution of ours runs meanwhile
   const std::vector<NetworkState> named = own_networks_named();
   if (named.empty()) return false;
-  std::string keep = network_target();
-  const bool ours_left = std::any_of(named.begin(), named.end(),
-                                     [&](const NetworkState& n) { return n.id == keep; });
-  if (!ours_left) {  // ours went meanwhile: the least id, as every process settles on
-    keep = named.front().id;
+  // The copy to keep is the one a sandbox is on, whichever process made it and whatever its
+  // id: while two exist no container starts on either, so at most one has sandboxes (those
+  // started before the other appeared), and the engine refuses to remove that one. Removing
+  // every copy it lets go, the greatest id first and always leaving one, ends on it, or on the
+  // least id when none is in use; every process doing this ends on the same one. (Only Docker
+  // says "ambiguous": podman refuses a second network of a name, and would remove one in use
+  // when named by id.)
+  std::size_t left = named.size();
+  for (auto it = named.rbegin(); it != named.rend() && left > 1; ++it) {
+    try {
+      if (api_.remove_network(it->id).ok()) --left;  // a peer removing it too counts
+    } catch (const std::exception&) {
+    }
+  }
+  const std::vector<NetworkState> remaining = own_networks_named();
+  const std::string keep = remaining.empty() ? named.front().id : remaining.front().id;
+  {
     MutexLock lock(network_mutex_);
-    network_target_ = keep;
+    network_target_ = keep;  // gone altogether: the next start finds it went away, and resolves
   }
   log(LogLevel::warning, "Network " + settings_.network + " was made twice by racing gateways (" +
                              std::to_string(named.size()) + " of that name); keeping id " +
-                             keep.substr(0, 12) + " and removing the others");
-  remove_duplicate_networks(named, keep);
+                             keep.substr(0, 12) + ", the one in use, and removing the others");
   return true;
 }
 

@@ -806,6 +806,55 @@ TEST_F(LocalDockerTest, ADuplicateNetworkMadeAfterOursWasChosenFailsNoStart) {
   EXPECT_TRUE(networks_of_prefix().empty());
 }
 
+// The same race with the copies the other way round: this process joined a copy nobody uses
+// (it had the least id) while a peer's sandboxes run on the other. The copy in use is kept,
+// whichever process made it, and the unused one removed (CI on Docker, test_ceiling_load's
+// three gateways: four conversations of twelve refused "… is ambiguous").
+TEST_F(LocalDockerTest, ADuplicateInUseByAPeerIsKeptOverAnUnusedOneOfALesserId) {
+  Loaded peer = load();
+  const SandboxInfo running = peer.backend->create(request("duppeer", "alice", "t-1"));
+  ASSERT_TRUE(wait_ready(running.sandbox_url, 30));
+  const auto in_use = networks_of_prefix();
+  ASSERT_EQ(in_use.size(), 1u);
+  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
+                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
+                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
+                           json_string(prefix_) + "}}";
+  // A copy with a lesser id than the one in use, as a racing process may have made: the one a
+  // new process's resolution (the least id) joins.
+  std::string copy;
+  for (int tries = 0; tries < 64 && copy.empty(); ++tries) {
+    const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+    if (made.status != 201) {
+      peer.backend->destroy(running);
+      GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
+    }
+    rapidjson::Document doc;
+    doc.Parse(made.body.c_str());
+    ASSERT_TRUE(doc.IsObject() && doc.HasMember("Id")) << made.body;
+    const std::string id = doc["Id"].GetString();
+    if (id < in_use[0].id) {
+      copy = id;
+    } else {
+      engine_->client().call("DELETE", "/networks/" + id, 10.0);
+    }
+  }
+  ASSERT_FALSE(copy.empty()) << "no copy with a lesser id in 64 tries";
+  ASSERT_EQ(networks_of_prefix().size(), 2u);
+
+  Loaded ours = load();
+  SandboxInfo second;
+  ASSERT_NO_THROW(second = ours.backend->create(request("dupours", "bob", "t-1")));
+  EXPECT_TRUE(wait_ready(second.sandbox_url, 30));
+  const auto after = networks_of_prefix();
+  ASSERT_EQ(after.size(), 1u) << "a copy was left";
+  EXPECT_EQ(after[0].id, in_use[0].id) << "the copy in use was not the one kept";
+  EXPECT_TRUE(wait_ready(running.sandbox_url, 10)) << "the peer's sandbox lost its network";
+  ours.backend->destroy(second);
+  peer.backend->destroy(running);
+  EXPECT_TRUE(networks_of_prefix().empty());
+}
+
 // A process that crashed with no sandbox left leaves its network; the next one's orphan sweep
 // (list_running, as reconciliation calls it) removes it, and leaves one in use alone.
 TEST_F(LocalDockerTest, ANetworkACrashLeftIsSweptWithTheOrphans) {
