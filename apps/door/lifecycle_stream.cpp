@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/core/service_json.hpp"
+#include "ui_page.hpp"
 
 namespace sandboxd::door {
 
@@ -23,6 +26,25 @@ std::uint64_t event_number(const std::string& value, const std::string& source) 
         source + ": expected an event number >= 0, got \"" + value.substr(0, 32) + "\"");
   }
   return number;
+}
+
+// The query's name=value pairs in order (a pair without '=' has an empty value).
+std::vector<std::pair<std::string, std::string>> query_parameters(const std::string& target) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  const std::size_t mark = target.find('?');
+  if (mark == std::string::npos) return pairs;
+  const std::string query = target.substr(mark + 1);
+  std::size_t at = 0;
+  while (at < query.size()) {
+    const std::size_t end = std::min(query.find('&', at), query.size());
+    const std::string pair = query.substr(at, end - at);
+    at = end + 1;
+    if (pair.empty()) continue;
+    const std::size_t equals = pair.find('=');
+    pairs.emplace_back(pair.substr(0, equals),
+                       equals == std::string::npos ? "" : pair.substr(equals + 1));
+  }
+  return pairs;
 }
 
 }  // namespace
@@ -58,55 +80,43 @@ std::string lifecycle_events_json(const RequestHead& head, const core::Lifecycle
   std::uint64_t after = 0;
   std::uint64_t limit = 100;
   std::set<std::string> seen;
-  const std::size_t mark = head.target.find('?');
-  const std::string query = mark == std::string::npos ? "" : head.target.substr(mark + 1);
-  std::size_t at = 0;
-  while (at < query.size()) {
-    const std::size_t end = std::min(query.find('&', at), query.size());
-    const std::string pair = query.substr(at, end - at);
-    at = end + 1;
-    if (pair.empty()) continue;
-    const std::size_t equals = pair.find('=');
-    const std::string name = pair.substr(0, equals);
-    const std::string value = equals == std::string::npos ? "" : pair.substr(equals + 1);
+  for (const auto& [name, value] : query_parameters(head.target)) {
     if (name != "after" && name != "limit") continue;  // unknown parameters are ignored
     if (!seen.insert(name).second) {
       throw core::ServiceError(core::ErrorKind::invalid_argument, name + ": given more than once");
     }
+    if (name == "after") {
+      after = event_number(value, "after");
+      continue;
+    }
     std::uint64_t number = 0;
-    const auto [end_of_number, error] =
-        std::from_chars(value.data(), value.data() + value.size(), number);
-    const bool whole =
-        error == std::errc() && end_of_number == value.data() + value.size() && !value.empty();
-    if (name == "after" && whole) {
-      after = number;
-    } else if (name == "limit" && whole && number >= 1 && number <= 1000) {
-      limit = number;
-    } else {
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (value.empty() || error != std::errc() || end != value.data() + value.size() || number < 1 ||
+        number > 1000) {
       throw core::ServiceError(
           core::ErrorKind::invalid_argument,
-          name + ": expected " +
-              (name == "after" ? "an event number >= 0" : "an integer from 1 to 1000") +
-              ", got \"" + value.substr(0, 32) + "\"");
+          "limit: expected an integer from 1 to 1000, got \"" + value.substr(0, 32) + "\"");
     }
+    limit = number;
   }
   core::LifecycleEventPage page;
   if (log) page = log->after(after, static_cast<std::size_t>(limit));
   return core::to_json(page);
 }
 
+Response lifecycle_stream_response(const RequestHead& head,
+                                   std::shared_ptr<const core::LifecycleEventLog> log) {
+  Response response(200, "text/event-stream");
+  response.stream = std::make_shared<LifecycleEventStream>(std::move(log), stream_start(head));
+  add_ui_headers(response);
+  return response;
+}
+
 std::uint64_t stream_start(const RequestHead& head) {
   const std::string& last_seen = head.header("last-event-id");
   if (!last_seen.empty()) return event_number(last_seen, "Last-Event-ID");
-  const std::size_t mark = head.target.find('?');
-  if (mark == std::string::npos) return 0;
-  const std::string query = head.target.substr(mark + 1);
-  std::size_t at = 0;
-  while (at <= query.size()) {
-    const std::size_t end = std::min(query.find('&', at), query.size());
-    const std::string pair = query.substr(at, end - at);
-    if (pair.rfind("after=", 0) == 0) return event_number(pair.substr(6), "after");
-    at = end + 1;
+  for (const auto& [name, value] : query_parameters(head.target)) {
+    if (name == "after") return event_number(value, "after");
   }
   return 0;
 }

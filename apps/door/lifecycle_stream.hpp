@@ -40,6 +40,11 @@ class LifecycleEventStream : public EventStream {
 // given twice or a value out of range.
 std::string lifecycle_events_json(const RequestHead& head, const core::LifecycleEventLog* log);
 
+// GET …/events (the page's stream) as an answer: 200 text/event-stream with the page's headers
+// (ui_page.hpp), the stream starting where stream_start says. Throws as stream_start does.
+Response lifecycle_stream_response(const RequestHead& head,
+                                   std::shared_ptr<const core::LifecycleEventLog> log);
+
 // Where a subscriber starts: after its `Last-Event-ID` header (a reconnect), else after the
 // query's `after=N`, else from the oldest event kept. Throws core::ServiceError
 // (invalid_argument) naming the header or parameter and the value when it is not a number.

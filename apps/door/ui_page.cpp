@@ -38,6 +38,17 @@ bool is_ui_path(std::string_view path) {
   return path == "/ui" || path.substr(0, 4) == "/ui/";
 }
 
+bool is_ui_data_path(std::string_view path) {
+  return path.substr(0, 8) == "/ui/api/" || path == "/ui/events";
+}
+
+const UiAsset* ui_asset(std::string_view path) {
+  for (const UiAsset& asset : ui_assets()) {
+    if (asset.path == path) return &asset;
+  }
+  return nullptr;
+}
+
 void add_ui_headers(Response& response) {
   response.headers.emplace_back("Content-Security-Policy", kContentSecurityPolicy);
   response.headers.emplace_back("X-Content-Type-Options", "nosniff");
@@ -78,7 +89,7 @@ Response ui_logout_response() {
 }
 
 std::optional<std::string> ui_cookie_credential(const RequestHead& head) {
-  if (!is_ui_path(head.path)) return std::nullopt;
+  if (!is_ui_data_path(head.path)) return std::nullopt;
   std::string_view cookies = head.header("cookie");
   while (!cookies.empty()) {
     const std::size_t end = std::min(cookies.find(';'), cookies.size());

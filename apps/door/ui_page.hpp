@@ -15,6 +15,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -28,13 +29,18 @@ struct UiAsset {
   std::string_view body;
 };
 
-// The embedded file served at `path`; nullptr when none (ui_assets.cpp, generated).
+// Every embedded file (ui_assets.cpp, generated): the routes a daemon serves the page on.
+std::span<const UiAsset> ui_assets();
+// The one served at `path`; nullptr when none.
 const UiAsset* ui_asset(std::string_view path);
 
 inline constexpr std::string_view kUiCookieName = "sandboxd_ui";
 
 // Whether `path` is the page's ("/ui" or below it).
 bool is_ui_path(std::string_view path);
+// Whether `path` is one of the page's data routes (/ui/api/*, /ui/events): the only ones its
+// cookie stands for the daemon's credential on.
+bool is_ui_data_path(std::string_view path);
 
 // The headers of every /ui answer: the policy, no sniffing, no referrer, no caching, no
 // framing.
@@ -49,8 +55,9 @@ Response ui_login_response(std::string_view credential);
 // POST /ui/logout's answer: 204 expiring the cookie.
 Response ui_logout_response();
 
-// The credential a /ui request's cookie carries; nullopt when there is none or it is not ours
-// (not hex, or over 4 KiB). Only for paths below /ui: the control API takes no cookie.
+// The credential the page's cookie carries on one of its data routes; nullopt when there is
+// none, it is not ours (not hex, or over 4 KiB), or the path is not a data route: neither the
+// control API nor the log-in takes the cookie.
 std::optional<std::string> ui_cookie_credential(const RequestHead& head);
 
 }  // namespace sandboxd::door

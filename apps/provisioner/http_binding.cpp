@@ -15,11 +15,6 @@ door::Response answer(const Reply& reply) {
   return {reply.status, reply.content_type, reply.body, reply.headers, ""};
 }
 
-// The operator page's data routes, which a browser reaches with the page's cookie.
-bool is_ui_data(const std::string& path) {
-  return path.rfind("/ui/api/", 0) == 0 || path == "/ui/events";
-}
-
 // The key a request presents: X-API-Key (DeerFlow's clients); below /ui also a bearer token
 // (the page's log-in sends one), and on the page's data routes the page's cookie.
 std::string presented_key(const door::RequestHead& head) {
@@ -27,8 +22,7 @@ std::string presented_key(const door::RequestHead& head) {
   if (!door::is_ui_path(head.path)) return "";
   const std::string& authorization = head.header("authorization");
   if (authorization.rfind("Bearer ", 0) == 0) return authorization.substr(7);
-  if (is_ui_data(head.path)) return door::ui_cookie_credential(head).value_or("");
-  return "";
+  return door::ui_cookie_credential(head).value_or("");  // the data routes' cookie
 }
 
 // A bad query of the page's routes is 400 in DeerFlow's error shape.
@@ -79,9 +73,9 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
              });
   // Issue 36: the operator page (apps/door/ui_page.hpp): its files open, its data behind the
   // API key, presented as the page's cookie.
-  for (const char* asset : {"/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"}) {
+  for (const door::UiAsset& asset : door::ui_assets()) {
     routes.add(
-        "GET", asset,
+        "GET", std::string(asset.path),
         [](const Request& request, const RouteParams&) {
           return door::ui_asset_response(request.head.path).value();
         },
@@ -111,11 +105,7 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
   });
   routes.add("GET", "/ui/events", [&service](const Request& request, const RouteParams&) {
     try {
-      door::Response response(200, "text/event-stream");
-      response.stream = std::make_shared<door::LifecycleEventStream>(
-          service.events(), door::stream_start(request.head));
-      door::add_ui_headers(response);
-      return response;
+      return door::lifecycle_stream_response(request.head, service.events());
     } catch (const core::ServiceError& error) {
       return usage_error(error);
     }
@@ -160,7 +150,7 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
     // Open: the open routes, and, as FastAPI's provisioner, any path outside /api/, /metrics
     // and the page's log-in and data (a 404 that reads no body).
     const bool guarded = head.path.rfind("/api/", 0) == 0 || head.path == "/metrics" ||
-                         head.path == "/ui/login" || is_ui_data(head.path);
+                         head.path == "/ui/login" || door::is_ui_data_path(head.path);
     if (routes->is_open(head) || !guarded) return door::Admission::public_route();
     if (service.authorized(presented_key(head))) return door::Admission::credentialed();
     refusals->record(head.method, door::loggable_path(head.target));

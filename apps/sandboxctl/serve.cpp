@@ -112,7 +112,7 @@ bool token_matches(const std::string& authorization, const std::string& token) {
   return CRYPTO_memcmp(authorization.data() + kBearer.size(), token.data(), token.size()) == 0;
 }
 
-// Whether a request below /ui carries the token in the operator page's cookie (ui_page.hpp).
+// Whether a request to one of the page's data routes carries the token in the page's cookie.
 bool ui_cookie_matches(const door::RequestHead& head, const std::string& token) {
   if (token.empty()) return false;
   const std::optional<std::string> credential = door::ui_cookie_credential(head);
@@ -240,11 +240,10 @@ class ControlApi {
     route("POST", "/v1/sandboxes/{id}/release", &ControlApi::release);
     // Issue 36: what happened to sandboxes, newest last (lifecycle_events.hpp).
     route("GET", "/v1/events", &ControlApi::events);
-    // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
     // Issue 36: the operator's live view (ui_page.hpp). The page's files need no credential;
     // its data does, as a cookie from POST /ui/login or the bearer token.
-    for (const char* asset : {"/ui", "/ui/app.js", "/ui/app.css", "/ui/favicon.svg"}) {
-      route("GET", asset, &ControlApi::ui_file, door::RouteTable::Access::open);
+    for (const door::UiAsset& asset : door::ui_assets()) {
+      route("GET", std::string(asset.path), &ControlApi::ui_file, door::RouteTable::Access::open);
     }
     route("POST", "/ui/login", &ControlApi::ui_login);
     route("POST", "/ui/logout", &ControlApi::ui_logout, door::RouteTable::Access::open);
@@ -253,6 +252,7 @@ class ControlApi {
     route("GET", "/ui/api/events", &ControlApi::events);
     route("GET", "/ui/api/flow", &ControlApi::ui_flow);
     route("GET", "/ui/events", &ControlApi::ui_events);
+    // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
     route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
     route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
     route("POST", "/v1/sandboxes/{id}/egress/deny-pending", &ControlApi::egress_deny_pending);
@@ -262,11 +262,9 @@ class ControlApi {
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
   door::Admission admit(const RequestHead& head) const {
     if (routes_.is_open(head)) return door::Admission::public_route();
-    // The page's cookie stands for the token for its data only: a login takes the header.
-    const bool ui_cookie = (head.path.rfind("/ui/api/", 0) == 0 || head.path == "/ui/events") &&
-                           ui_cookie_matches(head, token_);
+    // The page's cookie stands for the token on its data routes only (ui_cookie_credential).
     if ((head.over_tcp || token_on_socket_) &&
-        !token_matches(head.header("authorization"), token_) && !ui_cookie) {
+        !token_matches(head.header("authorization"), token_) && !ui_cookie_matches(head, token_)) {
       Response refused = error_document(401, "unauthorized", "missing or wrong bearer token");
       refused.headers.emplace_back("WWW-Authenticate", "Bearer");
       return door::Admission::refused(std::move(refused));
@@ -282,12 +280,12 @@ class ControlApi {
 
   // A route whose handler's errors are answered in the error shape (an internal one logged
   // with the route's pattern; std::bad_alloc left to the server, which answers 503).
-  void route(const char* method, const char* pattern, Handler handler,
+  void route(const std::string& method, const std::string& pattern, Handler handler,
              door::RouteTable::Access access = door::RouteTable::Access::credentialed) {
     routes_.add(
         method, pattern,
-        [this, handler, label = std::string(method) + " " + pattern](const Request& request,
-                                                                     const RouteParams& params) {
+        [this, handler, label = method + " " + pattern](const Request& request,
+                                                        const RouteParams& params) {
           try {
             return (this->*handler)(request, params);
           } catch (const std::bad_alloc&) {
@@ -326,11 +324,7 @@ class ControlApi {
   // GET /ui/events: the lifecycle events as Server-Sent Events, from after Last-Event-ID (a
   // reconnect) or ?after=N; the server keeps it open (door::EventStream).
   Response ui_events(const Request& request, const RouteParams&) {
-    Response response(200, "text/event-stream");
-    response.stream = std::make_shared<door::LifecycleEventStream>(
-        session_.events(), door::stream_start(request.head));
-    door::add_ui_headers(response);
-    return response;
+    return door::lifecycle_stream_response(request.head, session_.events());
   }
 
   Response health(const Request&, const RouteParams&) {

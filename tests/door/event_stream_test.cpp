@@ -159,6 +159,7 @@ TEST(EventStreamServer, ASubscriberThatNeverReadsIsDroppedWithOneChunkHeldForIt)
   auto stream = std::make_shared<ScriptedStream>([] { return std::string(64 * 1024, 'x'); });
   Limits limits;
   limits.write_timeout = 300ms;
+  limits.stream_poll = 10ms;  // a dropped stream still polled would grow within the wait below
   StreamServer server(limits, [stream] { return stream; });
   const int fd = subscribe(server.port(), /*receive_buffer=*/4096);
   ASSERT_GE(fd, 0);

@@ -310,6 +310,17 @@ class LocalDockerTest : public ::testing::Test {
     return api.list_networks("sandboxd.network-for=" + prefix_);
   }
 
+  // The sandboxes' network as a gateway makes it, behind the backend's back, with Docker's
+  // duplicate check off: a second one of the name is made as a racing gateway's would be (201
+  // on Docker; podman refuses a second one).
+  ld::HttpResponse make_sandboxes_network() {
+    const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
+                             ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
+                             "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
+                             json_string(prefix_) + "}}";
+    return engine_->client().call("POST", "/networks/create", 10.0, body);
+  }
+
   std::string base_config() const {
     return "{\"socket\":" + json_string(socket_) + ",\"image\":" + json_string(kTestImage) +
            ",\"container_prefix\":" + json_string(prefix_) +
@@ -742,12 +753,8 @@ TEST_F(LocalDockerTest, NoSandboxReachesAnotherOnTheEnginesNetwork) {
 // other.
 TEST_F(LocalDockerTest, TwoNetworksOfOneNameFromRacingGatewaysSettleOnOne) {
   const std::string name = prefix_ + "-sandboxes";
-  const std::string body = "{\"Name\":" + json_string(name) +
-                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
-                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
-                           json_string(prefix_) + "}}";
   for (int i = 0; i < 2; ++i) {
-    const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+    const ld::HttpResponse made = make_sandboxes_network();
     if (i == 1 && made.status != 201) {
       GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
     }
@@ -784,11 +791,7 @@ TEST_F(LocalDockerTest, ADuplicateNetworkMadeAfterOursWasChosenFailsNoStart) {
   ASSERT_TRUE(wait_ready(first.sandbox_url, 30));
   const auto chosen = networks_of_prefix();
   ASSERT_EQ(chosen.size(), 1u);
-  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
-                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
-                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
-                           json_string(prefix_) + "}}";
-  const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+  const ld::HttpResponse made = make_sandboxes_network();
   if (made.status != 201) {
     loaded.backend->destroy(first);
     GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
@@ -816,15 +819,11 @@ TEST_F(LocalDockerTest, ADuplicateInUseByAPeerIsKeptOverAnUnusedOneOfALesserId) 
   ASSERT_TRUE(wait_ready(running.sandbox_url, 30));
   const auto in_use = networks_of_prefix();
   ASSERT_EQ(in_use.size(), 1u);
-  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
-                           ",\"Driver\":\"bridge\",\"CheckDuplicate\":false,\"Labels\":{"
-                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
-                           json_string(prefix_) + "}}";
   // A copy with a lesser id than the one in use, as a racing process may have made: the one a
   // new process's resolution (the least id) joins.
   std::string copy;
   for (int tries = 0; tries < 64 && copy.empty(); ++tries) {
-    const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+    const ld::HttpResponse made = make_sandboxes_network();
     if (made.status != 201) {
       peer.backend->destroy(running);
       GTEST_SKIP() << "this engine refuses a second network of one name (" << made.status << ")";
@@ -858,11 +857,7 @@ TEST_F(LocalDockerTest, ADuplicateInUseByAPeerIsKeptOverAnUnusedOneOfALesserId) 
 // A process that crashed with no sandbox left leaves its network; the next one's orphan sweep
 // (list_running, as reconciliation calls it) removes it, and leaves one in use alone.
 TEST_F(LocalDockerTest, ANetworkACrashLeftIsSweptWithTheOrphans) {
-  const std::string body = "{\"Name\":" + json_string(prefix_ + "-sandboxes") +
-                           ",\"Driver\":\"bridge\",\"Labels\":{"
-                           "\"sandboxd.managed-by\":\"sandboxd\",\"sandboxd.network-for\":" +
-                           json_string(prefix_) + "}}";
-  const ld::HttpResponse made = engine_->client().call("POST", "/networks/create", 10.0, body);
+  const ld::HttpResponse made = make_sandboxes_network();
   ASSERT_EQ(made.status, 201) << made.body;
   {
     // Just made, it may be a peer's about to start its first sandbox: left alone.

@@ -177,7 +177,11 @@ async function pollFlow() {
   let flow;
   try {
     const answer = await fetch('/ui/api/flow', { credentials: 'same-origin', cache: 'no-store' });
-    if (answer.status === 404) { stopFlow(); return; }  // a daemon without the panel
+    if (answer.status === 404) {  // a daemon without the panel: it stays hidden
+      stopFlow();
+      element('flow').dataset.availability = 'none';
+      return;
+    }
     if (!answer.ok) return;
     flow = await answer.json();
   } catch (error) {

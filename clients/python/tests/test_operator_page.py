@@ -16,6 +16,7 @@ import select
 import shutil
 import subprocess
 import time
+import types
 import urllib.parse
 from pathlib import Path
 
@@ -403,9 +404,7 @@ def provisioner(engine_required, tmp_path, prefix):
     line = process.stdout.readline().decode()
     assert line.startswith("listening on http://127.0.0.1:"), \
         (tmp_path / "provisioner.log").read_text()[-2000:]
-    served = type("Provisioner", (), {})()
-    served.listen, served.key, served.process = line.split()[-1], key, process
-    yield served
+    yield types.SimpleNamespace(listen=line.split()[-1], key=key, process=process)
     for container in engine_containers_named(prefix):
         remove_container(container)
     process.terminate()
@@ -451,7 +450,8 @@ def test_the_provisioner_serves_the_same_page_behind_its_api_key(provisioner, br
     assert browser.evaluate("document.getElementById('daemon').textContent") == "provisioner"
     browser.wait_for("!!document.querySelector('#events tr[data-kind=created]')",
                      "the creation among the events")
-    time.sleep(0.5)  # the Flow panel's first reading has been answered (404 here)
+    browser.wait_for("document.getElementById('flow').dataset.availability === 'none'",
+                     "that this daemon has no Flow panel (its 404 taken)")
     assert browser.evaluate("document.getElementById('flow').hidden") is True
 
     conn.request("DELETE", "/api/sandboxes/a1b2c3d4", headers={"X-API-Key": key})
