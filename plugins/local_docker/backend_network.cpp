@@ -321,6 +321,9 @@ void LocalContainerBackend::isolate(const std::string& container_id, const std::
   try {
     const std::string port = isolate_bridge_port(netns_, pid);
     log(LogLevel::debug, "Isolated sandbox container " + name + "'s bridge port " + port);
+  } catch (const PortOnNoBridge& e) {
+    throw PortOnNoBridge("Could not isolate sandbox container " + name + " on network " +
+                         settings_.network + ": " + e.what());
   } catch (const std::exception& e) {
     throw std::runtime_error("Could not isolate sandbox container " + name + " on network " +
                              settings_.network + " (it was removed): " + e.what());

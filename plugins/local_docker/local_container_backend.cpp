@@ -138,12 +138,8 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
   int name_conflicts = 0;
   // Our network was removed between its check and this create (a destroy of the last sandbox
   // on it, in this or another process): made again once, and the attempt repeated.
-  const auto network_went_away = [&](const std::string& message) {
-    if (!open || !settings_.own_network || network_remade ||
-        message.find("network") == std::string::npos ||
-        message.find("not found") == std::string::npos) {
-      return false;
-    }
+  const auto make_network_again = [&] {
+    if (!open || !settings_.own_network || network_remade) return false;
     network_remade = true;
     {
       MutexLock lock(network_mutex_);
@@ -151,6 +147,10 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     }
     ensure_network();
     return true;
+  };
+  const auto network_went_away = [&](const std::string& message) {
+    return message.find("network") != std::string::npos &&
+           message.find("not found") != std::string::npos && make_network_again();
   };
   for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
     PortReservation reservation;
@@ -264,7 +264,28 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     }
     // Before anyone is handed the sandbox, and before its own code can run: its port on the
     // bridge no longer exchanges frames with any other sandbox's.
-    if (open && settings_.policy.isolate) isolate(id, name);
+    if (open && settings_.policy.isolate) {
+      try {
+        isolate(id, name);
+      } catch (const PortOnNoBridge& e) {
+        // The removal was decided before this container existed and ran after it joined
+        // (podman's check and removal are not one step): what remains of the network is a
+        // name, or nothing, with no bridge under it. Without this container on it, it goes
+        // too (the engine refuses while another is on it), and is made again.
+        if (network_remade) throw;
+        log(LogLevel::warning, std::string(e.what()) + "; making the network again");
+        remove_quietly(id);
+        created_container.keep = true;  // removed just now
+        try {
+          remove_network_unless_used(
+              NetworkState{.id = network_target(), .name = settings_.network});
+        } catch (const std::exception&) {
+        }
+        if (!make_network_again()) throw;
+        --attempt;
+        continue;
+      }
+    }
     log(LogLevel::info, "Started container " + name + " (ID: " + short_id(id) + ") using the " +
                             "engine API " +
                             (published ? "on port " + std::to_string(state->host_port)

@@ -192,7 +192,8 @@ class LocalContainerBackend final : public SandboxBackend,
   // DELETE of one of our networks that the engine refuses while a container is attached;
   // true when it went.
   bool remove_network_unless_used(const NetworkState& network);
-  // open mode with isolation: the started container's bridge port isolated, or throws.
+  // open mode with isolation: the started container's bridge port isolated, or throws
+  // (PortOnNoBridge when the network's bridge went away under it).
   void isolate(const std::string& container_id, const std::string& name);
   // How readiness reaches `info`: through its namespace when it is namespaced.
   SandboxRoute route_to(const SandboxInfo& info);

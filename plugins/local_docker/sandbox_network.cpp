@@ -47,8 +47,16 @@ rtattr* add_attribute(nlmsghdr* header, std::size_t capacity, unsigned short typ
   return attribute;
 }
 
+// The kernel refused an rtnetlink request; `error` is its errno.
+class RtnetlinkRefused : public std::runtime_error {
+ public:
+  RtnetlinkRefused(const std::string& what, int error)
+      : std::runtime_error(what + ": " + errno_text(error)), error(error) {}
+  const int error;
+};
+
 // Sends `request` on the rtnetlink socket `fd` and reads its answer into `answer` (bounded).
-// Throws for an error answer.
+// Throws RtnetlinkRefused for an error answer.
 std::size_t exchange(int fd, nlmsghdr* request, std::array<char, 16384>& answer, const char* what) {
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
@@ -66,9 +74,7 @@ std::size_t exchange(int fd, nlmsghdr* request, std::array<char, 16384>& answer,
   }
   if (header->nlmsg_type == NLMSG_ERROR) {
     const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(header));
-    if (error->error != 0) {
-      throw std::runtime_error(std::string(what) + ": " + errno_text(-error->error));
-    }
+    if (error->error != 0) throw RtnetlinkRefused(what, -error->error);
   }
   return static_cast<std::size_t>(got);
 }
@@ -118,7 +124,17 @@ void set_isolated(int fd, int index) {
       static_cast<unsigned short>(reinterpret_cast<char*>(&request.header) +
                                   request.header.nlmsg_len - reinterpret_cast<char*>(protinfo));
   std::array<char, 16384> answer{};
-  exchange(fd, &request.header, answer, "isolating the sandbox's bridge port");
+  try {
+    exchange(fd, &request.header, answer, "isolating the sandbox's bridge port");
+  } catch (const RtnetlinkRefused& refused) {
+    // rtnl_bridge_setlink answers EOPNOTSUPP for a device that has no master.
+    if (refused.error != EOPNOTSUPP) throw;
+    char name[IF_NAMESIZE] = {0};
+    const bool named = ::if_indextoname(static_cast<unsigned>(index), name) != nullptr;
+    throw PortOnNoBridge(std::string("the sandbox's port ") + (named ? name : "(gone)") +
+                         " is on no bridge: the bridge under its network was deleted after it "
+                         "joined (a peer removed the network meanwhile)");
+  }
 }
 
 host_fs::UniqueFd rtnetlink_socket() {

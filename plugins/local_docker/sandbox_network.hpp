@@ -117,9 +117,18 @@ class NetnsSockets {
   std::map<std::string, Cached> pids_ GUARDED_BY(cache_mutex_);  // container id → its process
 };
 
+// The sandbox's eth0 peer is on no bridge: the bridge under its network was deleted after the
+// container joined it (podman 4.3 removes a network, bridge and all, when its "in use" check ran
+// before the container was created). The container is cut off from its network for good.
+class PortOnNoBridge : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // The bridge port of the container whose process is `pid`: its eth0's peer in this
 // namespace, isolated (IFLA_BRPORT_ISOLATED) and read back from sysfs. Returns the host
-// interface's name. Throws std::runtime_error naming what failed.
+// interface's name. Throws PortOnNoBridge as above, std::runtime_error naming what failed
+// otherwise.
 std::string isolate_bridge_port(NetnsSockets& sockets, int pid);
 
 }  // namespace sandboxd::local_docker

@@ -17,8 +17,9 @@
 // slots whose container is gone.
 //
 // Lock story: `mutex_` guards every member below it in the class (GUARDED_BY, checked by
-// scripts/thread_safety.sh); no engine call, mount or file write runs under it. The refill thread is the only one that starts and drains slots;
-// claim() takes a ready slot out under the lock and does its mounts and engine calls outside.
+// scripts/thread_safety.sh); no engine call, mount or file write runs under it. The refill thread
+// is the only one that starts and drains slots; claim() takes a ready slot out under the lock and
+// does its mounts and engine calls outside.
 #pragma once
 
 #include <chrono>

@@ -4,9 +4,13 @@
 // open connection is closed, so the plugin's next call (its /start) meets an engine that is not
 // there, while the engine itself, reached directly by the test, holds the container just made.
 // restore() puts the socket back. Used by the engine-labelled fault tests (RELIABILITY.md B).
+// It can also hold the engine's answer to the next `POST …/containers/…/start` back and run a
+// function of the test's first (what a peer does to the engine between the start and the
+// plugin's next step), then pass the answer on.
 //
-// Lock story: `mutex_` guards `listener_`, `connections_`, `vanish_after_create_` and
-// `vanished_`; the pump threads read the flags under it and never hold it across I/O.
+// Lock story: `mutex_` guards `listener_`, `connections_`, `vanish_after_create_`,
+// `before_start_answer_` and `vanished_`; the pump threads read them under it and never hold it
+// across I/O or while running the test's function.
 #pragma once
 
 #include <poll.h>
@@ -18,6 +22,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -51,6 +56,16 @@ class EngineSocketProxy {
     std::lock_guard lock(mutex_);
     vanish_after_create_ = true;
   }
+
+  // `hook` runs once the engine has answered the next container start, before the answer
+  // reaches the client.
+  void before_next_start_answer(std::function<void()> hook) {
+    std::lock_guard lock(mutex_);
+    before_start_answer_ = std::move(hook);
+  }
+
+  // How many start answers were held for a hook.
+  int starts_held() const { return starts_held_; }
 
   // The socket file is back and new connections reach the engine again.
   void restore() {
@@ -148,7 +163,9 @@ class EngineSocketProxy {
   void pump(int client, int engine) {
     std::string request_window;  // the client's latest bytes, to spot a create request
     bool armed = false;
-    std::string answer;  // the engine's answer to the armed create, as far as passed
+    std::string answer;                // the engine's answer to the armed create, as far as passed
+    std::function<void()> start_hook;  // taken for a start request on this connection
+    std::string held;                  // the engine's answer to that start, held back
     char buffer[65536];
     while (!stopping_) {
       pollfd fds[2] = {{client, POLLIN, 0}, {engine, POLLIN, 0}};
@@ -179,8 +196,25 @@ class EngineSocketProxy {
               request_window.find("/containers/create") != std::string::npos) {
             armed = true;
           }
+          if (before_start_answer_ && request_window.find("POST ") != std::string::npos &&
+              request_window.find("/containers/") != std::string::npos &&
+              request_window.find("/start") != std::string::npos) {
+            start_hook = std::move(before_start_answer_);
+            before_start_answer_ = nullptr;
+            request_window.clear();
+          }
         } else if (armed) {
           answer += chunk;
+        }
+        if (side == 1 && start_hook) {
+          held += chunk;
+          if (!complete_answer(held)) continue;
+          start_hook();
+          start_hook = nullptr;
+          ++starts_held_;
+          if (!write_all(client, held)) closed = true;
+          held.clear();
+          continue;
         }
         if (armed && side == 1 && complete_answer(answer)) {
           // The answer and the vanishing under one lock: no request the client sends after
@@ -239,9 +273,11 @@ class EngineSocketProxy {
   int listener_ = -1;
   std::set<int> connections_;
   bool vanish_after_create_ = false;
+  std::function<void()> before_start_answer_;
   bool vanished_ = false;
   std::atomic<bool> stopping_{false};
   std::atomic<int> creates_seen_{0};
+  std::atomic<int> starts_held_{0};
   std::thread acceptor_;
   std::vector<std::thread> pumps_;  // only the acceptor adds; joined after it has stopped
 };
