@@ -3,6 +3,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <span>
 #include <sstream>
@@ -274,6 +275,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
 std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider) const {
   const auto events = provider.event_counts();
   const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
+  const sandboxd::core::Provider::Capacity capacity = provider.capacity();  // may read the store
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   using Items = std::initializer_list<std::pair<const char*, std::uint64_t>>;
@@ -335,6 +337,25 @@ std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider) co
                                  {"wait_timeout", events.rejections_wait_timeout},
                                  {"queue_full", events.rejections_queue_full}});
   counts("capacity_queue", {{"waits", events.capacity_waits}, {"bursts", events.bursts}});
+  w.Key("capacity");
+  w.StartObject();
+  members({{"replicas", static_cast<std::uint64_t>(std::max(capacity.replicas, 0))},
+           {"burst_limit", static_cast<std::uint64_t>(std::max(capacity.burst_limit, 0))},
+           {"max_per_user", static_cast<std::uint64_t>(std::max(capacity.max_per_user, 0))},
+           {"max_waiting", capacity.max_waiting},
+           {"waiting", capacity.waiting},
+           {"in_use_here", capacity.in_use_here}});
+  sandboxd::write_json_member(w, "overflow_policy", capacity.overflow_policy);
+  w.Key("fleet_wide");
+  w.Bool(capacity.fleet_wide);
+  w.Key("fleet_reserved");
+  if (capacity.fleet_reserved) {
+    w.Uint64(*capacity.fleet_reserved);
+  } else {
+    w.Null();
+  }
+  sandboxd::write_json_member(w, "fleet_error", capacity.fleet_error);
+  w.EndObject();
   w.Key("slots");
   w.StartObject();
   members({{"target", slots.target}, {"ready", slots.ready}, {"claims", events.slot_claims}});

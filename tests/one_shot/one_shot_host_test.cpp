@@ -56,6 +56,8 @@ TEST(RegistryFile, AMissingFileIsEmptyAndAWrittenOneReadsBackPrivately) {
   RegistrySnapshot after = with({tracked("a", kActive, 10.25), tracked("b", kWarm, 20.0),
                                  tracked("p", core::SandboxState::paused, 25.0)});
   after.sandboxes[1].conversation.reset();  // an adopted orphan has no conversation
+  after.sandboxes[0].last_acquire = core::AcquirePath::claimed;  // the page's "last acquire"
+  after.sandboxes[2].last_acquire = core::AcquirePath::resumed;
   after.unowned_since["c"] = 30.0;
   file.apply({}, after);
   EXPECT_EQ(file.load(), after);

@@ -144,6 +144,13 @@ TEST_F(ProviderCapacityTest, WaitServesInArrivalOrderAndRefusesAtTheDeadline) {
   EXPECT_EQ(second.get(), core::deterministic_sandbox_id("t-2", "bob"));
   EXPECT_EQ(third.wait_for(300ms), std::future_status::timeout) << "carol jumped the line";
   EXPECT_EQ(provider->counts().waiting, 1u);
+  const core::Provider::Capacity seen = provider->capacity();  // the page's ceilings
+  EXPECT_EQ(seen.waiting, 1u);
+  EXPECT_EQ(seen.replicas, 1);
+  EXPECT_EQ(seen.overflow_policy, "wait");
+  EXPECT_EQ(seen.in_use_here, 1u);
+  EXPECT_FALSE(seen.fleet_wide) << "the memory store keeps no ledger";
+  EXPECT_EQ(seen.fleet_reserved, std::nullopt);
 
   clock->advance(31);  // carol's deadline passes
   try {
@@ -276,6 +283,14 @@ TEST_F(ProviderCapacityTest, TwoGatewaysSharingASqliteStoreHoldOneCeiling) {
 
   const std::string a1 = gateway_a->acquire("t-1", "alice");
   gateway_b->acquire("t-2", "bob");
+  // What the operator page shows (issue 36): this gateway's count beside the deployment's.
+  const core::Provider::Capacity seen = gateway_a->capacity();
+  EXPECT_EQ(seen.replicas, 2);
+  EXPECT_EQ(seen.overflow_policy, "reject");
+  EXPECT_EQ(seen.in_use_here, 1u);
+  EXPECT_TRUE(seen.fleet_wide);
+  EXPECT_EQ(seen.fleet_reserved, 2u);
+  EXPECT_EQ(seen.fleet_error, "");
   try {
     gateway_a->acquire("t-3", "carol");
     FAIL() << "a third sandbox in a deployment of 2";

@@ -468,6 +468,7 @@ class TestProvider {
   SandboxBackend* backend() const { return owned_->backend(); }
   OwnershipStore* ownership() const { return owned_->ownership(); }
   Provider::Counts counts() const { return owned_->counts(); }
+  Provider::Capacity capacity() const { return owned_->capacity(); }
   core::ProviderEventCounts event_counts() const { return owned_->event_counts(); }
 
   // ── steps the seed calls directly, and the real steps behind the seams ──

@@ -56,6 +56,35 @@ TEST_F(ProviderOneShotTest, AnAcquireResultCarriesItsInfoAndConversation) {
   EXPECT_EQ(anonymous.conversation, std::nullopt);
 }
 
+// Issue 36: each tracked sandbox says how its last acquisition here obtained it (the operator
+// page's column), through the export a one-shot command or a restarted serve reads back.
+TEST_F(ProviderOneShotTest, EachSandboxKeepsThePathOfItsLastAcquisition) {
+  build();
+  const std::string id = provider->acquire("t-1", "alice");
+  const auto last_acquire = [&](auto& p) {
+    for (const auto& t : p.export_registry().sandboxes) {
+      if (t.info.sandbox_id == id) return t.last_acquire;
+    }
+    return std::optional<AcquirePath>();
+  };
+  EXPECT_EQ(last_acquire(*provider), AcquirePath::created);
+  provider->acquire("t-1", "alice");
+  EXPECT_EQ(last_acquire(*provider), AcquirePath::reused);
+  provider->release(id);
+  EXPECT_EQ(last_acquire(*provider), AcquirePath::reused) << "a release is no acquisition";
+  provider->acquire("t-1", "alice");
+  EXPECT_EQ(last_acquire(*provider), AcquirePath::reclaimed);
+
+  auto next = make_provider(backend, nullptr);
+  next->import_registry(provider->export_registry());
+  EXPECT_EQ(last_acquire(*next), AcquirePath::reclaimed);
+  next->acquire("t-1", "alice");
+  EXPECT_EQ(last_acquire(*next), AcquirePath::reused);
+  EXPECT_EQ(core::acquire_path_from("claimed"), AcquirePath::claimed);
+  EXPECT_EQ(core::acquire_path_from("teleported"), std::nullopt);
+  next->detach();
+}
+
 TEST_F(ProviderOneShotTest, TheRegistryRoundTripsThroughDataIntoAFreshProvider) {
   build();
   clock->set(2000.0);

@@ -94,7 +94,8 @@ function renderSandboxes() {
       cell(sandbox.state, 'state state-' + sandbox.state),
       cell(sandbox.user_id || ''),
       cell(sandbox.thread_id || ''),
-      cell(sandbox.since == null ? '' : duration(now - sandbox.since)));
+      cell(sandbox.since == null ? '' : duration(now - sandbox.since)),
+      cell(sandbox.last_acquire || '', 'path'));
     body.appendChild(row);
   }
   element('sandboxes-empty').hidden = listing.sandboxes.length !== 0;
@@ -154,6 +155,7 @@ function renderFlow(flow, previous, elapsed) {
     row.append(cell(what), cell(String(n)));
     refusals.appendChild(row);
   }
+  renderCapacity(flow.capacity);
   const histogram = element('flow-latency');
   histogram.replaceChildren();
   const most = Math.max(1, ...flow.latency.counts);
@@ -171,6 +173,44 @@ function renderFlow(flow, previous, elapsed) {
     li.append(label, bar, count);
     histogram.appendChild(li);
   });
+}
+
+// The ceilings beside what counts against them: this process's sandboxes, the deployment's
+// reservations when a shared ledger holds the ceilings, the busiest user here, the queue.
+function renderCapacity(capacity) {
+  const body = element('flow-capacity');
+  body.replaceChildren();
+  if (!capacity) return;
+  const none = 'none';
+  const rows = [
+    ['replicas', 'sandboxes here', String(capacity.in_use_here),
+     capacity.replicas + (capacity.overflow_policy === 'soft' ? ' (soft)' : ' (' + capacity.overflow_policy + ')')],
+    ['fleet', 'reserved, all gateways',
+     capacity.fleet_wide ? (capacity.fleet_reserved == null ? 'unreadable: ' + capacity.fleet_error : String(capacity.fleet_reserved))
+                         : 'per gateway',
+     capacity.fleet_wide ? String(capacity.replicas) : ''],
+  ];
+  let busiest = null;
+  if (listing) {
+    const perUser = new Map();
+    for (const sandbox of listing.sandboxes) {
+      if (!sandbox.tracked && sandbox.tracked !== undefined) continue;
+      const user = sandbox.user_id || '';
+      perUser.set(user, (perUser.get(user) || 0) + 1);
+    }
+    for (const [user, n] of perUser) if (!busiest || n > busiest[1]) busiest = [user, n];
+  }
+  rows.push(['per_user', 'busiest user' + (busiest ? ' ' + busiest[0] : ''), busiest ? String(busiest[1]) : '0',
+             capacity.max_per_user > 0 ? String(capacity.max_per_user) : none]);
+  rows.push(['queue', 'queued for a slot', String(capacity.waiting),
+             capacity.overflow_policy !== 'wait' ? '' : capacity.max_waiting > 0 ? String(capacity.max_waiting) : 'unbounded']);
+  if (capacity.overflow_policy === 'burst') rows.push(['burst', 'beyond replicas', '', String(capacity.burst_limit)]);
+  for (const [key, what, now, ceiling] of rows) {
+    const row = document.createElement('tr');
+    row.dataset.ceiling = key;
+    row.append(cell(what), cell(now), cell(ceiling));
+    body.appendChild(row);
+  }
 }
 
 async function pollFlow() {

@@ -211,6 +211,7 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     shown = {row["data"]["sandbox"]: row for row in rows(browser, "sandboxes")}
     assert shown.keys() == {alice.sandbox_id, planted["sandbox_id"]}
     assert shown[alice.sandbox_id]["cells"][1:4] == ["active", "alice", "t-1"]
+    assert shown[alice.sandbox_id]["cells"][5] == "created"  # how its last acquire went
     # A user id of markup is shown as that text; nothing of it became an element.
     assert shown[planted["sandbox_id"]]["cells"][2:4] == [XSS_USER, "t-planted"]
     assert browser.evaluate("document.querySelectorAll('img').length") == 0
@@ -222,6 +223,17 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
                      "?.cells[1].textContent === '1'", "the acquire counted under its path")
     assert browser.evaluate("document.getElementById('flow').hidden") is False
     assert browser.evaluate("document.querySelectorAll('#flow-latency li').length") == 13
+    # The ceilings beside what counts against them: alice's sandbox (the planted container is
+    # no one's here), serve's replicas, the busiest user, the queue.
+    _, body = request(page_serve.listen, "GET", "/ui/api/flow",
+                      {"Authorization": f"Bearer {page_serve.token}"})
+    capacity = json.loads(body)["capacity"]
+    ceilings = {row["data"]["ceiling"]: row["cells"] for row in rows(browser, "flow-capacity")}
+    assert ceilings["replicas"][1:] == ["1", f"{capacity['replicas']} ({capacity['overflow_policy']})"]
+    assert ceilings["per_user"][:2] == ["busiest user alice", "1"]
+    assert ceilings["queue"][1] == "0"
+    assert ceilings["fleet"][1] == ("per gateway" if not capacity["fleet_wide"]
+                                    else str(capacity["fleet_reserved"]))
 
     # The credential is in a cookie no script can read, for /ui only, sent to this site only.
     assert browser.evaluate("document.cookie") == ""
@@ -243,6 +255,11 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
         "the release among the events")
     assert browser.evaluate("window.__not_reloaded") is True
     assert browser.evaluate("document.getElementById('count-warm').textContent") == "1warm"
+    # Taken again: active, and its last acquire now says it came back from the pool.
+    client.acquire("t-1", user_id="alice")
+    browser.wait_for(
+        f"document.querySelector('#sandboxes tr[data-sandbox=\"{alice.sandbox_id}\"]')"
+        "?.cells[5].textContent === 'reclaimed'", "the sandbox's last acquire as reclaimed")
 
     shot = browser.call("Page.captureScreenshot", format="png")
     (artefact_dir(tmp_path) / "operator-page.png").write_bytes(base64.b64decode(shot["data"]))
@@ -319,6 +336,15 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     assert len(flow["latency"]["counts"]) == len(flow["latency"]["bounds"]) + 1
     assert set(flow["capacity_rejections"]) == {"capacity", "per_user", "wait_timeout",
                                                 "queue_full"}
+    capacity = flow["capacity"]
+    assert set(capacity) == {"replicas", "overflow_policy", "burst_limit", "max_per_user",
+                             "max_waiting", "waiting", "in_use_here", "fleet_wide",
+                             "fleet_reserved", "fleet_error"}
+    assert capacity["replicas"] >= 1 and capacity["waiting"] == 0
+    assert capacity["overflow_policy"] in {"soft", "wait", "reject", "burst"}
+    assert capacity["fleet_reserved"] is None or isinstance(capacity["fleet_reserved"], int)
+    _, body = request(listen, "GET", "/ui/api/sandboxes", cookie)
+    assert all("last_acquire" in row for row in json.loads(body)["sandboxes"])
     answer, body = request(listen, "GET", "/ui/api/events?after=x", cookie)
     assert answer.status == 400 and b"after" in body
 

@@ -68,6 +68,15 @@ const char* to_string(AcquirePath path) {
   return "?";
 }
 
+std::optional<AcquirePath> acquire_path_from(std::string_view word) {
+  for (const AcquirePath path :
+       {AcquirePath::reused, AcquirePath::reclaimed, AcquirePath::resumed, AcquirePath::discovered,
+        AcquirePath::created, AcquirePath::claimed}) {
+    if (word == to_string(path)) return path;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 // Lock-wait tasks only queue a grant on the conversation's lock (they never park in it), so one
@@ -331,6 +340,9 @@ OwnershipStore* Provider::ownership() const {
 Provider::Counts Provider::counts() const {
   return impl_->counts();
 }
+Provider::Capacity Provider::capacity() const {
+  return impl_->capacity();
+}
 PreStartedSlots::Status Provider::slot_status() const {
   return impl_->slots_ ? impl_->slots_->slot_status() : PreStartedSlots::Status{};
 }
@@ -493,6 +505,7 @@ TrackedSandbox Provider::Impl::tracked_entry(const SandboxEntry& entry) const {
   tracked.conversation = entry.identity;
   tracked.state = entry.state;
   tracked.since = to_wall(entry.since);
+  tracked.last_acquire = entry.last_acquire;
   return tracked;
 }
 
@@ -606,6 +619,10 @@ void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {
   }
   for (const auto& [id, first_seen] : snapshot.unowned_since) {
     registry_.unowned_since().try_emplace(id, from_wall(first_seen));
+  }
+  for (const auto& tracked : snapshot.sandboxes) {
+    SandboxEntry* entry = registry_.find(tracked.info.sandbox_id);
+    if (entry != nullptr && !entry->last_acquire) entry->last_acquire = tracked.last_acquire;
   }
 }
 

@@ -46,9 +46,12 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
     std::lock_guard<ThreadLock> held(*lock);
     sandbox_id = acquire_with_restarts(thread_id, user);
   }
-  if (event_log_) {
-    event_log_->record(lifecycle_event_of(outer ? *outer : path), sandbox_id, user, thread_id);
+  const AcquirePath taken = outer ? *outer : path;
+  {
+    MutexLock lock(mutex_);
+    if (SandboxEntry* entry = registry_.find(sandbox_id)) entry->last_acquire = taken;
   }
+  if (event_log_) event_log_->record(lifecycle_event_of(taken), sandbox_id, user, thread_id);
   return sandbox_id;
 }
 

@@ -263,4 +263,27 @@ void Provider::Impl::admit_creation(const std::string& sandbox_id, const std::st
   }
 }
 
+Provider::Capacity Provider::Impl::capacity() {
+  Provider::Capacity capacity;
+  capacity.replicas = options_.replicas;
+  capacity.overflow_policy = to_string(options_.overflow_policy);
+  capacity.burst_limit = options_.burst_limit;
+  capacity.max_per_user = options_.max_per_user;
+  capacity.max_waiting = options_.max_waiting;
+  {
+    MutexLock lock(mutex_);
+    capacity.waiting = capacity_queue_.size();
+    capacity.in_use_here = registry_.slots_in_use("");
+  }
+  capacity.fleet_wide = ledger_ != nullptr;
+  if (ledger_ != nullptr) {
+    try {
+      capacity.fleet_reserved = ledger_->reserved();
+    } catch (const std::exception& e) {
+      capacity.fleet_error = e.what();
+    }
+  }
+  return capacity;
+}
+
 }  // namespace sandboxd::core

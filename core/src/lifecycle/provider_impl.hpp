@@ -124,6 +124,7 @@ struct Provider::Impl {
                                                        const std::string& user_id,
                                                        const ReconciliationIdentity& identity);
   Provider::Counts counts() EXCLUDES(mutex_);
+  Provider::Capacity capacity() EXCLUDES(mutex_);
   ProviderEventCounts event_counts() const;
 
   // ── acquisition (SPEC §5.3–§5.11; provider_acquire.cpp) ──

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sandboxd/core/acquire_path.hpp"
 #include "sandboxd/core/conversation.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/core/sandbox_state.hpp"
@@ -54,6 +55,7 @@ struct SandboxEntry {
   // monotonic: last activity (active) or release time (warm and paused: the time spent
   // paused counts toward the idle timeout, issue 23).
   double since = 0.0;
+  std::optional<AcquirePath> last_acquire;  // how its last acquisition obtained it
 
   bool teardown = false;      // this instance reserved it for a teardown
   int publishing = 0;         // acquisitions publishing its lease right now

@@ -309,6 +309,8 @@ RegistrySnapshot RegistryFile::read_unlocked() const {
       }
       t.state = *known;
       t.since = number_or_zero(item, "since", path_);
+      // Unknown words (a newer serve's) read as unknown, not as an error.
+      t.last_acquire = acquire_path_from(optional_string(item, "last_acquire", path_));
       const std::string user = optional_string(item, "user_id", path_);
       const std::string thread = optional_string(item, "thread_id", path_);
       if (!thread.empty()) t.conversation = ThreadKey{user, thread};
@@ -347,6 +349,10 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
         t.conversation ? std::optional<std::string>(t.conversation->thread_id) : std::nullopt);
     w.Key("since");
     w.Double(t.since);
+    if (t.last_acquire) {
+      w.Key("last_acquire");
+      w.String(to_string(*t.last_acquire));
+    }
     w.Key("sandbox_url");
     w.String(t.info.sandbox_url.c_str());
     write_optional(w, "container_name", t.info.container_name);

@@ -45,6 +45,7 @@ SandboxView SandboxView::of(const TrackedSandbox& tracked) {
   }
   view.container_name = tracked.info.container_name;
   view.since = tracked.since;
+  view.last_acquire = tracked.last_acquire;
   return view;
 }
 
@@ -202,7 +203,8 @@ Listing SandboxService::list() {
                       std::nullopt,
                       view.since,
                       std::nullopt,
-                      ""};
+                      "",
+                      view.last_acquire};
     if (running) row.running = running_ids.count(t.info.sandbox_id) > 0;
     listing.sandboxes.push_back(std::move(row));
   }

@@ -30,6 +30,9 @@ void members(Writer& w, const SandboxView& s) {
   w.Key(is_released(s.state) ? "released_at" : "last_activity");
   w.Double(s.since);
   write_json_optional(w, "container_name", s.container_name);
+  write_json_optional(
+      w, "last_acquire",
+      s.last_acquire ? std::optional<std::string>(to_string(*s.last_acquire)) : std::nullopt);
 }
 
 }  // namespace
@@ -93,6 +96,12 @@ std::string to_json(const Listing& listing) {
       w.Key("since");
       if (row.since) {
         w.Double(*row.since);
+      } else {
+        w.Null();
+      }
+      w.Key("last_acquire");
+      if (row.last_acquire) {
+        w.String(to_string(*row.last_acquire));
       } else {
         w.Null();
       }

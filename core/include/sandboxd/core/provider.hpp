@@ -24,6 +24,7 @@
 #include "sandboxd/backend.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
+#include "sandboxd/core/acquire_path.hpp"
 #include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/conversation.hpp"
 #include "sandboxd/core/executor.hpp"
@@ -152,12 +153,6 @@ class AsyncAcquisitionCancelled : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// How an acquisition obtained its sandbox (sandboxctl's `path`, serve's metrics).
-// resumed: taken from the pool while paused, and thawed (issue 23).
-// claimed: a new conversation was given a pre-started slot (issue 22) instead of a create.
-enum class AcquirePath { reused, reclaimed, resumed, discovered, created, claimed };
-const char* to_string(AcquirePath path);
-
 struct AcquireResult {
   std::string sandbox_id;
   AcquirePath path = AcquirePath::created;
@@ -192,6 +187,9 @@ struct TrackedSandbox {
   std::optional<ThreadKey> conversation;      // null for anonymous and adopted sandboxes
   SandboxState state = SandboxState::active;  // active, warm or paused, never none
   double since = 0.0;  // wall-clock seconds: last activity (active) or release time (warm)
+  // How its last acquisition here obtained it; nullopt before any (an adopted orphan, a
+  // registry file written before this was kept).
+  std::optional<AcquirePath> last_acquire;
   bool released() const { return is_released(state); }
   bool operator==(const TrackedSandbox&) const = default;
 };
@@ -385,6 +383,22 @@ class Provider final {
     std::size_t waiting = 0;  // creations queued for a slot (overflow_policy wait)
   };
   Counts counts() const;
+  // The ceilings as configured (issue 23), what this process counts against them now and, when
+  // the lease store keeps a deployment-wide ledger, its reservations in all. Reads the store
+  // (it may block on it; never under the registry mutex): for diagnostics, not a hot path.
+  struct Capacity {
+    int replicas = 0;
+    std::string overflow_policy;  // soft, wait, reject or burst
+    int burst_limit = 0;
+    int max_per_user = 0;         // 0: no ceiling per user
+    std::size_t max_waiting = 0;  // 0: the queue is unbounded
+    std::size_t waiting = 0;      // creations queued for a slot now
+    std::size_t in_use_here = 0;  // active + released + creating, in this process
+    bool fleet_wide = false;      // the ceilings hold across gateways (a shared ledger)
+    std::optional<std::size_t> fleet_reserved;  // the ledger's reservations in all, when read
+    std::string fleet_error;                    // why they could not be read ("" otherwise)
+  };
+  Capacity capacity() const;
   ProviderEventCounts event_counts() const;
   // The backend's pre-started slots now (target 0: none asked for, or no such capability).
   PreStartedSlots::Status slot_status() const;

@@ -27,6 +27,7 @@ struct SandboxView {
   std::optional<std::string> thread_id;
   std::optional<std::string> container_name;
   double since = 0.0;  // wall clock: last activity (active) or release time (warm, paused)
+  std::optional<AcquirePath> last_acquire;  // how its last acquisition here obtained it
 
   static SandboxView of(const TrackedSandbox& tracked);
 };
@@ -89,6 +90,7 @@ struct ListedSandbox {
   std::optional<double> since;
   std::optional<LeaseRecord> lease;
   std::string lease_error;
+  std::optional<AcquirePath> last_acquire;  // tracked ones: how their last acquisition went
   // The state as the doors spell it: active, warm, paused or orphan.
   std::string_view state_word() const { return state ? to_string(*state) : "orphan"; }
 };

@@ -1,0 +1,17 @@
+// How an acquisition obtained its sandbox: sandboxctl's `path`, serve's metrics, the lifecycle
+// events and each tracked sandbox's last acquisition (the operator's page).
+#pragma once
+
+#include <optional>
+#include <string_view>
+
+namespace sandboxd::core {
+
+// resumed: taken from the pool while paused, and thawed (issue 23).
+// claimed: a new conversation was given a pre-started slot (issue 22) instead of a create.
+enum class AcquirePath { reused, reclaimed, resumed, discovered, created, claimed };
+const char* to_string(AcquirePath path);
+// The path a word names (as to_string spells it), or nullopt.
+std::optional<AcquirePath> acquire_path_from(std::string_view word);
+
+}  // namespace sandboxd::core
