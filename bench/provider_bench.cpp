@@ -33,10 +33,12 @@
 #include <vector>
 
 #include "quiet_logger.hpp"
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/usage_sampler.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/sdk.hpp"
 
@@ -49,7 +51,7 @@ using Clock = std::chrono::steady_clock;
 
 // Answers every call at once; a create makes a SandboxInfo and nothing else. Lock story:
 // `mutex_` guards `live_`.
-class InstantBackend final : public SandboxBackend {
+class InstantBackend final : public SandboxBackend, public sandboxd::SandboxUsage {
  public:
   SandboxInfo create(const CreateRequest& request) override {
     SandboxInfo info;
@@ -72,6 +74,17 @@ class InstantBackend final : public SandboxBackend {
   }
   std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
   MountModeKind mount_mode_kind() const override { return MountModeKind::local_bind_mounts; }
+  // Answers after a pause, as an engine's one-shot stats do from its own process (measured
+  // here: 20 ms for podman's through curl, most of it curl's start; 2 ms is the engine's).
+  Reading usage(const SandboxInfo&) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    Reading reading;
+    reading.cpu_seconds = 1.0;
+    reading.host_cpu_seconds = 1000.0;
+    reading.memory_bytes = 1u << 20;
+    reading.pids = 2;
+    return reading;
+  }
 
  private:
   std::mutex mutex_;
@@ -343,6 +356,45 @@ class Bench {
     p->shutdown();
   }
 
+  // Issue 36: the warm pair beside 500 active conversations, alone and while the operator
+  // page's sampler sweeps all 500 without a pause (every sandbox read from the backend, 2 ms
+  // each, a page asking for the figures every 100 ms): the sampling is off the request path
+  // when the two agree. The pairs are spaced 1 ms apart so that they span several sweeps.
+  void warm_pair_beside_usage_sampling(bool sampling, const std::string& label) {
+    constexpr int kTracked = 500;
+    auto p = provider("memory", kTracked + 16, 0);
+    for (int i = 0; i < kTracked; ++i) p->acquire("other-" + std::to_string(i), "bench-user");
+    std::optional<sandboxd::core::UsageSampler> sampler;
+    std::atomic<bool> done{false};
+    std::thread viewer;
+    if (sampling) {
+      sampler.emplace(*p, std::make_shared<SystemClock>(),
+                      sandboxd::core::UsageSamplerOptions{.interval_seconds = 0});
+      sampler->start();
+      viewer = std::thread([&] {
+        while (!done) {
+          sampler->view();
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // sweeping by now
+    }
+    const std::string scenario = "warm_pair_500_" + label;
+    pair(*p, "", "memory", 1, -1, "the-one");
+    for (int i = 0; i < iterations(); ++i) {
+      pair(*p, scenario, "memory", 1, i, "the-one");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (sampling) {
+      done = true;
+      viewer.join();
+      std::printf("usage sampler: %zu sandboxes in its last sweep, during %.1f s of pairs\n",
+                  sampler->view().sandboxes.size(), iterations() * 1.1e-3);
+      sampler.reset();
+    }
+    p->shutdown();
+  }
+
   void shutdown_with(int tracked) {
     auto p = provider("memory", tracked + 16, 0);
     for (int i = 0; i < tracked; ++i) {
@@ -498,8 +550,7 @@ int main(int argc, char** argv) {
     } else if (arg == "--others") {
       settings.others = std::atoi(value().c_str());
       if (settings.others < 0) {
-        std::fprintf(stderr, "sandboxd_bench: --others must be 0 or more, got '%s'\n",
-                     argv[i]);
+        std::fprintf(stderr, "sandboxd_bench: --others must be 0 or more, got '%s'\n", argv[i]);
         return 2;
       }
     } else if (arg == "--quick") {
@@ -510,7 +561,7 @@ int main(int argc, char** argv) {
           "Usage: sandboxd_bench [--iterations N] [--jsonl FILE] [--only SCENARIO] [--quick]\n"
           "                      [--store memory|sqlite] [--concurrency 1|8] [--others K]\n"
           "Scenarios: warm_same_thread cold_unique_thread warm_miss_many_threads\n"
-          "replica_pressure idle_timeout warm_pair_with_others shutdown rss\n"
+          "replica_pressure idle_timeout warm_pair_with_others usage_sampling shutdown rss\n"
           "Probes for strace/callgrind (N = --iterations; prints the state directory it leaves\n"
           "for the caller to remove): probe_cold\n"
           "(N new conversations), probe_warm, probe_warm_sqlite (N warm pairs on one\n"
@@ -551,6 +602,11 @@ int main(int argc, char** argv) {
       if (bench.quick() && others > 1000) continue;
       bench.warm_pair_with_others(others);
     }
+  }
+  if (bench.wanted("usage_sampling")) {
+    bench.warm_pair_beside_usage_sampling(false, "unsampled");
+    bench.warm_pair_beside_usage_sampling(true, "usage_sampled");
+    bench.warm_pair_beside_usage_sampling(false, "unsampled_again");  // drift shows here
   }
   if (bench.wanted("shutdown")) {
     bench.shutdown_with(1000);

@@ -2,7 +2,9 @@
 # The benchmark run behind BENCHMARKS.md, against ./build (scripts/setup.sh builds it):
 #   1. sandboxd_bench: DeerFlow's provider scenarios on the in-process backend, the warm pair
 #      beside 0/1,000/10,000 active conversations, shutdown with 1,000/10,000 tracked, memory
-#      per tracked sandbox; rows in build/bench/rows.jsonl, the summary table on stdout;
+#      per tracked sandbox, the warm pair beside 500 conversations with and without the
+#      operator page's usage sampler sweeping them (issue 36); rows in build/bench/rows.jsonl,
+#      the summary table on stdout;
 #   2. syscalls per new conversation: strace -c of N and of 1 new conversations, the difference
 #      divided by N - 1 (set-up and exit cancel out);
 #   3. instructions per warm acquire+release: callgrind of N and of 1 warm pairs, likewise

@@ -34,6 +34,7 @@
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/relay.hpp"
 #include "sandboxd/core/service_json.hpp"
+#include "sandboxd/core/usage_sampler.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
@@ -251,6 +252,7 @@ class ControlApi {
     route("GET", "/ui/api/sandboxes", &ControlApi::list);
     route("GET", "/ui/api/events", &ControlApi::events);
     route("GET", "/ui/api/flow", &ControlApi::ui_flow);
+    route("GET", "/ui/api/usage", &ControlApi::ui_usage);
     route("GET", "/ui/events", &ControlApi::ui_events);
     // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
     route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
@@ -319,6 +321,16 @@ class ControlApi {
   // GET /ui/api/flow: the Flow panel's counters (metrics.hpp).
   Response ui_flow(const Request&, const RouteParams&) {
     return {200, "application/json", metrics_.flow_json(session_.provider()), {}, ""};
+  }
+
+  // GET /ui/api/usage: each sandbox's CPU, memory and processes as last sampled (never a call
+  // to the engine on this request: usage_sampler.hpp).
+  Response ui_usage(const Request&, const RouteParams&) {
+    return {200,
+            "application/json",
+            usage_ ? core::to_json(usage_->view()) : core::to_json(core::UsageView{}),
+            {},
+            ""};
   }
 
   // GET /ui/events: the lifecycle events as Server-Sent Events, from after Last-Event-ID (a
@@ -463,6 +475,7 @@ class ControlApi {
   core::EgressHost* egress_ = nullptr;  // likewise; nullptr unless network mode is allowlist
   // Likewise: set when the backend's sandboxes get their egress proxy elsewhere (a provisioner).
   RemoteSandboxEgress* egress_remote_ = nullptr;
+  core::UsageSampler* usage_ = nullptr;  // likewise; nullptr once serve stops sampling
 };
 
 }  // namespace
@@ -644,6 +657,13 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     control.egress_remote_ = backend_capability<RemoteSandboxEgress>(*backend);
   }
 
+  // What each sandbox uses (issue 36), for the operator page: sampled on a thread of its own
+  // while a page polls it, never on a request.
+  auto usage =
+      std::make_unique<core::UsageSampler>(session.provider(), std::make_shared<SystemClock>());
+  usage->start();
+  control.usage_ = usage.get();
+
   std::thread waiter([&server, &stop_signals, logger = context.logger] {
     int signal_number = 0;
     sigwait(&stop_signals, &signal_number);
@@ -689,6 +709,8 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     throw;
   }
   waiter.join();
+  control.usage_ = nullptr;  // the server has stopped: no request reads it any more
+  usage.reset();             // no sweep runs beside the shutdown below
   relay->stop();
   if (egress) egress->stop();
   const auto left = session.provider().counts();

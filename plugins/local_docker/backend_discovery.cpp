@@ -73,6 +73,18 @@ bool LocalContainerBackend::is_alive(const SandboxInfo& info) {
   return state->running || state->paused;  // a paused sandbox is frozen, not dead
 }
 
+SandboxUsage::Reading LocalContainerBackend::usage(const SandboxInfo& info) {
+  const std::string target = info.container_id && !info.container_id->empty()
+                                 ? *info.container_id
+                                 : info.container_name.value_or("");
+  if (target.empty()) {
+    throw std::runtime_error("sandbox " + info.sandbox_id + " names no container");
+  }
+  std::optional<Reading> reading = api_.container_stats(target, kInspectTimeoutSeconds);
+  if (!reading) throw std::runtime_error("sandbox container " + target + " is gone");
+  return *reading;
+}
+
 std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sandbox_id) {
   const std::string name = container_name(sandbox_id);
   if (sandbox_id.empty() || !is_valid_container_name(name)) return std::nullopt;

@@ -230,6 +230,19 @@ int EngineApi::container_pid(const std::string& id_or_name, double timeout_secon
   return parse_container_pid(r.body);
 }
 
+std::optional<SandboxUsage::Reading> EngineApi::container_stats(const std::string& id_or_name,
+                                                                double timeout_seconds) {
+  const HttpResponse r = client_.call(
+      "GET", "/containers/" + url_encode(id_or_name) + "/stats?stream=false&one-shot=true",
+      timeout_seconds);
+  if (r.status == 404) return std::nullopt;
+  if (r.status != 200) {
+    throw std::runtime_error("the engine's stats of container " + id_or_name + ": " +
+                             outcome_of(r).message);
+  }
+  return parse_container_stats(r.body);
+}
+
 Outcome EngineApi::list_containers(const std::string& filter_key, const std::string& filter_value,
                                    bool all, double timeout_seconds, std::string* body) {
   rapidjson::StringBuffer buffer;
@@ -370,6 +383,56 @@ int parse_container_pid(const std::string& inspect_body) {
   const auto pid = state->value.FindMember("Pid");
   if (pid == state->value.MemberEnd() || !pid->value.IsInt()) return 0;
   return pid->value.GetInt() > 0 ? pid->value.GetInt() : 0;
+}
+
+namespace {
+
+const rapidjson::Value* member(const rapidjson::Value& object, const char* name) {
+  if (!object.IsObject()) return nullptr;
+  const auto found = object.FindMember(name);
+  return found == object.MemberEnd() ? nullptr : &found->value;
+}
+
+std::optional<std::uint64_t> unsigned_member(const rapidjson::Value* object, const char* name) {
+  const rapidjson::Value* value = object ? member(*object, name) : nullptr;
+  if (value == nullptr || !value->IsUint64()) return std::nullopt;
+  return value->GetUint64();
+}
+
+}  // namespace
+
+SandboxUsage::Reading parse_container_stats(const std::string& body) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, body) || !doc.IsObject()) {
+    throw std::runtime_error("the engine's stats answer is not a JSON object");
+  }
+  SandboxUsage::Reading reading;
+  const rapidjson::Value* cpu = member(doc, "cpu_stats");
+  const rapidjson::Value* cpu_usage = cpu ? member(*cpu, "cpu_usage") : nullptr;
+  constexpr double kNanoseconds = 1e9;
+  if (const auto total = unsigned_member(cpu_usage, "total_usage")) {
+    reading.cpu_seconds = static_cast<double>(*total) / kNanoseconds;
+  }
+  if (const auto system = unsigned_member(cpu, "system_cpu_usage")) {
+    reading.host_cpu_seconds = static_cast<double>(*system) / kNanoseconds;
+  }
+  if (const auto cpus = unsigned_member(cpu, "online_cpus"); cpus && *cpus > 0 && *cpus < 65536) {
+    reading.online_cpus = static_cast<int>(*cpus);
+  }
+  const rapidjson::Value* memory = member(doc, "memory_stats");
+  if (const auto usage = unsigned_member(memory, "usage")) {
+    const rapidjson::Value* stats = memory ? member(*memory, "stats") : nullptr;
+    std::uint64_t inactive = 0;
+    if (const auto v1 = unsigned_member(stats, "total_inactive_file")) {
+      inactive = *v1;
+    } else if (const auto v2 = unsigned_member(stats, "inactive_file")) {
+      inactive = *v2;
+    }
+    reading.memory_bytes = inactive < *usage ? *usage - inactive : *usage;
+  }
+  reading.memory_limit_bytes = unsigned_member(memory, "limit");
+  reading.pids = unsigned_member(member(doc, "pids_stats"), "current");
+  return reading;
 }
 
 }  // namespace sandboxd::local_docker

@@ -14,6 +14,7 @@
 
 #include <map>
 #include <optional>
+#include <sandboxd/capabilities.hpp>
 #include <sandboxd/types.hpp>
 #include <string>
 #include <vector>
@@ -128,6 +129,12 @@ class EngineApi {
   // The same answer's State.Pid (0: not running), for reaching the container's namespaces.
   int container_pid(const std::string& id_or_name, double timeout_seconds);
 
+  // GET /containers/{id}/stats?stream=false&one-shot=true: one reading, no wait for a second
+  // (the caller derives CPU rates from two). nullopt when there is no such container; throws
+  // std::runtime_error for another failure.
+  std::optional<SandboxUsage::Reading> container_stats(const std::string& id_or_name,
+                                                       double timeout_seconds);
+
   // GET /containers/json?[all=true&]filters=… with one filter (`key`: `value`).
   Outcome list_containers(const std::string& filter_key, const std::string& filter_value, bool all,
                           double timeout_seconds, std::string* body);
@@ -168,5 +175,10 @@ class EngineApi {
 std::optional<NetworkState> parse_network_answer(const std::string& body);
 std::vector<NetworkState> parse_network_listing(const std::string& body);
 int parse_container_pid(const std::string& inspect_body);
+// Docker's and podman's stats answer: cpu_stats.cpu_usage.total_usage and system_cpu_usage (ns),
+// online_cpus, memory_stats.usage less the inactive page cache (cgroup v1 total_inactive_file,
+// v2 inactive_file; what `docker stats` shows), memory_stats.limit, pids_stats.current. A figure
+// missing or of another type stays empty; a body that is not a JSON object throws.
+SandboxUsage::Reading parse_container_stats(const std::string& body);
 
 }  // namespace sandboxd::local_docker

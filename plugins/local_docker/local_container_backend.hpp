@@ -99,7 +99,8 @@ class LocalContainerBackend final : public SandboxBackend,
                                     public PreStartedSlots,
                                     public SettingsReport,
                                     public SandboxNetworkPolicy,
-                                    public NamespacedSandboxes {
+                                    public NamespacedSandboxes,
+                                    public SandboxUsage {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -128,6 +129,9 @@ class LocalContainerBackend final : public SandboxBackend,
   SandboxInfo create(const CreateRequest& request) override;
   void destroy(const SandboxInfo& info) override;
   bool is_alive(const SandboxInfo& info) override;
+  // The engine's one-shot stats of the sandbox's container (by id, else name); throws when it is
+  // gone or the engine cannot answer.
+  Reading usage(const SandboxInfo& info) override;
   std::optional<SandboxInfo> discover(const std::string& sandbox_id) override;
   std::vector<SandboxInfo> list_running() override;
   SandboxDiscoveryResult discover_for_reconciliation(const std::string& sandbox_id) override;

@@ -37,6 +37,12 @@ Recording docker_recording() {
        {"POST /containers/gone/start", {404, R"({"message":"No such container: gone"})"}},
        {"DELETE /containers/gone", {404, R"({"message":"No such container: gone"})"}},
        {"GET /containers/gone/json", {404, R"({"message":"No such container: gone"})"}},
+       // Recorded 2026-12-06 (Docker 20.10, cgroup v1; its total_inactive_file set to 4096 so
+       // that the page cache subtraction shows).
+       {"GET /containers/" + kId + "/stats",
+        {200,
+         R"({"read":"2026-12-06T06:31:41.832693156Z","pids_stats":{"current":2},"cpu_stats":{"cpu_usage":{"total_usage":61311464,"usage_in_kernelmode":30000000,"usage_in_usermode":20000000},"system_cpu_usage":30964720000000,"online_cpus":2,"throttling_data":{"periods":0,"throttled_periods":0,"throttled_time":0}},"memory_stats":{"usage":806912,"max_usage":3964928,"stats":{"cache":86016,"rss":110592,"total_inactive_file":4096,"total_rss":110592},"limit":268435456}})"}},
+       {"GET /containers/gone/stats", {404, R"({"message":"No such container: gone"})"}},
        {"POST /containers/" + kId + "/rename",
         {400, R"({"message":"Renaming a container with the same name as its current name"})"}},
        {"POST /networks/create",
@@ -51,46 +57,45 @@ Recording docker_recording() {
        {"GET /networks",
         {200,
          R"([{"Name":"sbxrec-net","Id":"9a6192bef37a5493c5b6e0ea66f822c9e2d37a0922ed2a9aab4eee9c0767dc04","Driver":"bridge","Internal":false,"Options":{},"Labels":{"sandboxd.managed-by":"sandboxd"}}])"}},
-       {"GET /containers/" + kId + "/json",
-        {200,
-         R"({"Id":")" + kId +
-             R"(","Name":"/sbxrec-c","State":{"Status":"running","Running":true,"Paused":false,"Pid":6137},"Config":{"Labels":{}},"HostConfig":{"NetworkMode":"none"},"NetworkSettings":{"Networks":{"none":{}},"Ports":{}}})"}}}};
+       {"GET /containers/" + kId + "/json", {200, R"({"Id":")" + kId + R"(","Name":"/sbxrec-c","State":{"Status":"running","Running":true,"Paused":false,"Pid":6137},"Config":{"Labels":{}},"HostConfig":{"NetworkMode":"none"},"NetworkSettings":{"Networks":{"none":{}},"Ports":{}}})"}}}};
 }
 
 Recording podman_recording() {
-  return {
-      "podman",
-      {{"POST /containers/create", {201, R"({"Id":")" + kId + R"(","Warnings":[]})"}},
-       {"POST /containers/" + kId + "/start", {304, ""}},
-       {"POST /containers/gone/start",
-        {404,
-         R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
-       {"DELETE /containers/gone",
-        {404,
-         R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
-       {"GET /containers/gone/json",
-        {404,
-         R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
-       {"POST /containers/" + kId + "/rename", {204, ""}},
-       {"POST /networks/create",
-        {201,
-         R"({"Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Warning":"\"isolate: true\" is not a recognized option"})"}},
-       {"GET /networks/sbxrec-net",
-        {200,
-         R"({"Name":"sbxrec-net","Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Created":"2026-12-05T03:24:31.091260296Z","Scope":"local","Driver":"bridge","EnableIPv6":false,"IPAM":{"Driver":"default","Options":{"driver":"host-local"},"Config":[{"Subnet":"10.89.0.0/24","Gateway":"10.89.0.1"}]},"Internal":false,"Attachable":false,"Ingress":false,"ConfigFrom":{"Network":""},"ConfigOnly":false,"Containers":{},"Options":{},"Labels":{"sandboxd.managed-by":"sandboxd"}})"}},
-       {"GET /networks/nope-net",
-        {404,
-         R"({"cause":"network not found","message":"unable to find network with name or ID nope-net: network not found","response":404})"}},
-       {"DELETE /networks/sbxrec-net", {204, ""}},
-       {"DELETE /networks/nope-net",
-        {404, R"({"cause":"network not found","message":"network not found","response":404})"}},
-       {"GET /networks",
-        {200,
-         R"([{"Name":"sbxrec-net","Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Driver":"bridge","Internal":false,"Options":{},"Labels":{"sandboxd.managed-by":"sandboxd"}}])"}},
-       {"GET /containers/" + kId + "/json",
-        {200,
-         R"({"Id":")" + kId +
-             R"(","Name":"sbxrec-c","State":{"Status":"running","Running":true,"Paused":false,"Pid":6291},"Config":{"Labels":{}},"HostConfig":{"NetworkMode":"none"},"NetworkSettings":{"Networks":{},"Ports":{}}})"}}}};
+  return {"podman",
+          {{"POST /containers/create", {201, R"({"Id":")" + kId + R"(","Warnings":[]})"}},
+           {"POST /containers/" + kId + "/start", {304, ""}},
+           {"POST /containers/gone/start",
+            {404,
+             R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
+           // Recorded 2026-12-06 (podman 4.3.1: no page cache figures; a missing container is a
+           // 404 with no body).
+           {"GET /containers/" + kId + "/stats",
+            {200,
+             R"({"read":"2026-12-06T06:31:42.415331497Z","pids_stats":{"current":2},"cpu_stats":{"cpu_usage":{"total_usage":66605089,"usage_in_kernelmode":40000000,"usage_in_usermode":26605089},"system_cpu_usage":24933185294773,"online_cpus":2,"cpu":0,"throttling_data":{"periods":0,"throttled_periods":0,"throttled_time":0}},"memory_stats":{"usage":913408,"limit":268435456}})"}},
+           {"GET /containers/gone/stats", {404, ""}},
+           {"DELETE /containers/gone",
+            {404,
+             R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
+           {"GET /containers/gone/json",
+            {404,
+             R"({"cause":"no such container","message":"no container with name or ID \"gone\" found: no such container","response":404})"}},
+           {"POST /containers/" + kId + "/rename", {204, ""}},
+           {"POST /networks/create",
+            {201,
+             R"({"Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Warning":"\"isolate: true\" is not a recognized option"})"}},
+           {"GET /networks/sbxrec-net",
+            {200,
+             R"({"Name":"sbxrec-net","Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Created":"2026-12-05T03:24:31.091260296Z","Scope":"local","Driver":"bridge","EnableIPv6":false,"IPAM":{"Driver":"default","Options":{"driver":"host-local"},"Config":[{"Subnet":"10.89.0.0/24","Gateway":"10.89.0.1"}]},"Internal":false,"Attachable":false,"Ingress":false,"ConfigFrom":{"Network":""},"ConfigOnly":false,"Containers":{},"Options":{},"Labels":{"sandboxd.managed-by":"sandboxd"}})"}},
+           {"GET /networks/nope-net",
+            {404,
+             R"({"cause":"network not found","message":"unable to find network with name or ID nope-net: network not found","response":404})"}},
+           {"DELETE /networks/sbxrec-net", {204, ""}},
+           {"DELETE /networks/nope-net",
+            {404, R"({"cause":"network not found","message":"network not found","response":404})"}},
+           {"GET /networks",
+            {200,
+             R"([{"Name":"sbxrec-net","Id":"f6bb4b94d5364b37f4ff7fe81c063b425f0fec3dd1378288c2e23cd26dff704b","Driver":"bridge","Internal":false,"Options":{},"Labels":{"sandboxd.managed-by":"sandboxd"}}])"}},
+           {"GET /containers/" + kId + "/json", {200, R"({"Id":")" + kId + R"(","Name":"sbxrec-c","State":{"Status":"running","Running":true,"Paused":false,"Pid":6291},"Config":{"Labels":{}},"HostConfig":{"NetworkMode":"none"},"NetworkSettings":{"Networks":{},"Ports":{}}})"}}}};
 }
 
 // An engine that answers from a recording; every request it saw is kept (method, path, body).
@@ -203,6 +208,41 @@ TEST_P(EngineApiTest, RemovingAndInspectingWhatIsGone) {
   EXPECT_TRUE(running->running);
   EXPECT_GT(api_.container_pid(kId, 5.0), 0);
   EXPECT_EQ(api_.container_pid("gone", 5.0), 0);
+}
+
+// Issue 36: one reading of a running container's use, as both engines answer it.
+TEST_P(EngineApiTest, OneShotStatsAreReadAsBothEnginesGiveThem) {
+  const auto reading = api_.container_stats(kId, 5.0);
+  ASSERT_TRUE(reading.has_value());
+  EXPECT_NE(engine_.last().find("/stats?stream=false&one-shot=true"), std::string::npos)
+      << engine_.last();
+  ASSERT_TRUE(reading->cpu_seconds && reading->host_cpu_seconds);
+  EXPECT_EQ(reading->online_cpus, 2);
+  EXPECT_EQ(reading->pids, 2u);
+  EXPECT_EQ(reading->memory_limit_bytes, 268435456u);
+  if (GetParam()().engine == "docker") {
+    EXPECT_DOUBLE_EQ(*reading->cpu_seconds, 0.061311464);
+    EXPECT_DOUBLE_EQ(*reading->host_cpu_seconds, 30964.72);
+    EXPECT_EQ(reading->memory_bytes, 806912u - 4096u) << "the page cache it can drop counted";
+  } else {
+    EXPECT_DOUBLE_EQ(*reading->cpu_seconds, 0.066605089);
+    EXPECT_EQ(reading->memory_bytes, 913408u);
+  }
+  EXPECT_FALSE(api_.container_stats("gone", 5.0).has_value());
+}
+
+TEST(EngineStatsAnswer, MissingOrMistypedFiguresStayEmptyAndGarbageThrows) {
+  const SandboxUsage::Reading sparse =
+      parse_container_stats(R"({"memory_stats":{"usage":-5,"limit":"lots"},"pids_stats":{}})");
+  EXPECT_FALSE(sparse.cpu_seconds || sparse.host_cpu_seconds || sparse.online_cpus ||
+               sparse.memory_bytes || sparse.memory_limit_bytes || sparse.pids);
+  // cgroup v2 names the page cache inactive_file; more of it than the usage never wraps.
+  const SandboxUsage::Reading v2 = parse_container_stats(
+      R"({"memory_stats":{"usage":100,"stats":{"inactive_file":500}},"cpu_stats":{"online_cpus":0}})");
+  EXPECT_EQ(v2.memory_bytes, 100u);
+  EXPECT_FALSE(v2.online_cpus);
+  EXPECT_THROW(parse_container_stats("[]"), std::runtime_error);
+  EXPECT_THROW(parse_container_stats("<html>"), std::runtime_error);
 }
 
 TEST_P(EngineApiTest, NetworksAreCreatedReadListedAndRemoved) {

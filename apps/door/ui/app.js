@@ -13,6 +13,7 @@ let stream = null;
 let refreshTimer = null;
 let listing = null;
 let ticking = null;
+let usage = null;  // serve's /ui/api/usage: each sandbox's figures as last sampled
 
 function element(id) { return document.getElementById(id); }
 
@@ -95,10 +96,38 @@ function renderSandboxes() {
       cell(sandbox.user_id || ''),
       cell(sandbox.thread_id || ''),
       cell(sandbox.since == null ? '' : duration(now - sandbox.since)),
-      cell(sandbox.last_acquire || '', 'path'));
+      cell(sandbox.last_acquire || '', 'path'),
+      ...usageCells(sandbox));
     body.appendChild(row);
   }
   element('sandboxes-empty').hidden = listing.sandboxes.length !== 0;
+}
+
+function bytes(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i === 0 ? String(n) : n.toFixed(1)) + ' ' + units[i];
+}
+
+// CPU, memory and processes of one sandbox from the last sample; empty where the daemon
+// samples nothing (the provisioner, an orphan), '…' until a figure is in.
+function usageCells(sandbox) {
+  if (!usage || !usage.available || sandbox.tracked === false) return [cell(''), cell(''), cell('')];
+  const figures = usage.sandboxes[sandbox.sandbox_id];
+  if (!figures) return [cell('…', 'usage'), cell('…', 'usage'), cell('…', 'usage')];
+  if (figures.error) {
+    const failed = cell('unavailable', 'usage');
+    failed.title = figures.error;
+    return [failed, cell(''), cell('')];
+  }
+  const memory = figures.memory_bytes == null ? '' : bytes(figures.memory_bytes) +
+      (figures.memory_limit_bytes == null ? '' : ' / ' + bytes(figures.memory_limit_bytes));
+  return [
+    cell(figures.cpu_percent == null ? '…' : figures.cpu_percent.toFixed(1) + ' %', 'usage cpu'),
+    cell(memory, 'usage memory'),
+    cell(figures.pids == null ? '' : String(figures.pids), 'usage pids'),
+  ];
 }
 
 function renderEvent(event) {
@@ -231,6 +260,20 @@ async function pollFlow() {
   renderFlow(flow, lastFlow && lastFlow.flow, lastFlow ? now - lastFlow.at : 0);
   lastFlow = { flow, at: now };
   element('flow').hidden = false;
+  await pollUsage();
+}
+
+// Asking is what keeps serve sampling; until its first sweep is in, ask again sooner.
+async function pollUsage() {
+  try {
+    const answer = await fetch('/ui/api/usage', { credentials: 'same-origin', cache: 'no-store' });
+    if (!answer.ok) return;
+    usage = await answer.json();
+  } catch (error) {
+    return;
+  }
+  renderSandboxes();
+  if (usage.available && usage.swept_at == null && flowTimer) setTimeout(pollUsage, 1000);
 }
 
 function startFlow() {

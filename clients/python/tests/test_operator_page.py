@@ -235,6 +235,17 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     assert ceilings["fleet"][1] == ("per gateway" if not capacity["fleet_wide"]
                                     else str(capacity["fleet_reserved"]))
 
+    # What alice's sandbox uses, sampled by serve off the request path from the engine's
+    # one-shot stats: its memory and processes, then its CPU once two readings are in.
+    row = f"document.querySelector('#sandboxes tr[data-sandbox=\"{alice.sandbox_id}\"]')"
+    browser.wait_for(f"/iB \\/ [0-9.]+ [KMG]iB$/.test({row}?.querySelector('.memory')?.textContent)",
+                     "alice's memory against its limit", timeout=30)
+    assert int(browser.evaluate(f"{row}.querySelector('.pids').textContent")) >= 1
+    browser.wait_for(f"/^[0-9.]+ %$/.test({row}?.querySelector('.cpu')?.textContent)",
+                     "alice's CPU from two readings", timeout=30)
+    planted_row = f"document.querySelector('#sandboxes tr[data-sandbox=\"{planted['sandbox_id']}\"]')"
+    assert browser.evaluate(f"{planted_row}.cells[6].textContent") == ""  # nobody's: not sampled
+
     # The credential is in a cookie no script can read, for /ui only, sent to this site only.
     assert browser.evaluate("document.cookie") == ""
     cookies = browser.call("Network.getCookies", urls=[page_serve.listen + "/ui/api/health"])
@@ -345,6 +356,10 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     assert capacity["fleet_reserved"] is None or isinstance(capacity["fleet_reserved"], int)
     _, body = request(listen, "GET", "/ui/api/sandboxes", cookie)
     assert all("last_acquire" in row for row in json.loads(body)["sandboxes"])
+    answer, body = request(listen, "GET", "/ui/api/usage", cookie)
+    usage = json.loads(body)
+    assert answer.status == 200 and usage["available"] is True  # local_docker reads the engine
+    assert set(usage) == {"available", "interval_seconds", "swept_at", "not_sampled", "sandboxes"}
     answer, body = request(listen, "GET", "/ui/api/events?after=x", cookie)
     assert answer.status == 400 and b"after" in body
 

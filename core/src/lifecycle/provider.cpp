@@ -269,6 +269,9 @@ void Provider::detach() {
 RegistrySnapshot Provider::export_registry() const {
   return impl_->export_registry();
 }
+Provider::TrackedInfos Provider::tracked_infos(std::size_t limit) const {
+  return impl_->tracked_infos(limit);
+}
 std::optional<TrackedSandbox> Provider::find(const std::string& sandbox_id) const {
   return impl_->find(sandbox_id);
 }
@@ -507,6 +510,19 @@ TrackedSandbox Provider::Impl::tracked_entry(const SandboxEntry& entry) const {
   tracked.since = to_wall(entry.since);
   tracked.last_acquire = entry.last_acquire;
   return tracked;
+}
+
+Provider::TrackedInfos Provider::Impl::tracked_infos(std::size_t limit) {
+  Provider::TrackedInfos out;
+  MutexLock lock(mutex_);
+  out.tracked = registry_.active_count() + registry_.warm_count() + registry_.paused_count();
+  out.infos.reserve(std::min(limit, out.tracked));
+  registry_.for_each([&](const std::string&, const SandboxEntry& entry) {
+    if (out.infos.size() < limit && entry.info && (entry.active() || entry.released())) {
+      out.infos.push_back(entry.info);
+    }
+  });
+  return out;
 }
 
 RegistrySnapshot Provider::Impl::export_registry() {

@@ -104,6 +104,7 @@ struct Provider::Impl {
   void shutdown() EXCLUDES(mutex_);
   void detach() EXCLUDES(mutex_);
   RegistrySnapshot export_registry() EXCLUDES(mutex_);
+  Provider::TrackedInfos tracked_infos(std::size_t limit) EXCLUDES(mutex_);
   std::optional<TrackedSandbox> find(const std::string& sandbox_id) EXCLUDES(mutex_);
   void import_registry(const RegistrySnapshot& snapshot) EXCLUDES(mutex_);
   bool uses_thread_data_mounts() const;

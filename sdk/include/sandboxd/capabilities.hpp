@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -171,6 +172,25 @@ class SettingsReport {
     std::string source;
   };
   virtual std::vector<Line> effective_settings() const = 0;
+};
+
+// What a running sandbox uses now, as its engine counts it (issue 36; Docker's and podman's
+// one-shot container stats): the host samples it off the request path, at most every few
+// seconds, and caches it for the operator's page. CPU is a cumulative counter: the host derives
+// a percentage from two readings. Any figure the engine did not give stays empty. May block on
+// the engine; throws when it cannot answer (the sandbox gone, the engine down).
+class SandboxUsage {
+ public:
+  virtual ~SandboxUsage() = default;
+  struct Reading {
+    std::optional<double> cpu_seconds;          // CPU time used since the sandbox started
+    std::optional<double> host_cpu_seconds;     // the host's CPU time at the same moment
+    std::optional<int> online_cpus;             // CPUs the sandbox could use
+    std::optional<std::uint64_t> memory_bytes;  // in use, page cache the kernel can drop excluded
+    std::optional<std::uint64_t> memory_limit_bytes;
+    std::optional<std::uint64_t> pids;  // processes and threads
+  };
+  virtual Reading usage(const SandboxInfo& info) = 0;
 };
 
 // Every reason a claim can miss, in the order metrics list them.

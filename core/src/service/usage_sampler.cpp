@@ -1,0 +1,158 @@
+#include "sandboxd/core/usage_sampler.hpp"
+
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <chrono>
+#include <sandboxd/json.hpp>
+#include <set>
+#include <type_traits>
+
+namespace sandboxd::core {
+
+UsageSampler::UsageSampler(Provider& provider, std::shared_ptr<Clock> clock,
+                           UsageSamplerOptions options)
+    : provider_(provider),
+      clock_(clock ? std::move(clock) : std::make_shared<SystemClock>()),
+      options_(options),
+      usage_(provider.backend() ? backend_capability<SandboxUsage>(*provider.backend()) : nullptr) {
+  figures_.available = usage_ != nullptr;
+  figures_.interval_seconds = options_.interval_seconds;
+}
+
+UsageSampler::~UsageSampler() {
+  {
+    MutexLock lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void UsageSampler::start() {
+  if (usage_ == nullptr || thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+}
+
+UsageView UsageSampler::view() {
+  MutexLock lock(mutex_);
+  const double now = clock_->monotonic_now();
+  const bool idle = now - demanded_at_ > options_.demand_seconds;
+  demanded_at_ = now;
+  if (idle) wake_.notify_all();  // the thread slept for want of a viewer: sweep now
+  return figures_;
+}
+
+void UsageSampler::run() {
+  while (true) {
+    {
+      MutexLock lock(mutex_);
+      // Asleep until someone looks; then one sweep per interval while they keep looking.
+      lock.wait(wake_, [this]() REQUIRES(mutex_) {
+        return stopping_ || clock_->monotonic_now() - demanded_at_ <= options_.demand_seconds;
+      });
+      if (stopping_) return;
+    }
+    const double started = clock_->monotonic_now();
+    sweep();
+    MutexLock lock(mutex_);
+    const double rest = options_.interval_seconds - (clock_->monotonic_now() - started);
+    if (rest > 0) {
+      lock.wait_for(wake_, std::chrono::duration<double>(rest),
+                    [this]() REQUIRES(mutex_) { return stopping_; });
+    }
+    if (stopping_) return;
+  }
+}
+
+void UsageSampler::sweep() {
+  if (usage_ == nullptr) return;
+  // One short hold of the registry mutex, sharing the infos; no engine call under it.
+  const Provider::TrackedInfos tracked = provider_.tracked_infos(options_.max_per_sweep);
+  const std::size_t not_sampled = tracked.tracked - tracked.infos.size();
+  std::map<std::string, SandboxUsageFigures> figures;
+  std::set<std::string> seen;
+  for (const InfoPtr& info : tracked.infos) {
+    const std::string& id = info->sandbox_id;
+    seen.insert(id);
+    SandboxUsageFigures& out = figures[id];
+    try {
+      const SandboxUsage::Reading reading = usage_->usage(*info);
+      out.read_at = clock_->wall_now();
+      out.memory_bytes = reading.memory_bytes;
+      out.memory_limit_bytes = reading.memory_limit_bytes;
+      out.pids = reading.pids;
+      if (reading.cpu_seconds && reading.host_cpu_seconds) {
+        const auto before = previous_.find(id);
+        if (before != previous_.end()) {
+          const double used = *reading.cpu_seconds - before->second.cpu_seconds;
+          const double host = *reading.host_cpu_seconds - before->second.host_cpu_seconds;
+          // The host's counter adds up every CPU: a share of it times the CPUs is the share
+          // of one CPU.
+          if (host > 0 && used >= 0) {
+            out.cpu_percent = used / host * reading.online_cpus.value_or(1) * 100.0;
+          }
+        }
+        previous_[id] = {*reading.cpu_seconds, *reading.host_cpu_seconds};
+      }
+    } catch (const std::exception& e) {
+      out.read_at = clock_->wall_now();
+      out.error = e.what();
+      previous_.erase(id);
+    }
+  }
+  for (auto it = previous_.begin(); it != previous_.end();) {  // gone: forgotten
+    it = seen.count(it->first) ? std::next(it) : previous_.erase(it);
+  }
+  MutexLock lock(mutex_);
+  figures_.sandboxes = std::move(figures);
+  figures_.swept_at = clock_->wall_now();
+  figures_.not_sampled = not_sampled;
+}
+
+std::string to_json(const UsageView& view) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  const auto number = [&w](const char* key, const auto& value) {
+    w.Key(key);
+    if (!value) {
+      w.Null();
+    } else if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, double>) {
+      w.Double(*value);
+    } else {
+      w.Uint64(*value);
+    }
+  };
+  w.StartObject();
+  w.Key("available");
+  w.Bool(view.available);
+  w.Key("interval_seconds");
+  w.Double(view.interval_seconds);
+  w.Key("swept_at");
+  if (view.swept_at > 0) {
+    w.Double(view.swept_at);
+  } else {
+    w.Null();
+  }
+  w.Key("not_sampled");
+  w.Uint64(view.not_sampled);
+  w.Key("sandboxes");
+  w.StartObject();
+  for (const auto& [id, figures] : view.sandboxes) {
+    write_json_string(w, id);
+    w.StartObject();
+    number("cpu_percent", figures.cpu_percent);
+    number("memory_bytes", figures.memory_bytes);
+    number("memory_limit_bytes", figures.memory_limit_bytes);
+    number("pids", figures.pids);
+    w.Key("read_at");
+    w.Double(figures.read_at);
+    write_json_member_or_null(w, "error", figures.error);
+    w.EndObject();
+  }
+  w.EndObject();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+}
+
+}  // namespace sandboxd::core
