@@ -182,6 +182,7 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   }
   const bool can_pause = backend_capability<SandboxPausing>(*plugins.backend) != nullptr;
   if (can_pause) capabilities.emplace_back("pause");
+  if (backend_capability<SandboxUsage>(*plugins.backend)) capabilities.emplace_back("usage");
   // Whether slots can work here (root in the engine's mount namespace) is probed when a
   // long-lived host starts them; a reason they are off goes to its log and /metrics.
   std::optional<std::pair<std::size_t, std::string>> slots;  // configured, preflight

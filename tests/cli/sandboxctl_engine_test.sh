@@ -181,6 +181,8 @@ sed 's/"idle_timeout": 600/"idle_timeout": 600, "pause_after_seconds": 1/; s/sta
 expect_rc "P checks its config" 0 "$ctl" --config "$work/p.json" check-config --json
 [ "$(field "$out" '"pause" in d["backend_capabilities"], d["config"]["pause_after_seconds"]')" = "True 1.0" ]
 check "check-config shows the pause capability and the option" $? "$out"
+[ "$(field "$out" '"usage" in d["backend_capabilities"]')" = "True" ]
+check "check-config shows the usage capability (the operator page's figures)" $? "$out"
 expect_rc "P acquires" 0 "$ctl" --config "$work/p.json" acquire --user pia --thread t-1 --json
 pause_id=$(field "$out" 'd["sandbox_id"]')
 pause_url=$(field "$out" 'd["sandbox_url"]')
