@@ -272,7 +272,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
   return out.str();
 }
 
-std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider) const {
+std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider,
+                                    const sandboxd::core::RelayStats* relay,
+                                    const sandboxd::core::EgressStats* egress) const {
   const auto events = provider.event_counts();
   const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
   const sandboxd::core::Provider::Capacity capacity = provider.capacity();  // may read the store
@@ -373,6 +375,30 @@ std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider) co
            {"pauses", events.pauses},
            {"resumes", events.resumes},
            {"adoptions", events.adoptions}});
+  // What the relay and the egress proxy turned away, where serve runs them (null otherwise).
+  w.Key("relay_refusals");
+  if (relay != nullptr) {
+    w.StartObject();
+    members({{"missing_token", relay->missing_token},
+             {"wrong_token", relay->wrong_token},
+             {"unknown_sandbox", relay->unknown_sandbox},
+             {"upstream_failed", relay->upstream_failed},
+             {"busy", relay->refused_busy}});
+    w.EndObject();
+  } else {
+    w.Null();
+  }
+  w.Key("egress_refusals");
+  if (egress != nullptr) {
+    w.StartObject();
+    for (const auto& [reason, count] : egress->refused) {
+      sandboxd::write_json_string(w, reason);
+      w.Uint64(count);
+    }
+    w.EndObject();
+  } else {
+    w.Null();
+  }
   w.EndObject();
   return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
 }

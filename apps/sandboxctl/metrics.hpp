@@ -39,9 +39,13 @@ class ServeMetrics {
   // The same figures for the operator page's Flow panel (issue 36; docs/ui.md), one JSON
   // object: {acquires: {path: n}, acquire_failures: {kind: n}, latency: {bounds, counts (per
   // bucket, the last beyond every bound), count, sum}, capacity_rejections: {reason: n},
-  // capacity_queue: {waits, bursts}, slots: {target, ready, claims, misses: {reason: n},
-  // off_reason}, releases, destroys, evictions, idle_reaps, pauses, resumes, adoptions}.
-  std::string flow_json(const sandboxd::core::Provider& provider) const;
+  // capacity_queue: {waits, bursts}, capacity: {…Provider::Capacity}, slots: {target, ready,
+  // claims, misses: {reason: n}, off_reason}, releases, destroys, evictions, idle_reaps,
+  // pauses, resumes, adoptions, relay_refusals: {reason: n} | null (no relay), egress_refusals:
+  // {reason: n} | null (no egress proxy here)}.
+  std::string flow_json(const sandboxd::core::Provider& provider,
+                        const sandboxd::core::RelayStats* relay = nullptr,
+                        const sandboxd::core::EgressStats* egress = nullptr) const;
 
  private:
   mutable std::mutex mutex_;  // guards every member below; held only to add or to copy

@@ -320,7 +320,14 @@ class ControlApi {
 
   // GET /ui/api/flow: the Flow panel's counters (metrics.hpp).
   Response ui_flow(const Request&, const RouteParams&) {
-    return {200, "application/json", metrics_.flow_json(session_.provider()), {}, ""};
+    const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
+    const core::EgressStats egress_stats = egress_ ? egress_->proxy().stats() : core::EgressStats{};
+    return {200,
+            "application/json",
+            metrics_.flow_json(session_.provider(), relay_ ? &relay_stats : nullptr,
+                               egress_ ? &egress_stats : nullptr),
+            {},
+            ""};
   }
 
   // GET /ui/api/usage: each sandbox's CPU, memory and processes as last sampled (never a call

@@ -177,6 +177,8 @@ function renderFlow(flow, previous, elapsed) {
   lines.push(['slot claims', flow.slots.claims]);
   for (const [reason, n] of Object.entries(flow.slots.misses)) lines.push(['slot miss: ' + reason, n]);
   if (flow.slots.off_reason) lines.push(['slots off', flow.slots.off_reason]);
+  for (const [reason, n] of Object.entries(flow.relay_refusals || {})) lines.push(['relay refused: ' + reason, n]);
+  for (const [reason, n] of Object.entries(flow.egress_refusals || {})) lines.push(['egress denied: ' + reason, n]);
   lines.push(['queued for capacity', flow.capacity_queue.waits]);
   lines.push(['evicted / reaped', flow.evictions + ' / ' + flow.idle_reaps]);
   for (const [what, n] of lines) {

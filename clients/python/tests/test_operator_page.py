@@ -232,6 +232,8 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     assert ceilings["replicas"][1:] == ["1", f"{capacity['replicas']} ({capacity['overflow_policy']})"]
     assert ceilings["per_user"][:2] == ["busiest user alice", "1"]
     assert ceilings["queue"][1] == "0"
+    refusals = [row["cells"][0] for row in rows(browser, "flow-refusals")]
+    assert "relay refused: wrong_token" in refusals and not any("egress" in r for r in refusals)
     assert ceilings["fleet"][1] == ("per gateway" if not capacity["fleet_wide"]
                                     else str(capacity["fleet_reserved"]))
 
@@ -347,6 +349,16 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     assert len(flow["latency"]["counts"]) == len(flow["latency"]["bounds"]) + 1
     assert set(flow["capacity_rejections"]) == {"capacity", "per_user", "wait_timeout",
                                                 "queue_full"}
+    # What the relay turned away is in the Flow too (serve always runs one; no egress proxy
+    # outside network mode allowlist).
+    assert flow["egress_refusals"] is None
+    assert flow["relay_refusals"] == {"missing_token": 0, "wrong_token": 0, "unknown_sandbox": 0,
+                                      "upstream_failed": 0, "busy": 0}
+    answer, _ = request(page_serve.info["relay"], "GET", "/s/nosuchsandbox/v1/sandbox")
+    assert answer.status == 401, answer.status  # no token
+    _, body = request(listen, "GET", "/ui/api/flow", cookie)
+    refused = json.loads(body)["relay_refusals"]
+    assert sum(refused.values()) == 1, refused
     capacity = flow["capacity"]
     assert set(capacity) == {"replicas", "overflow_policy", "burst_limit", "max_per_user",
                              "max_waiting", "waiting", "in_use_here", "fleet_wide",
