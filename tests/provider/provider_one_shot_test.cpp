@@ -1,7 +1,11 @@
 // What a host that runs each command in a fresh process needs from the Provider: the path an
 // acquisition took, the registry exported and imported as data, detach (nothing destroyed), and
 // the counts of a reconciliation pass.
+#include <gmock/gmock.h>
+
 #include "provider_fixtures.hpp"
+#include "sandboxd/core/sandbox_service.hpp"
+#include "sandboxd/core/service_json.hpp"
 
 namespace sandboxd::testing {
 namespace {
@@ -35,6 +39,42 @@ TEST_F(ProviderOneShotTest, AcquireTracedSaysHowEachSandboxWasObtained) {
   EXPECT_EQ(discovered.sandbox_id, other);
   EXPECT_EQ(provider->acquire_traced(std::nullopt, "alice").path, AcquirePath::created);
   EXPECT_EQ(std::string(core::to_string(AcquirePath::discovered)), "discovered");
+}
+
+// Issue 36: the operator page's counts include what is being created and torn down now.
+TEST_F(ProviderOneShotTest, CountsShowCreationsAndTeardownsInFlight) {
+  build();
+  std::promise<void> create_entered, let_create, destroy_entered, let_destroy;
+  std::shared_future<void> create_gate = let_create.get_future().share();
+  std::shared_future<void> destroy_gate = let_destroy.get_future().share();
+  backend->create_fn = [&](const CreateRequest& request) {
+    create_entered.set_value();
+    create_gate.wait();
+    return make_info(request.sandbox_id, "http://" + request.sandbox_id);
+  };
+  backend->destroy_fn = [&](const SandboxInfo&) {
+    destroy_entered.set_value();
+    destroy_gate.wait();
+  };
+  auto acquired = std::async(std::launch::async, [&] { return provider->acquire("t-1", "alice"); });
+  create_entered.get_future().wait();
+  EXPECT_EQ(provider->counts().creating, 1u);
+  EXPECT_EQ(provider->counts().active, 0u);
+  let_create.set_value();
+  const std::string id = acquired.get();
+  EXPECT_EQ(provider->counts().creating, 0u);
+  EXPECT_EQ(provider->counts().active, 1u);
+
+  auto destroyed = std::async(std::launch::async, [&] { provider->destroy(id); });
+  destroy_entered.get_future().wait();
+  EXPECT_EQ(provider->counts().reserved_for_teardown, 1u);
+  core::Health health;
+  health.tearing_down = provider->counts().reserved_for_teardown;
+  EXPECT_THAT(core::to_json(health), ::testing::ContainsRegex("\"tearing_down\": ?1"));
+  let_destroy.set_value();
+  destroyed.get();
+  EXPECT_EQ(provider->counts().reserved_for_teardown, 0u);
+  backend->clear_scripts();
 }
 
 // Issue 35 item 1: the result carries what a door shows, so none reads the provider again.

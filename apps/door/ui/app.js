@@ -65,13 +65,15 @@ function renderCounts(health) {
   counts.replaceChildren();
   // serve counts active, warm and paused sandboxes; sandboxd-provisioner running ones.
   element('daemon').textContent = health.running === undefined ? 'serve' : 'provisioner';
-  for (const state of ['active', 'warm', 'paused', 'running']) {
+  // Creating and tearing down are shown while there are any.
+  for (const state of ['active', 'warm', 'paused', 'creating', 'tearing_down', 'running']) {
     if (health[state] === undefined) continue;
+    if ((state === 'creating' || state === 'tearing_down') && health[state] === 0) continue;
     const li = document.createElement('li');
     li.id = 'count-' + state;
     const number = document.createElement('b');
     number.textContent = String(health[state]);
-    li.append(number, state);
+    li.append(number, state.replace('_', ' '));
     counts.appendChild(li);
   }
   if (health.network_mode) {

@@ -342,6 +342,9 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
         answer, body = request(listen, "GET", path, cookie)
         assert answer.status == 200, (path, body)
         json.loads(body)
+    _, body = request(listen, "GET", "/ui/api/health", cookie)
+    health = json.loads(body)
+    assert (health["creating"], health["tearing_down"]) == (0, 0)  # counted while in flight
     _, body = request(listen, "GET", "/ui/api/flow", cookie)
     flow = json.loads(body)
     assert set(flow["acquires"]) == {"reused", "reclaimed", "resumed", "discovered", "created",

@@ -391,8 +391,8 @@ ProviderEventCounts Provider::Impl::event_counts() const {
 
 Provider::Counts Provider::Impl::counts() {
   MutexLock lock(mutex_);
-  return {registry_.active_count(), registry_.warm_count(), registry_.paused_count(),
-          registry_.teardown_count(), capacity_queue_.size()};
+  return {registry_.active_count(),   registry_.warm_count(), registry_.paused_count(),
+          registry_.teardown_count(), capacity_queue_.size(), registry_.creating_count()};
 }
 
 std::string Provider::Impl::effective_user(const std::optional<std::string>& user_id) const {

@@ -191,6 +191,7 @@ class SandboxRegistry {
   std::size_t warm_count() const { return warm_; }  // running, not paused
   std::size_t paused_count() const { return paused_; }
   std::size_t teardown_count() const { return teardowns_; }
+  std::size_t creating_count() const { return pending_creations_; }  // not yet active
 
   // ── reconciliation's first sightings of unowned containers (SPEC §8) ──
   std::map<std::string, double>& unowned_since() { return unowned_since_; }

@@ -272,6 +272,8 @@ Health SandboxService::health() {
           counts.active,
           counts.warm,
           counts.paused,
+          counts.creating,
+          counts.reserved_for_teardown,
           provider_.uses_thread_data_mounts(),
           provider_.configured_network_policy()};
 }

@@ -219,6 +219,10 @@ std::string to_json(const Health& health) {
     w.Uint64(health.warm);
     w.Key("paused");
     w.Uint64(health.paused);
+    w.Key("creating");
+    w.Uint64(health.creating);
+    w.Key("tearing_down");
+    w.Uint64(health.tearing_down);
     w.Key("uses_thread_data_mounts");
     w.Bool(health.uses_thread_data_mounts);
     if (!health.network_mode.empty()) write_json_member(w, "network_mode", health.network_mode);

@@ -388,7 +388,8 @@ class Provider final {
     std::size_t warm = 0;    // released, running
     std::size_t paused = 0;  // released, frozen
     std::size_t reserved_for_teardown = 0;
-    std::size_t waiting = 0;  // creations queued for a slot (overflow_policy wait)
+    std::size_t waiting = 0;   // creations queued for a slot (overflow_policy wait)
+    std::size_t creating = 0;  // creations admitted and in flight, not yet active
   };
   Counts counts() const;
   // The ceilings as configured (issue 23), what this process counts against them now and, when

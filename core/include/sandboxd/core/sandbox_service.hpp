@@ -117,6 +117,8 @@ struct Health {
   std::size_t active = 0;
   std::size_t warm = 0;
   std::size_t paused = 0;
+  std::size_t creating = 0;      // creations in flight, not yet active
+  std::size_t tearing_down = 0;  // being stopped by this process
   bool uses_thread_data_mounts = false;
   std::string network_mode;  // the backend's configured policy ("open", "isolated", …); "" unknown
 };
