@@ -16,6 +16,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -318,14 +319,27 @@ class ControlApi {
 
   Response ui_logout(const Request&, const RouteParams&) { return door::ui_logout_response(); }
 
+  // The relay's and the egress proxy's counters now, where this serve runs them: /metrics and
+  // the Flow panel read the same.
+  struct SideStats {
+    std::optional<core::RelayStats> relay;
+    std::optional<core::EgressStats> egress;
+    const core::RelayStats* relay_or_null() const { return relay ? &*relay : nullptr; }
+    const core::EgressStats* egress_or_null() const { return egress ? &*egress : nullptr; }
+  };
+  SideStats side_stats() const {
+    SideStats stats;
+    if (relay_) stats.relay = relay_->stats();
+    if (egress_) stats.egress = egress_->proxy().stats();
+    return stats;
+  }
+
   // GET /ui/api/flow: the Flow panel's counters (metrics.hpp).
   Response ui_flow(const Request&, const RouteParams&) {
-    const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
-    const core::EgressStats egress_stats = egress_ ? egress_->proxy().stats() : core::EgressStats{};
+    const SideStats side = side_stats();
     return {200,
             "application/json",
-            metrics_.flow_json(session_.provider(), relay_ ? &relay_stats : nullptr,
-                               egress_ ? &egress_stats : nullptr),
+            metrics_.flow_json(session_.provider(), side.relay_or_null(), side.egress_or_null()),
             {},
             ""};
   }
@@ -351,12 +365,10 @@ class ControlApi {
   }
 
   Response metrics(const Request&, const RouteParams&) {
-    const core::RelayStats relay_stats = relay_ ? relay_->stats() : core::RelayStats{};
-    const core::EgressStats egress_stats = egress_ ? egress_->proxy().stats() : core::EgressStats{};
+    const SideStats side = side_stats();
     return {200,
             "text/plain; version=0.0.4; charset=utf-8",
-            metrics_.render(session_.provider(), relay_ ? &relay_stats : nullptr,
-                            egress_ ? &egress_stats : nullptr),
+            metrics_.render(session_.provider(), side.relay_or_null(), side.egress_or_null()),
             {},
             ""};
   }

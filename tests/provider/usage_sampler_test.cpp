@@ -4,9 +4,12 @@
 // and the thread sweeping only while someone looks. A view never calls the backend.
 #include "sandboxd/core/usage_sampler.hpp"
 
+#include <gmock/gmock.h>
+
 #include <future>
 
 #include "provider_fixtures.hpp"
+#include "sandboxd/core/service_json.hpp"
 
 namespace sandboxd::testing {
 namespace {
@@ -91,7 +94,7 @@ TEST_F(UsageSamplerTest, FiguresComeFromTwoReadingsAndFailuresAreKeptPerSandbox)
   sampler.sweep();
   EXPECT_EQ(sampler.view().sandboxes.count(busy), 0u);
   const std::string json = core::to_json(sampler.view());
-  EXPECT_NE(json.find("\"error\":\"no such container\""), std::string::npos) << json;
+  EXPECT_THAT(json, ::testing::ContainsRegex("\"error\": ?\"no such container\""));
 }
 
 TEST_F(UsageSamplerTest, ASweepReadsAtMostItsBoundAndSaysHowManyItLeft) {
@@ -135,7 +138,7 @@ TEST_F(UsageSamplerTest, ABackendThatCannotTellIsSaidAndNeverAsked) {
   const core::UsageView view = sampler.view();
   EXPECT_FALSE(view.available);
   EXPECT_TRUE(view.sandboxes.empty());
-  EXPECT_NE(core::to_json(view).find("\"available\":false"), std::string::npos);
+  EXPECT_THAT(core::to_json(view), ::testing::ContainsRegex("\"available\": ?false"));
 }
 
 }  // namespace

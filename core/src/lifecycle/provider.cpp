@@ -515,11 +515,12 @@ TrackedSandbox Provider::Impl::tracked_entry(const SandboxEntry& entry) const {
 Provider::TrackedInfos Provider::Impl::tracked_infos(std::size_t limit) {
   Provider::TrackedInfos out;
   MutexLock lock(mutex_);
-  out.tracked = registry_.active_count() + registry_.warm_count() + registry_.paused_count();
-  out.infos.reserve(std::min(limit, out.tracked));
   registry_.for_each([&](const std::string&, const SandboxEntry& entry) {
-    if (out.infos.size() < limit && entry.info && (entry.active() || entry.released())) {
+    if (!entry.info || !(entry.active() || entry.released())) return;
+    if (out.infos.size() < limit) {
       out.infos.push_back(entry.info);
+    } else {
+      ++out.left_out;
     }
   });
   return out;

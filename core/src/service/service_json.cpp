@@ -4,6 +4,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <type_traits>
+
 #include "sandboxd/json.hpp"
 
 namespace sandboxd::core {
@@ -239,6 +241,48 @@ std::string error_json(ErrorKind kind, const std::string& message, std::optional
     }
     write_json_member(w, "kind", kind_name(kind));
     write_json_member(w, "message", message);
+    w.EndObject();
+  });
+}
+
+std::string to_json(const UsageView& view) {
+  return document([&](Writer& w) {
+    const auto number = [&w](const char* key, const auto& value) {
+      w.Key(key);
+      if (!value) {
+        w.Null();
+      } else if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, double>) {
+        w.Double(*value);
+      } else {
+        w.Uint64(*value);
+      }
+    };
+    w.Key("available");
+    w.Bool(view.available);
+    w.Key("interval_seconds");
+    w.Double(view.interval_seconds);
+    w.Key("swept_at");
+    if (view.swept_at > 0) {
+      w.Double(view.swept_at);
+    } else {
+      w.Null();
+    }
+    w.Key("not_sampled");
+    w.Uint64(view.not_sampled);
+    w.Key("sandboxes");
+    w.StartObject();
+    for (const auto& [id, figures] : view.sandboxes) {
+      write_json_string(w, id);
+      w.StartObject();
+      number("cpu_percent", figures.cpu_percent);
+      number("memory_bytes", figures.memory_bytes);
+      number("memory_limit_bytes", figures.memory_limit_bytes);
+      number("pids", figures.pids);
+      w.Key("read_at");
+      w.Double(figures.read_at);
+      write_json_member_or_null(w, "error", figures.error);
+      w.EndObject();
+    }
     w.EndObject();
   });
 }

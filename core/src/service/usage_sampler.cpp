@@ -1,12 +1,6 @@
 #include "sandboxd/core/usage_sampler.hpp"
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include <chrono>
-#include <sandboxd/json.hpp>
-#include <set>
-#include <type_traits>
 
 namespace sandboxd::core {
 
@@ -69,12 +63,10 @@ void UsageSampler::sweep() {
   if (usage_ == nullptr) return;
   // One short hold of the registry mutex, sharing the infos; no engine call under it.
   const Provider::TrackedInfos tracked = provider_.tracked_infos(options_.max_per_sweep);
-  const std::size_t not_sampled = tracked.tracked - tracked.infos.size();
   std::map<std::string, SandboxUsageFigures> figures;
-  std::set<std::string> seen;
+  std::map<std::string, Previous> read;  // becomes previous_: a sandbox gone is forgotten
   for (const InfoPtr& info : tracked.infos) {
     const std::string& id = info->sandbox_id;
-    seen.insert(id);
     SandboxUsageFigures& out = figures[id];
     try {
       const SandboxUsage::Reading reading = usage_->usage(*info);
@@ -93,66 +85,18 @@ void UsageSampler::sweep() {
             out.cpu_percent = used / host * reading.online_cpus.value_or(1) * 100.0;
           }
         }
-        previous_[id] = {*reading.cpu_seconds, *reading.host_cpu_seconds};
+        read[id] = {*reading.cpu_seconds, *reading.host_cpu_seconds};
       }
     } catch (const std::exception& e) {
       out.read_at = clock_->wall_now();
       out.error = e.what();
-      previous_.erase(id);
     }
   }
-  for (auto it = previous_.begin(); it != previous_.end();) {  // gone: forgotten
-    it = seen.count(it->first) ? std::next(it) : previous_.erase(it);
-  }
+  previous_ = std::move(read);
   MutexLock lock(mutex_);
   figures_.sandboxes = std::move(figures);
   figures_.swept_at = clock_->wall_now();
-  figures_.not_sampled = not_sampled;
-}
-
-std::string to_json(const UsageView& view) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
-  const auto number = [&w](const char* key, const auto& value) {
-    w.Key(key);
-    if (!value) {
-      w.Null();
-    } else if constexpr (std::is_same_v<std::decay_t<decltype(*value)>, double>) {
-      w.Double(*value);
-    } else {
-      w.Uint64(*value);
-    }
-  };
-  w.StartObject();
-  w.Key("available");
-  w.Bool(view.available);
-  w.Key("interval_seconds");
-  w.Double(view.interval_seconds);
-  w.Key("swept_at");
-  if (view.swept_at > 0) {
-    w.Double(view.swept_at);
-  } else {
-    w.Null();
-  }
-  w.Key("not_sampled");
-  w.Uint64(view.not_sampled);
-  w.Key("sandboxes");
-  w.StartObject();
-  for (const auto& [id, figures] : view.sandboxes) {
-    write_json_string(w, id);
-    w.StartObject();
-    number("cpu_percent", figures.cpu_percent);
-    number("memory_bytes", figures.memory_bytes);
-    number("memory_limit_bytes", figures.memory_limit_bytes);
-    number("pids", figures.pids);
-    w.Key("read_at");
-    w.Double(figures.read_at);
-    write_json_member_or_null(w, "error", figures.error);
-    w.EndObject();
-  }
-  w.EndObject();
-  w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+  figures_.not_sampled = tracked.left_out;
 }
 
 }  // namespace sandboxd::core

@@ -26,8 +26,8 @@
 #include "sandboxd/core/egress_proxy.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
-#include "sandboxd/thread_annotations.hpp"
 #include "sandboxd/logger.hpp"
+#include "sandboxd/thread_annotations.hpp"
 
 namespace sandboxd::core {
 

@@ -325,12 +325,12 @@ class Provider final {
 
   // The registry as data: what is active and warm, for whom, since when. Reads memory only.
   RegistrySnapshot export_registry() const;
-  // The infos of the first `limit` tracked sandboxes (active and released, by id) and how many
-  // are tracked in all: shared, not copied, so the registry mutex is held only for the walk
-  // (the operator page's usage sampler).
+  // The infos of at most `limit` tracked sandboxes (active and released, in no particular
+  // order) and how many more there were: shared, not copied, so the registry mutex is held only
+  // for the walk (the operator page's usage sampler).
   struct TrackedInfos {
     std::vector<InfoPtr> infos;
-    std::size_t tracked = 0;
+    std::size_t left_out = 0;
   };
   TrackedInfos tracked_infos(std::size_t limit) const;
   std::optional<TrackedSandbox> find(const std::string& sandbox_id) const;

@@ -9,6 +9,7 @@
 
 #include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
+#include "sandboxd/core/usage_sampler.hpp"
 
 namespace sandboxd::core {
 
@@ -37,6 +38,8 @@ std::string to_json(const LifecycleEventPage& page);
 std::string to_json(const LifecycleEvent& event);
 // {status: "ok", owner_id, active, warm, uses_thread_data_mounts}
 std::string to_json(const Health& health);
+// The operator page's usage figures (GET /ui/api/usage).
+std::string to_json(const UsageView& view);
 // {"error": {"code"?, "kind", "message"}}: `code` is the CLI's exit code, absent over HTTP.
 std::string error_json(ErrorKind kind, const std::string& message,
                        std::optional<int> exit_code = std::nullopt);

@@ -1,17 +1,18 @@
 // What each tracked sandbox uses (CPU, memory, processes), for the operator's page (issue 36).
 // The backend's SandboxUsage readings are taken by one thread of the sampler's own, never on a
-// request: a sweep reads the tracked sandboxes (the registry's export, one short hold of its
-// mutex), then asks the backend for each, one at a time, at most `max_per_sweep` of them, and
-// keeps the figures. Sweeps run every `interval_seconds` while someone looked at the figures
-// within `demand_seconds` (an open page polls them), and not at all otherwise, so a fleet
-// nobody watches costs its engine nothing. view() answers from the kept figures and never
-// waits for the engine.
+// request: a sweep takes the tracked sandboxes' infos (Provider::tracked_infos: one short hold
+// of the registry mutex, the infos shared), then asks the backend for each, one at a time, at
+// most `max_per_sweep` of them, and keeps the figures. Sweeps run every `interval_seconds` while
+// someone looked at the figures within `demand_seconds` (an open page polls them), and not at all
+// otherwise, so a fleet nobody watches costs its engine nothing. view() answers from the kept
+// figures and never waits for the engine.
 //
 // CPU is a percentage of one CPU over the time between two sweeps (the engine's counters
 // differenced, Docker's `docker stats` formula): the first reading of a sandbox has none.
 //
 // Lock story: `mutex_` guards every member marked GUARDED_BY; no backend call and no registry
-// export runs under it. The sweep thread is the only writer of `figures_`.
+// walk runs under it. `previous_` is unguarded: only sweep() touches it, and sweeps never run
+// at once (the thread's, or a test's on its own thread without start()).
 #pragma once
 
 #include <condition_variable>
@@ -53,7 +54,6 @@ struct UsageView {
   std::size_t not_sampled = 0;  // tracked beyond max_per_sweep in that sweep
   std::map<std::string, SandboxUsageFigures> sandboxes;  // by sandbox id
 };
-std::string to_json(const UsageView& view);
 
 class UsageSampler {
  public:
@@ -89,7 +89,7 @@ class UsageSampler {
   bool stopping_ GUARDED_BY(mutex_) = false;
   double demanded_at_ GUARDED_BY(mutex_) = -1e300;  // monotonic; never asked yet
   UsageView figures_ GUARDED_BY(mutex_);
-  // The sweep thread's own: the counters of each sandbox's previous reading.
+  // The counters of each sandbox's previous reading (see the lock story).
   std::map<std::string, Previous> previous_;
   std::thread thread_;
 };
