@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "fs_fixtures.hpp"
+#include "sandboxd/core/creation_planner.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/core/sandbox_id.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;
@@ -281,12 +283,12 @@ TEST_F(MountsTest, EveryComposedMountSourceExistsBeforeTheBackendIsCalled) {
   const auto mounts = composer.compose_extra_mounts(std::string("thread-1"), "alice", true);
   ASSERT_FALSE(mounts.empty());
   for (const auto& mount : mounts) {
-    EXPECT_TRUE(fs::is_directory(mount.host_path)) << mount.container_path << " <- "
-                                                   << mount.host_path;
+    EXPECT_TRUE(fs::is_directory(mount.host_path))
+        << mount.container_path << " <- " << mount.host_path;
   }
-  for (const char* view : {"skills_view/public", "users/alice/skills_view/custom",
-                           "users/alice/skills_view/legacy",
-                           "users/alice/skills_view/integrations"}) {
+  for (const char* view :
+       {"skills_view/public", "users/alice/skills_view/custom", "users/alice/skills_view/legacy",
+        "users/alice/skills_view/integrations"}) {
     EXPECT_EQ(mode_of(home / view), 0755u) << view;
   }
 }
@@ -412,6 +414,30 @@ TEST(FormatMountsTest, RendersLikeAPythonListOfTuples) {
   EXPECT_EQ(format_mounts({}), "[]");
   EXPECT_EQ(format_mounts({{"/h", "/c", false}, {R"(C:\x)", "/d", true}}),
             R"([('/h', '/c', False), ('C:\\x', '/d', True)])");
+}
+
+// ── the host's creation planner (what the provider asks before a create) ──
+
+TEST_F(MountsTest, TheHostPlannerGivesTheContractsIdsAndTheComposersMounts) {
+  const fs::path home = tmp_.path() / "home";
+  auto composer =
+      std::make_shared<const MountComposer>(paths_for(home), options_with_ambient("default"));
+  const HostCreationPlanner planner(composer);
+
+  EXPECT_EQ(planner.sandbox_id(std::string("thread-1"), "alice", 2),
+            deterministic_sandbox_id("thread-1", "alice", 2));
+  EXPECT_NE(planner.sandbox_id(std::string("thread-1"), "alice", 2),
+            planner.sandbox_id(std::string("thread-1"), "alice", 0));
+  const std::string anonymous = planner.sandbox_id(std::nullopt, "alice", 2);
+  EXPECT_EQ(anonymous.size(), 8u);
+  EXPECT_NE(anonymous, planner.sandbox_id(std::nullopt, "alice", 2));
+
+  EXPECT_EQ(
+      container_paths(planner.extra_mounts(std::string("thread-1"), "alice", false)),
+      container_paths(composer->compose_extra_mounts(std::string("thread-1"), "alice", false)));
+  EXPECT_FALSE(find_mount(planner.extra_mounts(std::string("thread-1"), "alice", false),
+                          "/mnt/user-data/.upload-conversions"))
+      << "without thread-data mounts the read-only conversions mount is dropped";
 }
 
 }  // namespace

@@ -53,10 +53,10 @@ class ProviderAsyncSeedTest : public ProviderFixture {
       info.mount_contract_version = 2;
       return info;
     };
-    provider->ensure_skills_projection_fn = [](const std::string&) {};
-    provider->get_extra_mounts_fn = [](auto&&...) {
+    provider->planner->script_skills_projection([](const std::string&) {});
+    provider->planner->script_extra_mounts([](auto&&...) {
       return std::vector<Mount>{{"/host/current", "/mnt/current", true}};
-    };
+    });
     hooks.lark_runtime = true;
   }
 
@@ -67,7 +67,7 @@ class ProviderAsyncSeedTest : public ProviderFixture {
 TEST_F(ProviderAsyncSeedTest, RemoteContractBackendRevalidatesExistingPodViaCreateAsync) {
   backend->requires_validation = true;
   build();
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-v2"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-v2"); });
   provider->recheck_cached_sandbox_fn = [](auto&&...) { return std::optional<std::string>(); };
   std::mutex mutex;
   std::vector<std::tuple<std::optional<std::string>, std::string, std::string, std::thread::id>>
@@ -115,7 +115,7 @@ TEST_F(ProviderAsyncSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeR
 TEST_F(ProviderAsyncSeedTest, RemoteWarmPoolRevalidatesCurrentContractBeforeReclaimAsync) {
   build();
   add_warm(make_info_ptr("sandbox-warm-async", "http://sandbox-host"), 123.0);
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-warm-async"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-async"); });
   install_remote_revalidation_backend();
 
   EXPECT_EQ(provider->acquire_async("thread-1", "alice").get(), "sandbox-warm-async");
@@ -133,7 +133,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncDoesNotBlockOnCapabilitySnapsh
   backend->cached_version = 2;
   backend->cached_known = true;
   build();
-  provider->ensure_skills_projection_fn = [](const std::string&) {};
+  provider->planner->script_skills_projection([](const std::string&) {});
   provider->reuse_in_process_sandbox_fn = [](auto&&...) {
     return std::optional<std::string>("cached-v2");
   };
@@ -190,7 +190,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncRestartsWithANewIdWhenMountContractCha
 // Python: test_acquire_async_uses_async_readiness_polling
 TEST_F(ProviderAsyncSeedTest, AcquireAsyncUsesAsyncReadinessPolling) {
   build();
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-async"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-async"); });
   backend->create_fn = [](const CreateRequest&) {
     return make_info("sandbox-async", "http://sandbox");
   };
@@ -220,7 +220,7 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
         std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox"), nullptr,
         std::nullopt, 0.0);
   }
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-async-lock"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-async-lock"); });
   // The seed calls the discover-or-create step directly; through acquire_async the pre-lock
   // reuse would answer first, so it declines and the post-lock re-check finds the entry.
   std::atomic<int> post_lock_checks{0};
@@ -383,10 +383,10 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncOffloadsCachedReuseHealthCheck
   map_thread("default", "thread-cached-async", "sandbox-cached-async");
   std::mutex mutex;
   std::vector<std::tuple<std::string, std::string, std::thread::id>> steps;
-  provider->ensure_skills_projection_fn = [&](const std::string& user) {
+  provider->planner->script_skills_projection([&](const std::string& user) {
     std::lock_guard lock(mutex);
     steps.emplace_back("projection", user, std::this_thread::get_id());
-  };
+  });
   provider->reuse_in_process_sandbox_fn = [&](const std::optional<std::string>& thread,
                                               const std::string& user,
                                               const std::optional<std::string>& expected,
@@ -418,8 +418,8 @@ TEST_F(ProviderAsyncSeedTest, CreateSandboxAsyncClaimsOwnershipBeforeReadinessTi
   build();
   const SandboxInfo unready_info = make_info("unready-async", "http://unready-async");
   backend->create_fn = [unready_info](const CreateRequest&) { return unready_info; };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("unready-async"); };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("unready-async"); });
   hooks.ready_fn = [](const std::string&, double) { return false; };
   std::mutex mutex;
   std::vector<std::optional<LeaseRecord>> destroy_snapshots;
@@ -459,7 +459,18 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
     std::lock_guard lock(mutex);
     events.push_back(event);
   };
-  backend->destroy_fn = [&](const SandboxInfo& info) { record("destroy " + info.sandbox_url); };
+  std::promise<void> stopping;
+  std::promise<void> let_stop;
+  std::shared_future<void> go = let_stop.get_future().share();
+  std::atomic<bool> parked{false};
+  backend->destroy_fn = [&](const SandboxInfo& info) {
+    // The first stop is parked in flight: reserved, `del` claimed and held, entry untracked.
+    if (!parked.exchange(true)) {
+      stopping.set_value();
+      go.wait();
+    }
+    record("destroy " + info.sandbox_url);
+  };
   backend->discover_fn = [&](const std::string&) {
     record("discover");
     return std::optional<SandboxInfo>();
@@ -468,16 +479,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
     record("create");
     return make_info(request.sandbox_id, "http://new");
   };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
-  std::promise<void> stopping;
-  std::promise<void> let_stop;
-  std::shared_future<void> go = let_stop.get_future().share();
-  provider->with_held_teardown_lease_fn = [&](const std::string& sandbox_id,
-                                              const std::function<void()>& stop) {
-    stopping.set_value();
-    go.wait();  // the stop is in flight: reserved, `del` claimed, entry untracked
-    provider->base_with_held_teardown_lease(sandbox_id, stop);
-  };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::thread destroyer([&] { provider->destroy(id); });
   struct Join {
     std::promise<void>& release;
@@ -512,7 +514,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
 TEST_F(ProviderAsyncSeedTest, AcquireRetriesAfterItsRegistrationMeetsThisProcesssTeardown) {
   build();
   const std::string id = deterministic_sandbox_id("thread-r", "default");
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::promise<void> in_create;
   std::promise<void> destroyer_parked;
   std::shared_future<void> parked = destroyer_parked.get_future().share();
@@ -526,14 +528,14 @@ TEST_F(ProviderAsyncSeedTest, AcquireRetriesAfterItsRegistrationMeetsThisProcess
     }
     return make_info(request.sandbox_id, "http://created-" + std::to_string(create_calls.load()));
   };
-  provider->claim_ownership_fn = [&](const std::string& sandbox_id, bool for_destroy) {
-    const bool claimed = provider->base_claim_ownership(sandbox_id, for_destroy);
+  claims->script_claim([&](const std::string& sandbox_id, bool for_destroy) {
+    const bool claimed = claims->real_claim(sandbox_id, for_destroy);
     if (for_destroy) {
       destroyer_parked.set_value();
       go.wait();
     }
     return claimed;
-  };
+  });
 
   AsyncAcquisition acquisition = provider->acquire_async("thread-r", "default");
   ASSERT_EQ(in_create.get_future().wait_for(2s), std::future_status::ready);

@@ -38,6 +38,8 @@
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/sdk.hpp"
+#include "scripted_creation_planner.hpp"
+#include "scripted_ownership_store.hpp"
 #include "test_support.hpp"
 
 namespace sandboxd::testing {
@@ -356,7 +358,8 @@ class TestProvider {
   using WarmEntry = core::WarmEntry;
 
   explicit TestProvider(ProviderDeps deps)
-      : owned_(std::make_unique<Provider>(std::move(deps))),
+      : planner(scripted_planner_over(deps)),
+        owned_(std::make_unique<Provider>(planned_by(std::move(deps), planner))),
         peer_(*owned_),
         mutex_(peer_.mutex()),
         registry_(peer_.registry()),
@@ -366,11 +369,6 @@ class TestProvider {
         recheck_cached_sandbox_fn(peer_.seams().recheck_cached_sandbox),
         create_sandbox_fn(peer_.seams().create_sandbox),
         register_created_sandbox_fn(peer_.seams().register_created_sandbox),
-        sandbox_id_for_thread_fn(peer_.seams().sandbox_id_for_thread),
-        get_extra_mounts_fn(peer_.seams().get_extra_mounts),
-        ensure_skills_projection_fn(peer_.seams().ensure_skills_projection),
-        claim_ownership_fn(peer_.seams().claim_ownership),
-        with_held_teardown_lease_fn(peer_.seams().with_held_teardown_lease),
         destroy_tracked_fn(peer_.seams().destroy_tracked),
         destroy_warm_entry_fn(peer_.seams().destroy_warm_entry),
         reap_expired_warm_fn(peer_.seams().reap_expired_warm) {}
@@ -378,7 +376,24 @@ class TestProvider {
   Provider& real() { return *owned_; }
   core::ProviderTestPeer& peer() { return peer_; }
 
+  // The provider's creation planner: the host's real one unless a test scripts an answer
+  // (ids, extra mounts, the skills projection). First: made before the provider.
+  const std::shared_ptr<ScriptedCreationPlanner> planner;
+
  private:
+  static std::shared_ptr<ScriptedCreationPlanner> scripted_planner_over(const ProviderDeps& deps) {
+    core::MountComposerOptions composer;
+    composer.ambient_user = deps.hooks.ambient_user;
+    composer.logger = deps.logger;
+    return std::make_shared<ScriptedCreationPlanner>(std::make_shared<core::HostCreationPlanner>(
+        std::make_shared<const core::MountComposer>(deps.paths, composer)));
+  }
+  static ProviderDeps planned_by(ProviderDeps deps,
+                                 const std::shared_ptr<ScriptedCreationPlanner>& planner) {
+    deps.planner = planner;
+    return deps;
+  }
+
   std::unique_ptr<Provider> owned_;  // first: built before, destroyed after what refers to it
   core::ProviderTestPeer peer_;
 
@@ -401,14 +416,6 @@ class TestProvider {
                             const std::string&, const Snapshot&)>& create_sandbox_fn;
   std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
                             const std::string&)>& register_created_sandbox_fn;
-  std::function<std::string(const std::optional<std::string>&, const std::string&,
-                            const Snapshot&)>& sandbox_id_for_thread_fn;
-  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>&
-      get_extra_mounts_fn;
-  std::function<void(const std::string&)>& ensure_skills_projection_fn;
-  std::function<bool(const std::string&, bool)>& claim_ownership_fn;
-  std::function<void(const std::string&, const std::function<void()>&)>&
-      with_held_teardown_lease_fn;
   std::function<void(const std::string&, const Predicate&)>& destroy_tracked_fn;
   std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>&
       destroy_warm_entry_fn;
@@ -516,12 +523,6 @@ class TestProvider {
   std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
                                       const std::string& user_id) {
     return peer_.get_extra_mounts(thread_id, user_id);
-  }
-  bool base_claim_ownership(const std::string& id, bool for_destroy) {
-    return peer_.base_claim_ownership(id, for_destroy);
-  }
-  void base_with_held_teardown_lease(const std::string& id, const std::function<void()>& stop) {
-    peer_.base_with_held_teardown_lease(id, stop);
   }
   bool base_destroy_warm_entry(const std::string& id, const WarmEntry& entry,
                                const std::string& reason, const Predicate& still_reapable) {
@@ -706,9 +707,16 @@ class ProviderFixture : public ::testing::Test {
     // seams and scripts may capture the test's locals.
     backend->clear_scripts();
     hooks.clear_scripts();
-    if (provider) provider->peer().seams() = {};
+    if (claims) claims->clear_scripts();
+    if (provider) {
+      provider->peer().seams() = {};
+      provider->planner->clear_scripts();
+    }
     for (auto& extra : extra_providers) {
-      if (extra) extra->peer().seams() = {};
+      if (extra) {
+        extra->peer().seams() = {};
+        extra->planner->clear_scripts();
+      }
     }
     if (leak_provider) {
       static_cast<void>(provider.release());
@@ -753,8 +761,13 @@ class ProviderFixture : public ::testing::Test {
     return deps;
   }
 
+  // The provider under test over the fixture's backend and a memory store whose claims the
+  // test may script (`claims`).
   TestProvider& build() {
-    provider = make_provider(use_backend ? backend : nullptr, &store);
+    claims = std::make_shared<ScriptedOwnershipStore>(
+        load_memory_store(clock, logger, tmp.path().string()));
+    store = claims;
+    provider = make_provider_over(use_backend ? backend : nullptr, store);
     return *provider;
   }
 
@@ -824,7 +837,8 @@ class ProviderFixture : public ::testing::Test {
   // What happens to sandboxes (lifecycle_events.hpp), recorded by every provider made here.
   std::shared_ptr<core::LifecycleEventLog> events =
       std::make_shared<core::LifecycleEventLog>(clock);
-  std::shared_ptr<OwnershipStore> store;  // the built provider's store
+  std::shared_ptr<OwnershipStore> store;           // the built provider's store
+  std::shared_ptr<ScriptedOwnershipStore> claims;  // the store build() made, for claim scripts
   std::vector<std::unique_ptr<TestProvider>> extra_providers;
   bool leak_provider = false;              // TearDown found a task that never finished
   std::unique_ptr<TestProvider> provider;  // last: destroyed first

@@ -123,8 +123,8 @@ TEST_F(ProviderLifecycleSeedTest, AcquireDropsDeadCachedSandbox) {
     info.container_name = "deer-flow-sandbox-sandbox-dead";
     return info;
   };
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-dead"); };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-dead"); });
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->acquire("thread-dead", "default"), "sandbox-dead");
 
@@ -191,8 +191,8 @@ TEST_F(ProviderLifecycleSeedTest, AcquireSkipsDeadWarmPoolSandbox) {
     info.container_name = "deer-flow-sandbox-sandbox-warm-dead";
     return info;
   };
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-warm-dead"); };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-dead"); });
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->acquire("thread-warm-dead", "default"), "sandbox-warm-dead");
 
@@ -257,7 +257,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   add_warm(newest, 20.0);
   add_warm(oldest, 10.0);
   backend->create_fn = [created](const CreateRequest&) { return created; };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
 
@@ -279,7 +279,7 @@ TEST_F(ProviderLifecycleSeedTest, TheEvictionsStopOverlapsTheCreate) {
   build();
   const InfoPtr oldest = make_info_ptr("warm-oldest", "http://warm-oldest");
   add_warm(oldest, 10.0);
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::mutex mutex;
   std::condition_variable changed;
   struct Step {
@@ -315,7 +315,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateBeyondTheSoftLimitNeverEvictsActiveSandb
   options.replicas = 1;
   build();
   auto active = add_active("active-1");
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->create_sandbox(std::nullopt, "extra", "default", std::nullopt), "extra");
 
@@ -337,7 +337,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateEvictsWarmEntriesUntilWithinTheCap) {
   const InfoPtr newer = make_info_ptr("warm-newer", "http://warm-newer");
   add_warm(newer, 20.0);
   add_warm(older, 10.0);
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
 
@@ -358,7 +358,7 @@ TEST_F(ProviderLifecycleSeedTest, ConcurrentCreationsCountEachOthersReplicaSlot)
   build();
   const InfoPtr warm = make_info_ptr("warm-1", "http://warm-1");
   add_warm(warm, 10.0);
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::promise<void> first_in_create;
   std::promise<void> let_first_finish;
   std::shared_future<void> go = let_first_finish.get_future().share();
@@ -397,7 +397,7 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
   const InfoPtr stale = make_info_ptr("warm-x", "http://warm-x/1");
   const InfoPtr replacement = make_info_ptr("warm-x", "http://warm-x/2");
   add_warm(stale, 10.0);
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   bool replaced = false;
   provider->destroy_warm_entry_fn = [&](const std::string& id, const TestProvider::WarmEntry& entry,
                                         const std::string& reason,
@@ -460,11 +460,9 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
     info.container_name = "deer-flow-sandbox-" + request.sandbox_id;
     return info;
   };
-  provider->claim_ownership_fn = [](const std::string&, bool) { return true; };
-  provider->with_held_teardown_lease_fn = [](const std::string&,
-                                             const std::function<void()>& stop) { stop(); };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("deadbeefdeadbeef"); };
+  claims->script_claim([](const std::string&, bool) { return true; });
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
 
   const std::string sandbox_id = provider->acquire("thread-a", "user-a");
   const InfoPtr info_a = info_of(sandbox_id);
@@ -488,7 +486,7 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
 TEST_F(ProviderLifecycleSeedTest, CollisionMessageNamesBothIdentities) {
   build();
   add_warm(make_info_ptr("deadbeefdeadbeef", "http://a"), 1.0, ThreadKey{"user-a", "thread-a"});
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("deadbeefdeadbeef"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
   try {
     provider->acquire("thread-b", "user-b");
     FAIL() << "expected a collision";
@@ -509,7 +507,7 @@ class UnreadyTeardownTest : public ProviderLifecycleSeedTest {
     build();
     const SandboxInfo info = unready_info;
     backend->create_fn = [info](const CreateRequest&) { return info; };
-    provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+    provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   }
   SandboxInfo unready_info;
 };
@@ -557,7 +555,7 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   provider = make_provider_over(backend, store);
   const SandboxInfo info = unready_info;
   backend->create_fn = [info](const CreateRequest&) { return info; };
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   hooks.ready_fn = [](const std::string&, double) { return false; };
 
   try {
@@ -588,13 +586,13 @@ TEST_F(UnreadyTeardownTest, ReconcileDoesNotAdoptAContainerWhoseUnreadyTeardownI
   std::promise<void> at_claim;
   std::promise<void> let_claim;
   std::shared_future<void> let = let_claim.get_future().share();
-  provider->claim_ownership_fn = [&](const std::string& id, bool for_destroy) {
+  claims->script_claim([&](const std::string& id, bool for_destroy) {
     if (for_destroy) {
       at_claim.set_value();
       EXPECT_EQ(let.wait_for(std::chrono::seconds(5)), std::future_status::ready);
     }
-    return provider->base_claim_ownership(id, for_destroy);
-  };
+    return claims->real_claim(id, for_destroy);
+  });
   std::thread reaper([&] { provider->destroy_unready_sandbox("unready-race", info); });
   {
     // Whatever fails below, let the reaper go and join it.

@@ -294,9 +294,9 @@ TEST_F(ContractChangeCleanupTest, AChangeSeenByTheProviderDestroysTheInstanceToo
 TEST_F(ContractChangeCleanupTest, AnInstanceWhoseLeaseAPeerHoldsIsLeftToThePeer) {
   build();
   provisioner_downgraded_to_v0(true);
-  provider->claim_ownership_fn = [this](const std::string& id, bool for_destroy) {
-    return !(for_destroy && id == stale_id);
-  };
+  claims->script_claim([this](const std::string& id, bool for_destroy) {
+    return !(for_destroy && id == stale_id) && claims->real_claim(id, for_destroy);
+  });
   provider->acquire("thread-1", "alice");
   EXPECT_TRUE(destroyed_ids().empty());
   EXPECT_TRUE(logger->contains(LogLevel::warning, "Not destroying sandbox " + stale_id +

@@ -60,10 +60,11 @@ class ProviderSeedTest : public ProviderFixture {
       info.mount_contract_version = 2;
       return info;
     };
-    provider->ensure_skills_projection_fn = [](const std::string&) {};
-    provider->get_extra_mounts_fn = [](const std::optional<std::string>&, const std::string&) {
-      return std::vector<Mount>{{"/host/current", "/mnt/current", true}};
-    };
+    provider->planner->script_skills_projection([](const std::string&) {});
+    provider->planner->script_extra_mounts(
+        [](const std::optional<std::string>&, const std::string&) {
+          return std::vector<Mount>{{"/host/current", "/mnt/current", true}};
+        });
     hooks.lark_runtime = true;
     hooks.lark_broker = false;
   }
@@ -407,7 +408,7 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeReuse)
 TEST_F(ProviderSeedTest, RemoteWarmPoolRevalidatesCurrentContractBeforeReclaim) {
   build();
   add_warm(make_info_ptr("sandbox-warm", "http://sandbox-host"), 123.0);
-  provider->sandbox_id_for_thread_fn = [](auto&&...) { return std::string("sandbox-warm"); };
+  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm"); });
   install_remote_revalidation_backend();
 
   EXPECT_EQ(provider->acquire_internal("thread-1", "alice", std::nullopt), "sandbox-warm");
@@ -429,7 +430,7 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheReplacesClientWhenValidatedUrlChanges)
   auto old_client = add_active("sandbox-active-url");
   map_thread("alice", "thread-1", "sandbox-active-url");
   install_remote_revalidation_backend("http://new-sandbox-host");
-  provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   hooks.lark_runtime = false;
   auto new_client =
       std::make_shared<RecordingClient>("sandbox-active-url", "http://new-sandbox-host");
@@ -491,7 +492,7 @@ class CreateFlagsTest : public ProviderSeedTest {
     hooks.lark_runtime = runtime;
     hooks.lark_broker = broker;
     build();
-    provider->get_extra_mounts_fn = [](auto&&...) { return std::vector<Mount>{}; };
+    provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
     provider->register_created_sandbox_fn = [id](auto&&...) { return id; };
     EXPECT_EQ(provider->create_sandbox(thread, id, "alice", std::nullopt), id);
     const auto creates = backend->creates();

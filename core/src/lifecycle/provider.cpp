@@ -93,7 +93,7 @@ Provider::Impl::Impl(ProviderDeps deps)
       logger_(std::move(deps.logger)),
       clock_(std::move(deps.clock)),
       paths_(std::move(deps.paths)),
-      mounts_(std::move(deps.mounts)),
+      planner_(std::move(deps.planner)),
       options_(deps.options),
       hooks_(std::move(deps.hooks)),
       policy_(std::move(deps.policy)),
@@ -132,11 +132,12 @@ Provider::Impl::Impl(ProviderDeps deps)
   }
   if (!hooks_.lark_integration_active) hooks_.lark_integration_active = [](auto&) { return false; };
   if (!hooks_.lark_broker_active) hooks_.lark_broker_active = [](auto&) { return false; };
-  if (!mounts_) {
+  if (!planner_) {
     MountComposerOptions composer;
     composer.ambient_user = hooks_.ambient_user;
     composer.logger = logger_;
-    mounts_ = std::make_shared<MountComposer>(paths_, composer);
+    planner_ = std::make_shared<HostCreationPlanner>(
+        std::make_shared<const MountComposer>(paths_, composer));
   }
   async_ = std::make_shared<AsyncAcquisitions>();
   if (!blocking_executor_) blocking_executor_ = std::make_shared<ThreadPoolExecutor>(4);
@@ -213,7 +214,8 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   composer.skills_container_path = config.skills_container_path;
   composer.ambient_user = hooks.ambient_user;
   composer.logger = logger;
-  deps.mounts = std::make_shared<MountComposer>(paths, composer);
+  deps.planner =
+      std::make_shared<HostCreationPlanner>(std::make_shared<const MountComposer>(paths, composer));
   copy_sandbox_options(config, deps.options);
   deps.options.max_waiting = host.max_capacity_waiters;
   deps.events = host.events;
@@ -456,35 +458,24 @@ bool Provider::Impl::sandbox_uses_thread_data_mounts(const std::string& sandbox_
 std::string Provider::Impl::sandbox_id_for_thread(const std::optional<std::string>& thread_id,
                                                   const std::string& user_id,
                                                   const Snapshot& snapshot) {
-  if (seams_.sandbox_id_for_thread)
-    return seams_.sandbox_id_for_thread(thread_id, user_id, snapshot);
-  return sandbox_id_for_thread_step(thread_id, user_id, snapshot);
-}
-
-std::string Provider::Impl::sandbox_id_for_thread_step(const std::optional<std::string>& thread_id,
-                                                       const std::string& user_id,
-                                                       const Snapshot& snapshot) {
-  if (!thread_id) return random_sandbox_id();
-  if (snapshot) return deterministic_sandbox_id(*thread_id, user_id, snapshot->version);
-  if (negotiates_contract()) {
-    return deterministic_sandbox_id(*thread_id, user_id,
-                                    negotiation_->cached_mount_contract_version());
+  // The contract the id is made under: the acquisition's snapshot, else what a negotiating
+  // backend last learned, else this build's.
+  int version = kSandboxMountContractVersion;
+  if (snapshot) {
+    version = snapshot->version;
+  } else if (thread_id && negotiates_contract()) {
+    version = negotiation_->cached_mount_contract_version();
   }
-  return deterministic_sandbox_id(*thread_id, user_id);
+  return planner_->sandbox_id(thread_id, user_id, version);
 }
 
 std::vector<Mount> Provider::Impl::get_extra_mounts(const std::optional<std::string>& thread_id,
                                                     const std::string& user_id) {
-  if (seams_.get_extra_mounts) return seams_.get_extra_mounts(thread_id, user_id);
-  return mounts_->compose_extra_mounts(thread_id, user_id, uses_thread_data_mounts());
+  return planner_->extra_mounts(thread_id, user_id, uses_thread_data_mounts());
 }
 
 void Provider::Impl::ensure_skills_projection(const std::string& user_id) {
-  if (seams_.ensure_skills_projection) {
-    seams_.ensure_skills_projection(user_id);
-    return;
-  }
-  mounts_->ensure_skills_projection(user_id);
+  planner_->ensure_skills_projection(user_id);
 }
 
 CreateRequest Provider::Impl::build_create_request(const std::optional<std::string>& thread_id,

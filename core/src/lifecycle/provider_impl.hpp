@@ -36,6 +36,7 @@
 #include "capacity_queue.hpp"
 #include "sandbox_registry.hpp"
 #include "sandboxd/capabilities.hpp"
+#include "sandboxd/core/creation_planner.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/readiness.hpp"
@@ -68,15 +69,6 @@ struct ProviderSeams {
   std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
                             const std::string&)>
       register_created_sandbox;
-  // The id scheme.
-  std::function<std::string(const std::optional<std::string>&, const std::string&, const Snapshot&)>
-      sandbox_id_for_thread;
-  std::function<std::vector<Mount>(const std::optional<std::string>&, const std::string&)>
-      get_extra_mounts;
-  std::function<void(const std::string&)> ensure_skills_projection;
-  std::function<bool(const std::string&, bool)> claim_ownership;
-  // The teardown lease.
-  std::function<void(const std::string&, const std::function<void()>&)> with_held_teardown_lease;
   std::function<void(const std::string&, const Predicate&)> destroy_tracked;
   std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>
       destroy_warm_entry;
@@ -218,8 +210,6 @@ struct Provider::Impl {
   // ── ids and mounts ──
   std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
                                     const std::string& user_id, const Snapshot& snapshot);
-  std::string sandbox_id_for_thread_step(const std::optional<std::string>& thread_id,
-                                         const std::string& user_id, const Snapshot& snapshot);
   std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
                                       const std::string& user_id);
   void ensure_skills_projection(const std::string& user_id);
@@ -239,7 +229,6 @@ struct Provider::Impl {
   // ── ownership (SPEC §7.7–§7.9; provider_ownership.cpp) ──
   void publish_ownership(const std::string& sandbox_id) EXCLUDES(mutex_);
   bool claim_ownership(const std::string& sandbox_id, bool for_destroy);
-  bool claim_ownership_step(const std::string& sandbox_id, bool for_destroy);
   bool refresh_ownership(const std::string& sandbox_id);
   void release_ownership(const std::string& sandbox_id);
   void with_held_teardown_lease(const std::string& sandbox_id, const std::function<void()>& stop);
@@ -335,7 +324,7 @@ struct Provider::Impl {
   std::shared_ptr<Logger> logger_;
   std::shared_ptr<Clock> clock_;
   std::shared_ptr<const Paths> paths_;
-  std::shared_ptr<MountComposer> mounts_;
+  std::shared_ptr<CreationPlanner> planner_;  // ids, mounts, the skills projection
   const ProviderOptions options_;
   ProviderHooks hooks_;
   std::shared_ptr<LifecyclePolicy> policy_;

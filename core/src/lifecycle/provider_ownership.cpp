@@ -26,11 +26,6 @@ void Provider::Impl::publish_ownership(const std::string& sandbox_id) {
 }
 
 bool Provider::Impl::claim_ownership(const std::string& sandbox_id, bool for_destroy) {
-  if (seams_.claim_ownership) return seams_.claim_ownership(sandbox_id, for_destroy);
-  return claim_ownership_step(sandbox_id, for_destroy);
-}
-
-bool Provider::Impl::claim_ownership_step(const std::string& sandbox_id, bool for_destroy) {
   try {
     return ownership_->claim(sandbox_id, for_destroy);
   } catch (const std::exception& e) {
@@ -80,10 +75,6 @@ void Provider::Impl::release_ownership(const std::string& sandbox_id) {
 
 void Provider::Impl::with_held_teardown_lease(const std::string& sandbox_id,
                                               const std::function<void()>& stop) {
-  if (seams_.with_held_teardown_lease) {
-    seams_.with_held_teardown_lease(sandbox_id, stop);
-    return;
-  }
   teardown_.hold(sandbox_id, stop);
 }
 

@@ -34,13 +34,6 @@ class ProviderTestPeer {
                                   const Snapshot& snapshot) {
     return impl_.create_sandbox_step(thread_id, sandbox_id, user_id, snapshot);
   }
-  bool base_claim_ownership(const std::string& sandbox_id, bool for_destroy) {
-    return impl_.claim_ownership_step(sandbox_id, for_destroy);
-  }
-  void base_with_held_teardown_lease(const std::string& sandbox_id,
-                                     const std::function<void()>& stop) {
-    impl_.teardown_.hold(sandbox_id, stop);
-  }
   bool base_destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
                                const std::string& reason, const Predicate& still_reapable) {
     return impl_.destroy_warm_entry_step(sandbox_id, entry, reason, still_reapable);

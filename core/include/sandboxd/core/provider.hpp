@@ -27,6 +27,7 @@
 #include "sandboxd/core/acquire_path.hpp"
 #include "sandboxd/core/cancellation.hpp"
 #include "sandboxd/core/conversation.hpp"
+#include "sandboxd/core/creation_planner.hpp"
 #include "sandboxd/core/executor.hpp"
 #include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/lifecycle_policy.hpp"
@@ -120,7 +121,8 @@ struct ProviderDeps {
   std::shared_ptr<Logger> logger;
   std::shared_ptr<Clock> clock;
   std::shared_ptr<const Paths> paths;
-  std::shared_ptr<MountComposer> mounts;  // built from paths when null
+  // Ids, extra mounts and the skills projection; a HostCreationPlanner over paths when null.
+  std::shared_ptr<CreationPlanner> planner;
   ProviderOptions options;
   ProviderHooks hooks;
   // The named lifecycle decisions (lifecycle_policy.hpp); DeerFlow's behaviour when null.
