@@ -68,16 +68,20 @@ TEST_F(ProviderAsyncSeedTest, RemoteContractBackendRevalidatesExistingPodViaCrea
   backend->requires_validation = true;
   build();
   provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-v2"); });
-  provider->recheck_cached_sandbox_fn = [](auto&&...) { return std::optional<std::string>(); };
+  const auto restore_recheck_cached_sandbox =
+      provider->inject(&ProviderSeams::recheck_cached_sandbox,
+                       [](auto&&...) { return std::optional<std::string>(); });
   std::mutex mutex;
   std::vector<std::tuple<std::optional<std::string>, std::string, std::string, std::thread::id>>
       create_calls;
-  provider->create_sandbox_fn = [&](const std::optional<std::string>& thread, const std::string& id,
-                                    const std::string& user, const TestProvider::Snapshot&) {
-    std::lock_guard lock(mutex);
-    create_calls.emplace_back(thread, id, user, std::this_thread::get_id());
-    return id;
-  };
+  const auto restore_create_sandbox =
+      provider->inject(&ProviderSeams::create_sandbox,
+                       [&](const std::optional<std::string>& thread, const std::string& id,
+                           const std::string& user, const TestProvider::Snapshot&) {
+                         std::lock_guard lock(mutex);
+                         create_calls.emplace_back(thread, id, user, std::this_thread::get_id());
+                         return id;
+                       });
 
   EXPECT_EQ(provider->acquire_async("thread-1", "alice").get(), "sandbox-v2");
 
@@ -134,9 +138,9 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncDoesNotBlockOnCapabilitySnapsh
   backend->cached_known = true;
   build();
   provider->planner->script_skills_projection([](const std::string&) {});
-  provider->reuse_in_process_sandbox_fn = [](auto&&...) {
-    return std::optional<std::string>("cached-v2");
-  };
+  const auto restore_reuse_in_process_sandbox =
+      provider->inject(&ProviderSeams::reuse_in_process_sandbox,
+                       [](auto&&...) { return std::optional<std::string>("cached-v2"); });
   ProbeLockHolder probe(*backend);
 
   // The probe lock is held until after these checks, so returning proves no wait on it.
@@ -159,23 +163,26 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncRestartsWithANewIdWhenMountContractCha
   std::mutex mutex;
   std::vector<MountContractSnapshot> snapshots = {{2, true}, {3, true}};
   std::size_t next = 0;
-  provider->acquisition_contract_snapshot_fn = [&]() -> TestProvider::Snapshot {
-    std::lock_guard lock(mutex);
-    return snapshots.at(next++);
-  };
+  const auto restore_acquisition_contract_snapshot = provider->inject(
+      &ProviderSeams::acquisition_contract_snapshot, [&]() -> TestProvider::Snapshot {
+        std::lock_guard lock(mutex);
+        return snapshots.at(next++);
+      });
   std::vector<std::string> attempted;
   std::vector<std::thread::id> threads;
-  provider->acquire_internal_fn = [&](const std::optional<std::string>& thread,
-                                      const std::string& user, TestProvider::Snapshot snapshot) {
-    const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
-    {
-      std::lock_guard lock(mutex);
-      attempted.push_back(id);
-      threads.push_back(std::this_thread::get_id());
-    }
-    if (snapshot->version == 2) throw MountContractChangedError(2, 3);
-    return id;
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal,
+      [&](const std::optional<std::string>& thread, const std::string& user,
+          TestProvider::Snapshot snapshot) {
+        const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
+        {
+          std::lock_guard lock(mutex);
+          attempted.push_back(id);
+          threads.push_back(std::this_thread::get_id());
+        }
+        if (snapshot->version == 2) throw MountContractChangedError(2, 3);
+        return id;
+      });
 
   const std::string result = provider->acquire_async("thread-1", "default").get();
 
@@ -224,14 +231,15 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
   // The seed calls the discover-or-create step directly; through acquire_async the pre-lock
   // reuse would answer first, so it declines and the post-lock re-check finds the entry.
   std::atomic<int> post_lock_checks{0};
-  provider->reuse_in_process_sandbox_fn = [&](const std::optional<std::string>& thread,
-                                              const std::string& user,
-                                              const std::optional<std::string>& expected,
-                                              bool post_lock, const TestProvider::Snapshot& snap) {
-    if (!post_lock) return std::optional<std::string>();
-    ++post_lock_checks;
-    return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
-  };
+  const auto restore_reuse_in_process_sandbox = provider->inject(
+      &ProviderSeams::reuse_in_process_sandbox,
+      [&](const std::optional<std::string>& thread, const std::string& user,
+          const std::optional<std::string>& expected, bool post_lock,
+          const TestProvider::Snapshot& snap) {
+        if (!post_lock) return std::optional<std::string>();
+        ++post_lock_checks;
+        return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
+      });
 
   EXPECT_EQ(provider->acquire_async("thread-async-lock", "default").get(), "sandbox-async-lock");
 
@@ -253,11 +261,12 @@ TEST_F(ProviderAsyncSeedTest, AcquireThreadLockAsyncUsesDedicatedExecutor) {
   const auto lock = provider->thread_lock({"default", "thread-lock"});
   std::atomic<bool> held_during{false};
   std::thread::id ran_on;
-  provider->acquire_internal_fn = [&](auto&&...) {
-    held_during = lock->is_held();
-    ran_on = std::this_thread::get_id();
-    return std::string("sandbox-locked");
-  };
+  const auto restore_acquire_internal =
+      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+        held_during = lock->is_held();
+        ran_on = std::this_thread::get_id();
+        return std::string("sandbox-locked");
+      });
 
   EXPECT_EQ(provider->acquire_async("thread-lock", "default").get(), "sandbox-locked");
 
@@ -275,9 +284,10 @@ TEST_F(ProviderAsyncSeedTest, AcquireThreadLockAsyncUsesDedicatedExecutor) {
 TEST_F(ProviderAsyncSeedTest, LockWaitersNeverStarveTheBlockingPool) {
   blocking_executor = std::make_shared<RecordingExecutor>(1);
   build();
-  provider->acquire_internal_fn = [](const std::optional<std::string>& thread, auto&&...) {
-    return "sandbox-" + thread.value_or("");
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal, [](const std::optional<std::string>& thread, auto&&...) {
+        return "sandbox-" + thread.value_or("");
+      });
   const auto lock_a = provider->thread_lock({"default", "thread-a"});
   lock_a->lock();
 
@@ -297,10 +307,11 @@ TEST_F(ProviderAsyncSeedTest, LockWaitersNeverStarveTheBlockingPool) {
 TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancellationDoesNotLeakThreadLock) {
   build();
   std::atomic<int> internal_calls{0};
-  provider->acquire_internal_fn = [&](auto&&...) {
-    ++internal_calls;
-    return std::string("never");
-  };
+  const auto restore_acquire_internal =
+      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+        ++internal_calls;
+        return std::string("never");
+      });
   const auto lock = provider->thread_lock({"default", "thread-cancel-lock"});
   lock->lock();
 
@@ -323,14 +334,16 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancellationDoesNotLeakThreadLock) {
 TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancelledWaiterDoesNotBlockSuccessor) {
   build();
   std::atomic<int> internal_calls{0};
-  provider->acquire_internal_fn = [&](const std::optional<std::string>& thread,
-                                      const std::string& user, TestProvider::Snapshot snapshot) {
-    EXPECT_EQ(thread, std::optional<std::string>("thread-successor-lock"));
-    EXPECT_EQ(user, "default");
-    EXPECT_FALSE(snapshot.has_value());  // a non-negotiating backend: no snapshot
-    ++internal_calls;
-    return std::string("sandbox-successor");
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal,
+      [&](const std::optional<std::string>& thread, const std::string& user,
+          TestProvider::Snapshot snapshot) {
+        EXPECT_EQ(thread, std::optional<std::string>("thread-successor-lock"));
+        EXPECT_EQ(user, "default");
+        EXPECT_FALSE(snapshot.has_value());  // a non-negotiating backend: no snapshot
+        ++internal_calls;
+        return std::string("sandbox-successor");
+      });
   const auto lock = provider->thread_lock({"default", "thread-successor-lock"});
   lock->lock();
 
@@ -356,11 +369,12 @@ TEST_F(ProviderAsyncSeedTest, CancelWhileAcquisitionRunsNeverBlocksAndFreesTheLo
   std::promise<void> entered;
   std::promise<void> proceed;
   std::shared_future<void> go = proceed.get_future().share();
-  provider->acquire_internal_fn = [&](auto&&...) {
-    entered.set_value();
-    go.wait();
-    return std::string("late");
-  };
+  const auto restore_acquire_internal =
+      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+        entered.set_value();
+        go.wait();
+        return std::string("late");
+      });
   const auto lock = provider->thread_lock({"default", "thread-running"});
 
   AsyncAcquisition task = provider->acquire_async("thread-running", "default");
@@ -387,16 +401,17 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncOffloadsCachedReuseHealthCheck
     std::lock_guard lock(mutex);
     steps.emplace_back("projection", user, std::this_thread::get_id());
   });
-  provider->reuse_in_process_sandbox_fn = [&](const std::optional<std::string>& thread,
-                                              const std::string& user,
-                                              const std::optional<std::string>& expected,
-                                              bool post_lock, const TestProvider::Snapshot& snap) {
-    {
-      std::lock_guard lock(mutex);
-      steps.emplace_back("reuse", thread.value_or(""), std::this_thread::get_id());
-    }
-    return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
-  };
+  const auto restore_reuse_in_process_sandbox = provider->inject(
+      &ProviderSeams::reuse_in_process_sandbox,
+      [&](const std::optional<std::string>& thread, const std::string& user,
+          const std::optional<std::string>& expected, bool post_lock,
+          const TestProvider::Snapshot& snap) {
+        {
+          std::lock_guard lock(mutex);
+          steps.emplace_back("reuse", thread.value_or(""), std::this_thread::get_id());
+        }
+        return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
+      });
 
   EXPECT_EQ(provider->acquire_async("thread-cached-async", "default").get(),
             "sandbox-cached-async");

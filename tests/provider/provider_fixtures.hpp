@@ -347,10 +347,12 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
 }
 
 // The Provider under test, with its befriended peer (core/src/lifecycle/provider_test_peer.hpp):
-// the public API forwards to the real, final Provider; the `*_fn` members are the peer's step seams
-// (what the seed's monkeypatch does); `base_*` runs the real step, so a replacement can observe
-// and then delegate; `mutex_` and `registry_` reach the registry, filled and read only through
-// its own methods. Set the seams before the provider runs. Not a subclass of Provider.
+// the public API forwards to the real, final Provider; inject() replaces one step for a scope
+// (what the seed's monkeypatch does for a test); `base_*` runs the real step, so a replacement
+// can observe and then delegate; `planner` scripts ids and mounts; `mutex_` and `registry_`
+// reach the registry, filled and read only through its own methods. Not a subclass of Provider.
+using core::ProviderSeams;
+
 class TestProvider {
  public:
   using Predicate = core::Predicate;
@@ -362,16 +364,7 @@ class TestProvider {
         owned_(std::make_unique<Provider>(planned_by(std::move(deps), planner))),
         peer_(*owned_),
         mutex_(peer_.mutex()),
-        registry_(peer_.registry()),
-        acquisition_contract_snapshot_fn(peer_.seams().acquisition_contract_snapshot),
-        acquire_internal_fn(peer_.seams().acquire_internal),
-        reuse_in_process_sandbox_fn(peer_.seams().reuse_in_process_sandbox),
-        recheck_cached_sandbox_fn(peer_.seams().recheck_cached_sandbox),
-        create_sandbox_fn(peer_.seams().create_sandbox),
-        register_created_sandbox_fn(peer_.seams().register_created_sandbox),
-        destroy_tracked_fn(peer_.seams().destroy_tracked),
-        destroy_warm_entry_fn(peer_.seams().destroy_warm_entry),
-        reap_expired_warm_fn(peer_.seams().reap_expired_warm) {}
+        registry_(peer_.registry()) {}
 
   Provider& real() { return *owned_; }
   core::ProviderTestPeer& peer() { return peer_; }
@@ -402,24 +395,12 @@ class TestProvider {
   sandboxd::Mutex& mutex_;
   core::SandboxRegistry& registry_;
 
-  // The seams, by the names the seed ports use.
-  std::function<Snapshot()>& acquisition_contract_snapshot_fn;
-  std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>&
-      acquire_internal_fn;
-  std::function<std::optional<std::string>(const std::optional<std::string>&, const std::string&,
-                                           const std::optional<std::string>&, bool,
-                                           const Snapshot&)>& reuse_in_process_sandbox_fn;
-  std::function<std::optional<std::string>(const std::string&, const std::string&,
-                                           const std::string&, const Snapshot&)>&
-      recheck_cached_sandbox_fn;
-  std::function<std::string(const std::optional<std::string>&, const std::string&,
-                            const std::string&, const Snapshot&)>& create_sandbox_fn;
-  std::function<std::string(const std::optional<std::string>&, const std::string&, InfoPtr,
-                            const std::string&)>& register_created_sandbox_fn;
-  std::function<void(const std::string&, const Predicate&)>& destroy_tracked_fn;
-  std::function<bool(const std::string&, const WarmEntry&, const std::string&, const Predicate&)>&
-      destroy_warm_entry_fn;
-  std::function<void(std::optional<double>)>& reap_expired_warm_fn;
+  // Replaces one lifecycle step (a ProviderSeams member) until the returned guard goes.
+  template <typename Function>
+  core::SeamGuard<Function> inject(Function ProviderSeams::*seam,
+                                   std::type_identity_t<Function> replacement) {
+    return peer_.inject(seam, std::move(replacement));
+  }
 
   // ── the public API ──
   void start() { owned_->start(); }
@@ -708,15 +689,9 @@ class ProviderFixture : public ::testing::Test {
     backend->clear_scripts();
     hooks.clear_scripts();
     if (claims) claims->clear_scripts();
-    if (provider) {
-      provider->peer().seams() = {};
-      provider->planner->clear_scripts();
-    }
+    if (provider) provider->planner->clear_scripts();
     for (auto& extra : extra_providers) {
-      if (extra) {
-        extra->peer().seams() = {};
-        extra->planner->clear_scripts();
-      }
+      if (extra) extra->planner->clear_scripts();
     }
     if (leak_provider) {
       static_cast<void>(provider.release());

@@ -221,15 +221,18 @@ TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDeleg
   std::vector<std::string> destroyed;
   std::vector<TestProvider::Predicate> predicates;
   std::vector<std::optional<double>> warm_timeouts;
-  provider->destroy_tracked_fn = [&](const std::string& id, const TestProvider::Predicate& pred) {
-    calls.push_back("active");
-    destroyed.push_back(id);
-    predicates.push_back(pred);
-  };
-  provider->reap_expired_warm_fn = [&](std::optional<double> timeout) {
-    calls.push_back("warm");
-    warm_timeouts.push_back(timeout);
-  };
+  const auto restore_destroy_tracked =
+      provider->inject(&ProviderSeams::destroy_tracked,
+                       [&](const std::string& id, const TestProvider::Predicate& pred) {
+                         calls.push_back("active");
+                         destroyed.push_back(id);
+                         predicates.push_back(pred);
+                       });
+  const auto restore_reap_expired_warm =
+      provider->inject(&ProviderSeams::reap_expired_warm, [&](std::optional<double> timeout) {
+        calls.push_back("warm");
+        warm_timeouts.push_back(timeout);
+      });
 
   provider->cleanup_idle_sandboxes(1.0);
 
@@ -399,17 +402,18 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
   add_warm(stale, 10.0);
   provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   bool replaced = false;
-  provider->destroy_warm_entry_fn = [&](const std::string& id, const TestProvider::WarmEntry& entry,
-                                        const std::string& reason,
-                                        const TestProvider::Predicate& still_reapable) {
-    if (!replaced) {  // between the snapshot and the reservation
-      replaced = true;
-      std::lock_guard lock(provider->mutex_);
-      provider->registry_.erase_released_if(id, entry.info);
-      provider->registry_.add_released(id, replacement, 30.0, std::nullopt);
-    }
-    return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
-  };
+  const auto restore_destroy_warm_entry = provider->inject(
+      &ProviderSeams::destroy_warm_entry,
+      [&](const std::string& id, const TestProvider::WarmEntry& entry, const std::string& reason,
+          const TestProvider::Predicate& still_reapable) {
+        if (!replaced) {  // between the snapshot and the reservation
+          replaced = true;
+          std::lock_guard lock(provider->mutex_);
+          provider->registry_.erase_released_if(id, entry.info);
+          provider->registry_.add_released(id, replacement, 30.0, std::nullopt);
+        }
+        return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
+      });
 
   provider->create_sandbox(std::nullopt, "created", "default", std::nullopt);
 
@@ -427,17 +431,18 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
   build();
   const InfoPtr info = make_info_ptr("warm-y", "http://warm-y");
   add_warm(info, 0.0);
-  provider->destroy_warm_entry_fn = [&](const std::string& id, const TestProvider::WarmEntry& entry,
-                                        const std::string& reason,
-                                        const TestProvider::Predicate& still_reapable) {
-    {
-      std::lock_guard lock(provider->mutex_);
-      provider->registry_.erase_released_if(id, info);
-      provider->registry_.add_released(id, info, clock->wall_now(),
-                                       std::nullopt);  // released just now
-    }
-    return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
-  };
+  const auto restore_destroy_warm_entry = provider->inject(
+      &ProviderSeams::destroy_warm_entry,
+      [&](const std::string& id, const TestProvider::WarmEntry& entry, const std::string& reason,
+          const TestProvider::Predicate& still_reapable) {
+        {
+          std::lock_guard lock(provider->mutex_);
+          provider->registry_.erase_released_if(id, info);
+          provider->registry_.add_released(id, info, clock->wall_now(),
+                                           std::nullopt);  // released just now
+        }
+        return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
+      });
 
   provider->reap_expired_warm(60.0);
 

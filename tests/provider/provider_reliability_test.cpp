@@ -34,14 +34,34 @@ class Gate {
   std::shared_future<void> future_ = opened_.get_future().share();
 };
 
+// A replaced step lasts for the guard's scope: after it the real step runs again, so a test
+// cannot leave a replacement behind for the provider's later work.
+TEST_F(ProviderReliabilityTest, AStepReplacedForAScopeIsTheRealStepAgainAfterIt) {
+  build();
+  {
+    const auto restore_acquire_internal = provider->inject(
+        &ProviderSeams::acquire_internal, [](auto&&...) { return std::string("scripted"); });
+    EXPECT_EQ(provider->acquire("thread-1", "alice"), "scripted");
+    {
+      const auto inner = provider->inject(&ProviderSeams::acquire_internal,
+                                          [](auto&&...) { return std::string("inner"); });
+      EXPECT_EQ(provider->acquire("thread-1", "alice"), "inner");
+    }
+    EXPECT_EQ(provider->acquire("thread-1", "alice"), "scripted") << "the outer one is back";
+  }
+  EXPECT_EQ(provider->acquire("thread-1", "alice"), deterministic_sandbox_id("thread-1", "alice"));
+  EXPECT_EQ(backend->creates().size(), 1u);
+}
+
 // A.5: waiters parked on one stuck conversation, cancelled or not, must not keep another
 // conversation from being served. Before the fix each waiter held a lock-wait pool thread inside
 // lock(); with 8 of them on a 4-thread pool, thread-b's wait never even started.
 TEST_F(ProviderReliabilityTest, WaitersOnAStuckConversationDoNotBlockAnotherConversation) {
   build();
-  provider->acquire_internal_fn = [](const std::optional<std::string>& thread, auto&&...) {
-    return "sandbox-" + thread.value_or("");
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal, [](const std::optional<std::string>& thread, auto&&...) {
+        return "sandbox-" + thread.value_or("");
+      });
   const auto stuck = provider->thread_lock({"default", "thread-stuck"});
   stuck->lock();
 
@@ -175,14 +195,15 @@ TEST_F(ProviderReliabilityTest, ShutdownDrainsAsyncWorkAndFailsQueuedWaiters) {
   Gate running, resume;
   std::atomic<int> ran_after_shutdown{0};
   std::atomic<bool> shut_down{false};
-  provider->acquire_internal_fn = [&](const std::optional<std::string>& thread, auto&&...) {
-    if (shut_down) ++ran_after_shutdown;
-    if (thread == std::optional<std::string>("t-running")) {
-      running.open();
-      resume.wait();
-    }
-    return "sandbox-" + thread.value_or("");
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal, [&](const std::optional<std::string>& thread, auto&&...) {
+        if (shut_down) ++ran_after_shutdown;
+        if (thread == std::optional<std::string>("t-running")) {
+          running.open();
+          resume.wait();
+        }
+        return "sandbox-" + thread.value_or("");
+      });
   AsyncAcquisition in_flight = provider->acquire_async("t-running", "alice");
   running.wait();
   const auto stuck = provider->thread_lock({"alice", "t-stuck"});

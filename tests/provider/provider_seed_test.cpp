@@ -306,17 +306,19 @@ TEST_F(ProviderSeedTest, AcquireRestartsWithANewIdWhenMountContractChanges) {
   build();
   std::vector<MountContractSnapshot> snapshots = {{2, true}, {0, true}};
   std::size_t next = 0;
-  provider->acquisition_contract_snapshot_fn = [&]() -> TestProvider::Snapshot {
-    return snapshots.at(next++);
-  };
+  const auto restore_acquisition_contract_snapshot =
+      provider->inject(&ProviderSeams::acquisition_contract_snapshot,
+                       [&]() -> TestProvider::Snapshot { return snapshots.at(next++); });
   std::vector<std::string> attempted;
-  provider->acquire_internal_fn = [&](const std::optional<std::string>& thread,
-                                      const std::string& user, TestProvider::Snapshot snapshot) {
-    const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
-    attempted.push_back(id);
-    if (snapshot->version == 2) throw MountContractChangedError(2, 0);
-    return id;
-  };
+  const auto restore_acquire_internal = provider->inject(
+      &ProviderSeams::acquire_internal,
+      [&](const std::optional<std::string>& thread, const std::string& user,
+          TestProvider::Snapshot snapshot) {
+        const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
+        attempted.push_back(id);
+        if (snapshot->version == 2) throw MountContractChangedError(2, 0);
+        return id;
+      });
 
   const std::string result = provider->acquire("thread-1", "default");
 
@@ -332,11 +334,13 @@ TEST_F(ProviderSeedTest, AcquireGivesUpAfterThreeContractChanges) {
   negotiating_backend(2, true);
   build();
   int attempts = 0;
-  provider->acquire_internal_fn = [&](const std::optional<std::string>&, const std::string&,
-                                      TestProvider::Snapshot) -> std::string {
-    ++attempts;
-    throw MountContractChangedError(2, 3);
-  };
+  const auto restore_acquire_internal =
+      provider->inject(&ProviderSeams::acquire_internal,
+                       [&](const std::optional<std::string>&, const std::string&,
+                           TestProvider::Snapshot) -> std::string {
+                         ++attempts;
+                         throw MountContractChangedError(2, 3);
+                       });
 
   EXPECT_THROW(provider->acquire("thread-1", "default"), MountContractChangedError);
   EXPECT_EQ(attempts, core::kMaxContractAttempts);
@@ -351,7 +355,8 @@ TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
   use_backend = false;  // the seed's provider has no backend: nothing may consult one first
   build();
   hooks.file_lock_fn = [](int) { throw std::runtime_error("lock failed"); };
-  provider->create_sandbox_fn = [](auto&&...) { return std::string("sandbox-id"); };
+  const auto restore_create_sandbox = provider->inject(
+      &ProviderSeams::create_sandbox, [](auto&&...) { return std::string("sandbox-id"); });
 
   try {
     provider->discover_or_create_with_lock("thread-5", "sandbox-5", "default", std::nullopt);
@@ -367,13 +372,17 @@ TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
 TEST_F(ProviderSeedTest, RemoteContractBackendRevalidatesExistingPodViaCreate) {
   backend->requires_validation = true;
   build();
-  provider->recheck_cached_sandbox_fn = [](auto&&...) { return std::optional<std::string>(); };
+  const auto restore_recheck_cached_sandbox =
+      provider->inject(&ProviderSeams::recheck_cached_sandbox,
+                       [](auto&&...) { return std::optional<std::string>(); });
   std::vector<std::tuple<std::optional<std::string>, std::string, std::string>> create_calls;
-  provider->create_sandbox_fn = [&](const std::optional<std::string>& thread, const std::string& id,
-                                    const std::string& user, const TestProvider::Snapshot&) {
-    create_calls.emplace_back(thread, id, user);
-    return id;
-  };
+  const auto restore_create_sandbox =
+      provider->inject(&ProviderSeams::create_sandbox,
+                       [&](const std::optional<std::string>& thread, const std::string& id,
+                           const std::string& user, const TestProvider::Snapshot&) {
+                         create_calls.emplace_back(thread, id, user);
+                         return id;
+                       });
 
   EXPECT_EQ(provider->discover_or_create_with_lock("thread-1", "sandbox-v2", "alice", std::nullopt),
             "sandbox-v2");
@@ -493,7 +502,8 @@ class CreateFlagsTest : public ProviderSeedTest {
     hooks.lark_broker = broker;
     build();
     provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
-    provider->register_created_sandbox_fn = [id](auto&&...) { return id; };
+    const auto restore_register_created_sandbox =
+        provider->inject(&ProviderSeams::register_created_sandbox, [id](auto&&...) { return id; });
     EXPECT_EQ(provider->create_sandbox(thread, id, "alice", std::nullopt), id);
     const auto creates = backend->creates();
     EXPECT_EQ(creates.size(), 1u);

@@ -397,14 +397,15 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   deps.options.reconcile_on_start = false;
   deps.hooks = hooks.make_hooks();
   auto provider = std::make_unique<TestProvider>(std::move(deps));
-  provider->create_sandbox_fn =
+  auto restore_create_sandbox = provider->inject(
+      &ProviderSeams::create_sandbox,
       [&provider, clock, backend](const std::optional<std::string>& thread, const std::string& id,
                                   const std::string& user, const TestProvider::Snapshot& snapshot) {
         t_create_started = clock->monotonic_now();
         std::string created = provider->base_create_sandbox(thread, id, user, snapshot);
         backend->check_cap_after_create(created);
         return created;
-      };
+      });
   backend->attach(provider.get());
 
   std::vector<Conversation> conversations;
@@ -502,6 +503,7 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
       std::chrono::duration<double>(elapsed).count(), backend->created(),
       logger->info_count("Evicted"), logger->info_count("Reclaimed"), logger->info_count("Reusing"),
       logger->rollbacks(), logger->warning_summary().c_str());
+  restore_create_sandbox.restore();  // the seam lives in the provider
   provider.reset();
 }
 

@@ -50,8 +50,9 @@ using Predicate = std::function<bool(const SandboxRegistry&)>;
 using Snapshot = std::optional<MountContractSnapshot>;
 
 // Test seams: each, when set, replaces one step of the lifecycle (what the Python seed does
-// with monkeypatch). Only ProviderTestPeer sets them, before the provider runs; production
-// leaves every one empty.
+// with monkeypatch) at a point where its race tests park or fail a step and no collaborator
+// sits (docs/core-shape.md lists them and why). Only ProviderTestPeer::inject sets one, for the
+// scope of the guard it returns; production leaves every one empty.
 struct ProviderSeams {
   std::function<Snapshot()> acquisition_contract_snapshot;
   std::function<std::string(const std::optional<std::string>&, const std::string&, Snapshot)>

@@ -5,16 +5,49 @@
 // only the test suites include it.
 #pragma once
 
+#include <type_traits>
+#include <utility>
+
 #include "provider_impl.hpp"
 
 namespace sandboxd::core {
+
+// Puts a seam's previous function back when it goes (Envoy's InjectFactory): a replacement
+// lasts for the scope that made it, so no test leaves one behind for the next and no teardown
+// clears seams by hand.
+template <typename Function>
+class [[nodiscard]] SeamGuard {
+ public:
+  SeamGuard(Function& seam, Function replacement)
+      : seam_(&seam), previous_(std::exchange(seam, std::move(replacement))) {}
+  ~SeamGuard() { restore(); }
+  SeamGuard(const SeamGuard&) = delete;
+  SeamGuard& operator=(const SeamGuard&) = delete;
+
+  // Puts the previous function back now: for a test that destroys its provider before the
+  // guard's scope ends.
+  void restore() {
+    if (seam_ == nullptr) return;
+    *seam_ = std::move(previous_);
+    seam_ = nullptr;
+  }
+
+ private:
+  Function* seam_;  // null once restored
+  Function previous_;
+};
 
 class ProviderTestPeer {
  public:
   explicit ProviderTestPeer(Provider& provider) : impl_(*provider.impl_) {}
 
-  // Set before the provider runs.
-  ProviderSeams& seams() { return impl_.seams_; }
+  // Replaces one step until the returned guard goes. Inject before the provider runs the step
+  // on another thread, and keep the guard until no thread of the provider can still run it.
+  template <typename Function>
+  SeamGuard<Function> inject(Function ProviderSeams::*seam,
+                             std::type_identity_t<Function> replacement) {
+    return SeamGuard<Function>(impl_.seams_.*seam, std::move(replacement));
+  }
 
   // The registry, for pre-filling and reading; hold mutex() while the provider may run
   // elsewhere.
