@@ -94,6 +94,8 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
   routes.add("GET", "/ui/api/sandboxes", [&service](const Request&, const RouteParams&) {
     return answer(service.ui_sandboxes());
   });
+  routes.add("GET", "/ui/api/usage",
+             [&service](const Request&, const RouteParams&) { return answer(service.ui_usage()); });
   routes.add("GET", "/ui/api/events", [&service](const Request& request, const RouteParams&) {
     try {
       return door::Response(

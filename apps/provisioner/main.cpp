@@ -268,6 +268,7 @@ int main(int argc, char** argv) {
   ProvisionerService service(settings, backend, logger);
   try {
     service.prepare_state_roots();
+    service.start_usage_sampling();
   } catch (const std::exception& error) {
     return fail(3, error.what());
   }

@@ -14,6 +14,7 @@
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/service_errors.hpp"
+#include "sandboxd/core/service_json.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
@@ -78,7 +79,23 @@ ProvisionerService::ProvisionerService(ServiceSettings settings,
     : settings_(std::move(settings)),
       backend_(std::move(backend)),
       logger_(std::move(logger)),
-      events_(std::make_shared<core::LifecycleEventLog>(std::make_shared<SystemClock>())) {}
+      events_(std::make_shared<core::LifecycleEventLog>(std::make_shared<SystemClock>())),
+      usage_(
+          backend_ ? backend_capability<SandboxUsage>(*backend_) : nullptr,
+          [backend = backend_](std::size_t limit) {
+            // On the sampler's thread: the backend's listing, as the page's table shows it.
+            core::Provider::TrackedInfos tracked;
+            for (SandboxInfo& info : backend->list_running()) {
+              if (info.sandbox_id.empty()) continue;
+              if (tracked.infos.size() < limit) {
+                tracked.infos.push_back(std::make_shared<const SandboxInfo>(std::move(info)));
+              } else {
+                ++tracked.left_out;
+              }
+            }
+            return tracked;
+          },
+          std::make_shared<SystemClock>()) {}
 
 ProvisionerService::~ProvisionerService() {
   calls_.drain();
@@ -474,6 +491,10 @@ Reply ProvisionerService::ui_sandboxes() {
             }
             w.EndArray();
           })};
+}
+
+Reply ProvisionerService::ui_usage() {
+  return {200, core::to_json(usage_.view())};
 }
 
 Reply ProvisionerService::ui_health() {

@@ -21,6 +21,7 @@
 #include "sandboxd/core/egress_host.hpp"
 #include "sandboxd/core/lifecycle_events.hpp"
 #include "sandboxd/core/sandbox_service.hpp"
+#include "sandboxd/core/usage_sampler.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::provisioner {
@@ -70,6 +71,11 @@ class ProvisionerService {
   // creation time (null when the backend does not know it); its counts, {status, running}.
   Reply ui_sandboxes();
   Reply ui_health();
+  // Each running sandbox's CPU, memory and processes as last sampled, in serve's shape
+  // (core::to_json(UsageView)); answered from the kept figures, never the engine. A sampler
+  // thread reads them while someone asks (start_usage_sampling; the backend's SandboxUsage).
+  Reply ui_usage();
+  void start_usage_sampling() { usage_.start(); }
   // What happened here: creates (created, claimed from a slot, reused when it existed) and
   // deletes (destroyed); thread-safe, in memory, the last 1,000.
   const std::shared_ptr<core::LifecycleEventLog>& events() const { return events_; }
@@ -117,7 +123,8 @@ class ProvisionerService {
   core::SandboxEgress* egress_ = nullptr;                  // set once before serving
   core::EgressHost* egress_host_ = nullptr;                // the same host, for its routes
   const std::shared_ptr<core::LifecycleEventLog> events_;  // its own lock
-  BoundedCalls calls_;  // last: drained (in the destructor) before anything above goes
+  core::UsageSampler usage_;  // its own thread and lock; stopped before backend_ goes
+  BoundedCalls calls_;        // last: drained (in the destructor) before anything above goes
 };
 
 }  // namespace sandboxd::provisioner

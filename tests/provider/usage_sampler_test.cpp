@@ -141,5 +141,45 @@ TEST_F(UsageSamplerTest, ABackendThatCannotTellIsSaidAndNeverAsked) {
   EXPECT_THAT(core::to_json(view), ::testing::ContainsRegex("\"available\": ?false"));
 }
 
+// sandboxd-provisioner has no Provider: its sampler reads what a listing of the backend names.
+// The bound holds for it too, and a listing that fails (the engine away) keeps the figures.
+TEST_F(UsageSamplerTest, ASamplerOverAListingReadsWhatItNamesAndKeepsFiguresWhenItFails) {
+  std::atomic<bool> listing_fails{false};
+  std::atomic<int> listings{0};
+  core::UsageSampler sampler(
+      metered.get(),
+      [&](std::size_t limit) {
+        ++listings;
+        if (listing_fails) throw std::runtime_error("engine unreachable");
+        Provider::TrackedInfos tracked;
+        for (const char* id : {"a", "b", "c"}) {
+          if (tracked.infos.size() < limit) {
+            tracked.infos.push_back(make_info_ptr(id, std::string("http://") + id));
+          } else {
+            ++tracked.left_out;
+          }
+        }
+        return tracked;
+      },
+      clock, {.interval_seconds = 5, .max_per_sweep = 2});
+  metered->readings["a"] = reading(1.0, 100.0, 7u << 20);
+
+  sampler.sweep();
+  core::UsageView view = sampler.view();
+  EXPECT_TRUE(view.available);
+  EXPECT_EQ(view.sandboxes.size(), 2u);
+  EXPECT_EQ(view.not_sampled, 1u);
+  EXPECT_EQ(view.sandboxes["a"].memory_bytes, 7u << 20);
+  EXPECT_EQ(metered->calls, 2);
+
+  listing_fails = true;
+  clock->advance(5);
+  sampler.sweep();
+  view = sampler.view();
+  EXPECT_EQ(listings, 2);
+  EXPECT_EQ(view.sandboxes["a"].memory_bytes, 7u << 20) << "a failed listing lost the figures";
+  EXPECT_EQ(metered->calls, 2);
+}
+
 }  // namespace
 }  // namespace sandboxd::testing

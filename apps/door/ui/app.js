@@ -153,6 +153,7 @@ function renderEvent(event) {
 // come from the difference between two readings.
 const kFlowMilliseconds = 5000;
 let flowTimer = null;
+let usageTimer = null;  // both daemons sample usage; it is polled on its own timer
 let lastFlow = null;
 
 function milliseconds(seconds) {
@@ -250,8 +251,8 @@ async function pollFlow() {
   let flow;
   try {
     const answer = await fetch('/ui/api/flow', { credentials: 'same-origin', cache: 'no-store' });
-    if (answer.status === 404) {  // a daemon without the panel: it stays hidden
-      stopFlow();
+    if (answer.status === 404) {  // a daemon without the panel: it stays hidden (usage goes on)
+      if (flowTimer) { clearInterval(flowTimer); flowTimer = null; }
       element('flow').dataset.availability = 'none';
       return;
     }
@@ -264,10 +265,9 @@ async function pollFlow() {
   renderFlow(flow, lastFlow && lastFlow.flow, lastFlow ? now - lastFlow.at : 0);
   lastFlow = { flow, at: now };
   element('flow').hidden = false;
-  await pollUsage();
 }
 
-// Asking is what keeps serve sampling; until its first sweep is in, ask again sooner.
+// Asking is what keeps the daemon sampling; until its first sweep is in, ask again sooner.
 async function pollUsage() {
   try {
     const answer = await fetch('/ui/api/usage', { credentials: 'same-origin', cache: 'no-store' });
@@ -277,17 +277,20 @@ async function pollUsage() {
     return;
   }
   renderSandboxes();
-  if (usage.available && usage.swept_at == null && flowTimer) setTimeout(pollUsage, 1000);
+  if (usage.available && usage.swept_at == null && usageTimer) setTimeout(pollUsage, 1000);
 }
 
 function startFlow() {
   stopFlow();
   pollFlow();
+  pollUsage();
   flowTimer = setInterval(pollFlow, kFlowMilliseconds);
+  usageTimer = setInterval(pollUsage, kFlowMilliseconds);
 }
 
 function stopFlow() {
   if (flowTimer) { clearInterval(flowTimer); flowTimer = null; }
+  if (usageTimer) { clearInterval(usageTimer); usageTimer = null; }
 }
 
 async function refreshFleet() {

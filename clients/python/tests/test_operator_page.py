@@ -510,6 +510,14 @@ def test_the_provisioner_serves_the_same_page_behind_its_api_key(provisioner, br
                      "that this daemon has no Flow panel (its 404 taken)")
     assert browser.evaluate("document.getElementById('flow').hidden") is True
 
+    # Its own sampler reads what its backend lists: the sandbox's memory and processes.
+    answer, body = request(listen, "GET", "/ui/api/usage", {"X-API-Key": key})
+    assert answer.status == 200 and json.loads(body)["available"] is True
+    row = "document.querySelector('#sandboxes tr[data-sandbox=\"a1b2c3d4\"]')"
+    browser.wait_for(f"/iB \\/ [0-9.]+ [KMG]iB$/.test({row}?.querySelector('.memory')?.textContent)",
+                     "the sandbox's memory against its limit", timeout=30)
+    assert int(browser.evaluate(f"{row}.querySelector('.pids').textContent")) >= 1
+
     conn.request("DELETE", "/api/sandboxes/a1b2c3d4", headers={"X-API-Key": key})
     gone = conn.getresponse()
     assert gone.status == 200, gone.read()

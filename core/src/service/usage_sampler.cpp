@@ -6,10 +6,17 @@ namespace sandboxd::core {
 
 UsageSampler::UsageSampler(Provider& provider, std::shared_ptr<Clock> clock,
                            UsageSamplerOptions options)
-    : provider_(provider),
+    : UsageSampler(
+          provider.backend() ? backend_capability<SandboxUsage>(*provider.backend()) : nullptr,
+          [&provider](std::size_t limit) { return provider.tracked_infos(limit); },
+          std::move(clock), options) {}
+
+UsageSampler::UsageSampler(SandboxUsage* usage, TrackedSource tracked, std::shared_ptr<Clock> clock,
+                           UsageSamplerOptions options)
+    : tracked_(std::move(tracked)),
       clock_(clock ? std::move(clock) : std::make_shared<SystemClock>()),
       options_(options),
-      usage_(provider.backend() ? backend_capability<SandboxUsage>(*provider.backend()) : nullptr) {
+      usage_(usage) {
   figures_.available = usage_ != nullptr;
   figures_.interval_seconds = options_.interval_seconds;
 }
@@ -61,8 +68,14 @@ void UsageSampler::run() {
 
 void UsageSampler::sweep() {
   if (usage_ == nullptr) return;
-  // One short hold of the registry mutex, sharing the infos; no engine call under it.
-  const Provider::TrackedInfos tracked = provider_.tracked_infos(options_.max_per_sweep);
+  // A provider's source is one short hold of the registry mutex, sharing the infos; no engine
+  // call runs under it.
+  Provider::TrackedInfos tracked;
+  try {
+    tracked = tracked_(options_.max_per_sweep);
+  } catch (const std::exception&) {
+    return;  // nothing listed this time (the provisioner's engine is away): the figures stay
+  }
   std::map<std::string, SandboxUsageFigures> figures;
   std::map<std::string, Previous> read;  // becomes previous_: a sandbox gone is forgotten
   for (const InfoPtr& info : tracked.infos) {

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,9 +58,17 @@ struct UsageView {
 
 class UsageSampler {
  public:
+  // The sandboxes a sweep reads: at most `limit` infos, and how many were left out.
+  using TrackedSource = std::function<Provider::TrackedInfos(std::size_t limit)>;
+
   // Samples `provider`'s sandboxes through its backend's SandboxUsage (when it has none, views
   // say unavailable and no thread starts). `clock` times demand and readings.
   UsageSampler(Provider& provider, std::shared_ptr<Clock> clock, UsageSamplerOptions options = {});
+  // Samples what `tracked` names through `usage` (nullptr: unavailable), for a daemon without a
+  // Provider (sandboxd-provisioner lists its backend's sandboxes). `usage` and whatever
+  // `tracked` reads outlive the sampler; `tracked` runs on the sweep thread, never on a request.
+  UsageSampler(SandboxUsage* usage, TrackedSource tracked, std::shared_ptr<Clock> clock,
+               UsageSamplerOptions options = {});
   ~UsageSampler();  // stops the thread (a sweep in flight finishes its current reading)
   UsageSampler(const UsageSampler&) = delete;
   UsageSampler& operator=(const UsageSampler&) = delete;
@@ -79,7 +88,7 @@ class UsageSampler {
     double host_cpu_seconds = 0.0;
   };
 
-  Provider& provider_;
+  const TrackedSource tracked_;
   const std::shared_ptr<Clock> clock_;
   const UsageSamplerOptions options_;
   SandboxUsage* const usage_;  // the backend's capability, or nullptr
