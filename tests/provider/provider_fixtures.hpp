@@ -804,7 +804,8 @@ class ProviderFixture : public ::testing::Test {
   std::shared_ptr<ManualClock> clock = std::make_shared<ManualClock>();
   std::shared_ptr<CapturingLogger> logger = std::make_shared<CapturingLogger>();
   std::shared_ptr<FakeBackend> backend = std::make_shared<FakeBackend>();
-  bool use_backend = true;  // false: a provider with no backend at all
+  // false: a provider with no backend at all, which may only be asked uses_thread_data_mounts()
+  bool use_backend = true;
   ProviderOptions options;
   HookState hooks;
   std::shared_ptr<RecordingExecutor> blocking_executor = std::make_shared<RecordingExecutor>(4);

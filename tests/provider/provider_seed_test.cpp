@@ -352,8 +352,7 @@ TEST_F(ProviderSeedTest, AcquireGivesUpAfterThreeContractChanges) {
 
 // Python: test_discover_or_create_only_unlocks_when_lock_succeeds
 TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
-  use_backend = false;  // the seed's provider has no backend: nothing may consult one first
-  build();
+  build();  // the seed's provider has no backend: here nothing may consult ours
   hooks.file_lock_fn = [](int) { throw std::runtime_error("lock failed"); };
   const auto restore_create_sandbox = provider->inject(
       &ProviderSeams::create_sandbox, [](auto&&...) { return std::string("sandbox-id"); });
@@ -366,6 +365,7 @@ TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
   }
   EXPECT_EQ(hooks.unlock_count(), 0);
   EXPECT_EQ(hooks.lock_file_closes().size(), 1u);  // the file is still closed
+  EXPECT_EQ(backend->total_calls(), 0u) << "the backend was consulted before the lock";
 }
 
 // Python: test_remote_contract_backend_revalidates_existing_pod_via_create

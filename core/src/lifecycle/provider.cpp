@@ -648,7 +648,6 @@ ClientPtr Provider::Impl::get(const std::string& sandbox_id) {
 
 std::optional<ReconciliationIdentity> Provider::Impl::prepare_sandbox_reconciliation_identity(
     const std::string& sandbox_id) {
-  if (!backend_) return std::nullopt;
   SandboxDiscoveryResult result;
   try {
     result = backend_->discover_for_reconciliation(sandbox_id);

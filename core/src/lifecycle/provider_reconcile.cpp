@@ -10,7 +10,6 @@
 namespace sandboxd::core {
 ReconcileReport Provider::Impl::reconcile_orphans() {
   ReconcileReport report;
-  if (!backend_) return report;
   std::vector<SandboxInfo> running;
   try {
     running = backend_->list_running();

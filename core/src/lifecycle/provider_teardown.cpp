@@ -222,7 +222,6 @@ void Provider::Impl::detach() {
 
 std::optional<bool> Provider::Impl::check_alive(const std::string& sandbox_id,
                                                 const SandboxInfo& info) {
-  if (!backend_) return std::nullopt;
   try {
     return backend_->is_alive(info);
   } catch (const std::exception& e) {

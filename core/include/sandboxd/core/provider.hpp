@@ -116,7 +116,9 @@ struct ProviderHooks {
 };
 
 struct ProviderDeps {
-  std::shared_ptr<SandboxBackend> backend;  // may be null only for helper-style tests
+  // Null only in the seed's uninitialised-mount-helper test: such a provider answers
+  // uses_thread_data_mounts() (mounted) and must not be asked to reach a sandbox.
+  std::shared_ptr<SandboxBackend> backend;
   std::shared_ptr<OwnershipStore> ownership;
   std::shared_ptr<Logger> logger;
   std::shared_ptr<Clock> clock;
