@@ -776,7 +776,7 @@ class ProviderFixture : public ::testing::Test {
   // ── registry reads ──
   bool is_active(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);
-    return provider->registry_.has_client(id);
+    return provider->registry_.is_active(id);
   }
   bool is_warm(const std::string& id) const {
     std::lock_guard lock(provider->mutex_);

@@ -270,7 +270,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   ASSERT_TRUE(provider->registry_.is_released("warm-newest"));
   EXPECT_EQ(entry_of("warm-newest").info, newest);
   EXPECT_EQ(entry_of("warm-newest").since, 20.0);
-  ASSERT_TRUE(provider->registry_.has_info("created"));
+  ASSERT_TRUE(provider->registry_.is_active("created"));
   EXPECT_EQ(*entry_of("created").info, created);
 }
 

@@ -356,7 +356,7 @@ void check_registry(TestProvider& provider, LiveBackend& backend, Violations& vi
     if (deterministic_sandbox_id(key.thread_id, key.user_id) != id) {
       violations.add(core::to_repr(key) + " is mapped to another conversation's " + id);
     }
-    if (!registry.has_client(id)) violations.add(core::to_repr(key) + " maps to inactive " + id);
+    if (!registry.is_active(id)) violations.add(core::to_repr(key) + " maps to inactive " + id);
   }
   const auto check_identity = [&](const std::string& id, const std::optional<ThreadKey>& key,
                                   const char* where) {

@@ -83,7 +83,12 @@ TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   SandboxRegistry registry;
   registry.install_active("a", client("a"), info("a"), kAlice, 1.0);
   EXPECT_TRUE(registry.find("a")->active());
+  EXPECT_TRUE(registry.is_active("a"));
   EXPECT_FALSE(registry.is_released("a"));
+  EXPECT_TRUE(registry.held("a"));
+  EXPECT_FALSE(registry.held("nobody"));
+  registry.reserve_teardown("marks-only");  // a mark is not a sandbox held
+  EXPECT_FALSE(registry.held("marks-only"));
   EXPECT_EQ(registry.active_count(), 1u);
   EXPECT_EQ(registry.warm_count(), 0u);
   EXPECT_EQ(registry.conversations().find(kAlice)->second, "a");
@@ -91,6 +96,8 @@ TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   const auto parked = registry.park("a", 2.0);
   EXPECT_NE(parked.client, nullptr) << "the client is handed back to be closed";
   EXPECT_TRUE(registry.is_released("a"));
+  EXPECT_FALSE(registry.is_active("a"));
+  EXPECT_TRUE(registry.held("a")) << "a warm sandbox is still held";
   EXPECT_FALSE(registry.find("a")->active());
   EXPECT_EQ(registry.active_count(), 0u);
   EXPECT_EQ(registry.warm_count(), 1u);

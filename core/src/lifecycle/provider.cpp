@@ -613,14 +613,14 @@ void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {
   MutexLock lock(mutex_);
   for (const auto& tracked : snapshot.sandboxes) {
     const std::string& id = tracked.info.sandbox_id;
-    if (!tracked.released() || registry_.has_info(id) || registry_.is_released(id)) continue;
+    if (!tracked.released() || registry_.held(id)) continue;
     registry_.add_released(id, std::make_shared<const SandboxInfo>(tracked.info),
                            from_wall(tracked.since), tracked.conversation,
                            tracked.state == SandboxState::paused);
   }
   for (auto& [tracked, client] : active) {
     const std::string& id = tracked->info.sandbox_id;
-    if (registry_.has_info(id) || registry_.is_released(id)) continue;
+    if (registry_.held(id)) continue;
     registry_.install_active(id, std::move(client),
                              std::make_shared<const SandboxInfo>(tracked->info),
                              tracked->conversation, from_wall(tracked->since));

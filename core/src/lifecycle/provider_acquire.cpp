@@ -311,7 +311,7 @@ std::optional<std::string> Provider::Impl::reuse_in_process_sandbox_step(
   }
 
   MutexLock lock(mutex_);
-  if (registry_.tearing_down(sandbox_id) || !registry_.has_client(sandbox_id)) return std::nullopt;
+  if (registry_.tearing_down(sandbox_id) || !registry_.is_active(sandbox_id)) return std::nullopt;
   return sandbox_id;
 }
 

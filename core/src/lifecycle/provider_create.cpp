@@ -272,9 +272,8 @@ void Provider::Impl::destroy_unready_sandbox(const std::string& sandbox_id,
 
 bool Provider::Impl::destroy_untracked_creation(const std::string& sandbox_id,
                                                 const SandboxInfo& info, const std::string& what) {
-  const bool reserved = reserve_local_teardown(sandbox_id, [sandbox_id](const SandboxRegistry& r) {
-    return !r.has_client(sandbox_id) && !r.has_info(sandbox_id) && !r.is_released(sandbox_id);
-  });
+  const bool reserved = reserve_local_teardown(
+      sandbox_id, [sandbox_id](const SandboxRegistry& r) { return !r.held(sandbox_id); });
   if (!reserved) {
     log(LogLevel::warning,
         "Not destroying " + what + ": adopted or being torn down by this instance");
@@ -308,7 +307,7 @@ void Provider::Impl::replace_for_policy(const std::string& sandbox_id, const San
   bool tracked = false;
   {
     MutexLock lock(mutex_);
-    tracked = registry_.has_info(sandbox_id) || registry_.is_released(sandbox_id);
+    tracked = registry_.held(sandbox_id);
   }
   const bool gone = tracked ? destroy(sandbox_id) == DestroyOutcome::destroyed
                             : destroy_untracked_creation(sandbox_id, info, what);

@@ -80,7 +80,7 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
     thaw_found(info);  // a previous process may have paused it; it is pooled as running
     {
       MutexLock lock(mutex_);
-      if (registry_.has_client(id) || registry_.has_info(id) || registry_.is_released(id)) continue;
+      if (registry_.held(id)) continue;
       if (registry_.tearing_down(id) || registry_.shut_down()) {
         ++deferred;  // shutting down: a late adoption would never be stopped
         continue;

@@ -15,14 +15,14 @@ SandboxEntry* SandboxRegistry::find(const std::string& id) {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
-bool SandboxRegistry::has_client(const std::string& id) const {
+bool SandboxRegistry::is_active(const std::string& id) const {
   const SandboxEntry* e = find(id);
-  return e && e->active() && e->client;
+  return e && e->active();
 }
 
-bool SandboxRegistry::has_info(const std::string& id) const {
+bool SandboxRegistry::held(const std::string& id) const {
   const SandboxEntry* e = find(id);
-  return e && e->active() && e->info;
+  return e && (e->active() || e->released());
 }
 
 bool SandboxRegistry::is_released(const std::string& id) const {

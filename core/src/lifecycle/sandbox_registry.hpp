@@ -98,10 +98,10 @@ class SandboxRegistry {
   // ── lookups ──
   const SandboxEntry* find(const std::string& id) const;
   SandboxEntry* find(const std::string& id);
-  // The reference's `id in _sandboxes` / `id in _sandbox_infos`: active with a client / info.
-  bool has_client(const std::string& id) const;
-  bool has_info(const std::string& id) const;
+  bool is_active(const std::string& id) const;
   bool is_released(const std::string& id) const;  // warm or paused
+  // Active or released: this process holds it (a create of the id must not replace it).
+  bool held(const std::string& id) const;
   // Active or released with an info: what a find() or export shows.
   bool tracked(const std::string& id) const;
   // SPEC §4.3: the conversation `id` is tracked for when it is not `key`'s (a collision of
