@@ -378,8 +378,8 @@ class TestProvider {
     core::MountComposerOptions composer;
     composer.ambient_user = deps.hooks.ambient_user;
     composer.logger = deps.logger;
-    return std::make_shared<ScriptedCreationPlanner>(std::make_shared<core::HostCreationPlanner>(
-        std::make_shared<const core::MountComposer>(deps.paths, composer)));
+    return std::make_shared<ScriptedCreationPlanner>(
+        std::make_shared<core::HostCreationPlanner>(deps.paths, composer));
   }
   static ProviderDeps planned_by(ProviderDeps deps,
                                  const std::shared_ptr<ScriptedCreationPlanner>& planner) {

@@ -9,6 +9,11 @@ namespace sandboxd::core {
 HostCreationPlanner::HostCreationPlanner(std::shared_ptr<const MountComposer> mounts)
     : mounts_(std::move(mounts)) {}
 
+HostCreationPlanner::HostCreationPlanner(std::shared_ptr<const Paths> paths,
+                                         MountComposerOptions options)
+    : HostCreationPlanner(
+          std::make_shared<const MountComposer>(std::move(paths), std::move(options))) {}
+
 std::string HostCreationPlanner::sandbox_id(const std::optional<std::string>& thread_id,
                                             const std::string& user_id,
                                             int contract_version) const {

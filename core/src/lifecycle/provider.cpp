@@ -136,8 +136,7 @@ Provider::Impl::Impl(ProviderDeps deps)
     MountComposerOptions composer;
     composer.ambient_user = hooks_.ambient_user;
     composer.logger = logger_;
-    planner_ = std::make_shared<HostCreationPlanner>(
-        std::make_shared<const MountComposer>(paths_, composer));
+    planner_ = std::make_shared<HostCreationPlanner>(paths_, composer);
   }
   async_ = std::make_shared<AsyncAcquisitions>();
   if (!blocking_executor_) blocking_executor_ = std::make_shared<ThreadPoolExecutor>(4);
@@ -214,8 +213,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   composer.skills_container_path = config.skills_container_path;
   composer.ambient_user = hooks.ambient_user;
   composer.logger = logger;
-  deps.planner =
-      std::make_shared<HostCreationPlanner>(std::make_shared<const MountComposer>(paths, composer));
+  deps.planner = std::make_shared<HostCreationPlanner>(paths, composer);
   copy_sandbox_options(config, deps.options);
   deps.options.max_waiting = host.max_capacity_waiters;
   deps.events = host.events;

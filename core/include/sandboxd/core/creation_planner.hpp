@@ -35,6 +35,8 @@ class CreationPlanner {
 class HostCreationPlanner final : public CreationPlanner {
  public:
   explicit HostCreationPlanner(std::shared_ptr<const MountComposer> mounts);
+  // Over a MountComposer of its own.
+  HostCreationPlanner(std::shared_ptr<const Paths> paths, MountComposerOptions options);
 
   std::string sandbox_id(const std::optional<std::string>& thread_id, const std::string& user_id,
                          int contract_version) const override;
