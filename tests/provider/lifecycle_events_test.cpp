@@ -55,12 +55,12 @@ TEST_F(ProviderFixture, TheProviderRecordsEachLifecycleStepWithItsConversation) 
   options.replicas = 1;
   options.overflow_policy = core::OverflowPolicy::reject;
   build();
-  const auto first = provider->real().acquire_traced("t-1", "alice");
+  const auto first = provider->acquire_traced("t-1", "alice");
   provider->release(first.sandbox_id);
-  provider->real().acquire_traced("t-1", "alice");                                  // reclaimed
-  EXPECT_THROW(provider->real().acquire_traced("t-2", "bob"), core::ServiceError);  // full
+  provider->acquire_traced("t-1", "alice");                                  // reclaimed
+  EXPECT_THROW(provider->acquire_traced("t-2", "bob"), core::ServiceError);  // full
   provider->release(first.sandbox_id);
-  const auto second = provider->real().acquire_traced("t-2", "bob");  // evicts the first
+  const auto second = provider->acquire_traced("t-2", "bob");  // evicts the first
   provider->destroy(second.sandbox_id);
 
   const auto page = events->after(0, 100);

@@ -53,8 +53,8 @@ class ProviderAsyncSeedTest : public ProviderFixture {
       info.mount_contract_version = 2;
       return info;
     };
-    provider->planner->script_skills_projection([](const std::string&) {});
-    provider->planner->script_extra_mounts([](auto&&...) {
+    provider.planner().script_skills_projection([](const std::string&) {});
+    provider.planner().script_extra_mounts([](auto&&...) {
       return std::vector<Mount>{{"/host/current", "/mnt/current", true}};
     });
     hooks.lark_runtime = true;
@@ -67,21 +67,21 @@ class ProviderAsyncSeedTest : public ProviderFixture {
 TEST_F(ProviderAsyncSeedTest, RemoteContractBackendRevalidatesExistingPodViaCreateAsync) {
   backend->requires_validation = true;
   build();
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-v2"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-v2"); });
   const auto restore_recheck_cached_sandbox =
-      provider->inject(&ProviderSeams::recheck_cached_sandbox,
-                       [](auto&&...) { return std::optional<std::string>(); });
+      provider.inject(&ProviderSeams::recheck_cached_sandbox,
+                      [](auto&&...) { return std::optional<std::string>(); });
   std::mutex mutex;
   std::vector<std::tuple<std::optional<std::string>, std::string, std::string, std::thread::id>>
       create_calls;
   const auto restore_create_sandbox =
-      provider->inject(&ProviderSeams::create_sandbox,
-                       [&](const std::optional<std::string>& thread, const std::string& id,
-                           const std::string& user, const TestProvider::Snapshot&) {
-                         std::lock_guard lock(mutex);
-                         create_calls.emplace_back(thread, id, user, std::this_thread::get_id());
-                         return id;
-                       });
+      provider.inject(&ProviderSeams::create_sandbox,
+                      [&](const std::optional<std::string>& thread, const std::string& id,
+                          const std::string& user, const ProviderUnderTest::Snapshot&) {
+                        std::lock_guard lock(mutex);
+                        create_calls.emplace_back(thread, id, user, std::this_thread::get_id());
+                        return id;
+                      });
 
   EXPECT_EQ(provider->acquire_async("thread-1", "alice").get(), "sandbox-v2");
 
@@ -119,7 +119,7 @@ TEST_F(ProviderAsyncSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeR
 TEST_F(ProviderAsyncSeedTest, RemoteWarmPoolRevalidatesCurrentContractBeforeReclaimAsync) {
   build();
   add_warm(make_info_ptr("sandbox-warm-async", "http://sandbox-host"), 123.0);
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-async"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-async"); });
   install_remote_revalidation_backend();
 
   EXPECT_EQ(provider->acquire_async("thread-1", "alice").get(), "sandbox-warm-async");
@@ -137,10 +137,10 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncDoesNotBlockOnCapabilitySnapsh
   backend->cached_version = 2;
   backend->cached_known = true;
   build();
-  provider->planner->script_skills_projection([](const std::string&) {});
+  provider.planner().script_skills_projection([](const std::string&) {});
   const auto restore_reuse_in_process_sandbox =
-      provider->inject(&ProviderSeams::reuse_in_process_sandbox,
-                       [](auto&&...) { return std::optional<std::string>("cached-v2"); });
+      provider.inject(&ProviderSeams::reuse_in_process_sandbox,
+                      [](auto&&...) { return std::optional<std::string>("cached-v2"); });
   ProbeLockHolder probe(*backend);
 
   // The probe lock is held until after these checks, so returning proves no wait on it.
@@ -163,18 +163,18 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncRestartsWithANewIdWhenMountContractCha
   std::mutex mutex;
   std::vector<MountContractSnapshot> snapshots = {{2, true}, {3, true}};
   std::size_t next = 0;
-  const auto restore_acquisition_contract_snapshot = provider->inject(
-      &ProviderSeams::acquisition_contract_snapshot, [&]() -> TestProvider::Snapshot {
+  const auto restore_acquisition_contract_snapshot = provider.inject(
+      &ProviderSeams::acquisition_contract_snapshot, [&]() -> ProviderUnderTest::Snapshot {
         std::lock_guard lock(mutex);
         return snapshots.at(next++);
       });
   std::vector<std::string> attempted;
   std::vector<std::thread::id> threads;
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal,
       [&](const std::optional<std::string>& thread, const std::string& user,
-          TestProvider::Snapshot snapshot) {
-        const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
+          ProviderUnderTest::Snapshot snapshot) {
+        const std::string id = provider.peer().sandbox_id_for_thread(thread, user, snapshot);
         {
           std::lock_guard lock(mutex);
           attempted.push_back(id);
@@ -197,7 +197,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncRestartsWithANewIdWhenMountContractCha
 // Python: test_acquire_async_uses_async_readiness_polling
 TEST_F(ProviderAsyncSeedTest, AcquireAsyncUsesAsyncReadinessPolling) {
   build();
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-async"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-async"); });
   backend->create_fn = [](const CreateRequest&) {
     return make_info("sandbox-async", "http://sandbox");
   };
@@ -218,28 +218,29 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncUsesAsyncReadinessPolling) {
 TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenAndClose) {
   build();
   {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.conversations().assign({"default", "thread-async-lock"},
+    std::lock_guard lock(provider.mutex());
+    provider.registry().conversations().assign({"default", "thread-async-lock"},
                                                "sandbox-async-lock");
     // The seed sets only the client dict: an active entry with a client and no info.
-    provider->registry_.install_active(
+    provider.registry().install_active(
         "sandbox-async-lock",
         std::make_shared<RecordingClient>("sandbox-async-lock", "http://sandbox"), nullptr,
         std::nullopt, 0.0);
   }
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-async-lock"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-async-lock"); });
   // The seed calls the discover-or-create step directly; through acquire_async the pre-lock
   // reuse would answer first, so it declines and the post-lock re-check finds the entry.
   std::atomic<int> post_lock_checks{0};
-  const auto restore_reuse_in_process_sandbox = provider->inject(
-      &ProviderSeams::reuse_in_process_sandbox,
-      [&](const std::optional<std::string>& thread, const std::string& user,
-          const std::optional<std::string>& expected, bool post_lock,
-          const TestProvider::Snapshot& snap) {
-        if (!post_lock) return std::optional<std::string>();
-        ++post_lock_checks;
-        return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
-      });
+  const auto restore_reuse_in_process_sandbox =
+      provider.inject(&ProviderSeams::reuse_in_process_sandbox,
+                      [&](const std::optional<std::string>& thread, const std::string& user,
+                          const std::optional<std::string>& expected, bool post_lock,
+                          const ProviderUnderTest::Snapshot& snap) {
+                        if (!post_lock) return std::optional<std::string>();
+                        ++post_lock_checks;
+                        return provider.peer().base_reuse_in_process_sandbox(thread, user, expected,
+                                                                             post_lock, snap);
+                      });
 
   EXPECT_EQ(provider->acquire_async("thread-async-lock", "default").get(), "sandbox-async-lock");
 
@@ -258,11 +259,11 @@ TEST_F(ProviderAsyncSeedTest, DiscoverOrCreateWithLockAsyncOffloadsLockFileOpenA
 // Python: test_acquire_thread_lock_async_uses_dedicated_executor
 TEST_F(ProviderAsyncSeedTest, AcquireThreadLockAsyncUsesDedicatedExecutor) {
   build();
-  const auto lock = provider->thread_lock({"default", "thread-lock"});
+  const auto lock = provider.peer().thread_lock({"default", "thread-lock"});
   std::atomic<bool> held_during{false};
   std::thread::id ran_on;
   const auto restore_acquire_internal =
-      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+      provider.inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
         held_during = lock->is_held();
         ran_on = std::this_thread::get_id();
         return std::string("sandbox-locked");
@@ -284,11 +285,11 @@ TEST_F(ProviderAsyncSeedTest, AcquireThreadLockAsyncUsesDedicatedExecutor) {
 TEST_F(ProviderAsyncSeedTest, LockWaitersNeverStarveTheBlockingPool) {
   blocking_executor = std::make_shared<RecordingExecutor>(1);
   build();
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal, [](const std::optional<std::string>& thread, auto&&...) {
         return "sandbox-" + thread.value_or("");
       });
-  const auto lock_a = provider->thread_lock({"default", "thread-a"});
+  const auto lock_a = provider.peer().thread_lock({"default", "thread-a"});
   lock_a->lock();
 
   std::vector<AsyncAcquisition> waiters;
@@ -308,11 +309,11 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancellationDoesNotLeakThreadLock) {
   build();
   std::atomic<int> internal_calls{0};
   const auto restore_acquire_internal =
-      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+      provider.inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
         ++internal_calls;
         return std::string("never");
       });
-  const auto lock = provider->thread_lock({"default", "thread-cancel-lock"});
+  const auto lock = provider.peer().thread_lock({"default", "thread-cancel-lock"});
   lock->lock();
 
   AsyncAcquisition task = provider->acquire_async("thread-cancel-lock", "default");
@@ -334,17 +335,17 @@ TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancellationDoesNotLeakThreadLock) {
 TEST_F(ProviderAsyncSeedTest, AcquireAsyncCancelledWaiterDoesNotBlockSuccessor) {
   build();
   std::atomic<int> internal_calls{0};
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal,
       [&](const std::optional<std::string>& thread, const std::string& user,
-          TestProvider::Snapshot snapshot) {
+          ProviderUnderTest::Snapshot snapshot) {
         EXPECT_EQ(thread, std::optional<std::string>("thread-successor-lock"));
         EXPECT_EQ(user, "default");
         EXPECT_FALSE(snapshot.has_value());  // a non-negotiating backend: no snapshot
         ++internal_calls;
         return std::string("sandbox-successor");
       });
-  const auto lock = provider->thread_lock({"default", "thread-successor-lock"});
+  const auto lock = provider.peer().thread_lock({"default", "thread-successor-lock"});
   lock->lock();
 
   AsyncAcquisition cancelled = provider->acquire_async("thread-successor-lock", "default");
@@ -370,12 +371,12 @@ TEST_F(ProviderAsyncSeedTest, CancelWhileAcquisitionRunsNeverBlocksAndFreesTheLo
   std::promise<void> proceed;
   std::shared_future<void> go = proceed.get_future().share();
   const auto restore_acquire_internal =
-      provider->inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
+      provider.inject(&ProviderSeams::acquire_internal, [&](auto&&...) {
         entered.set_value();
         go.wait();
         return std::string("late");
       });
-  const auto lock = provider->thread_lock({"default", "thread-running"});
+  const auto lock = provider.peer().thread_lock({"default", "thread-running"});
 
   AsyncAcquisition task = provider->acquire_async("thread-running", "default");
   ASSERT_EQ(entered.get_future().wait_for(2s), std::future_status::ready);
@@ -397,20 +398,21 @@ TEST_F(ProviderAsyncSeedTest, AcquireInternalAsyncOffloadsCachedReuseHealthCheck
   map_thread("default", "thread-cached-async", "sandbox-cached-async");
   std::mutex mutex;
   std::vector<std::tuple<std::string, std::string, std::thread::id>> steps;
-  provider->planner->script_skills_projection([&](const std::string& user) {
+  provider.planner().script_skills_projection([&](const std::string& user) {
     std::lock_guard lock(mutex);
     steps.emplace_back("projection", user, std::this_thread::get_id());
   });
-  const auto restore_reuse_in_process_sandbox = provider->inject(
+  const auto restore_reuse_in_process_sandbox = provider.inject(
       &ProviderSeams::reuse_in_process_sandbox,
       [&](const std::optional<std::string>& thread, const std::string& user,
           const std::optional<std::string>& expected, bool post_lock,
-          const TestProvider::Snapshot& snap) {
+          const ProviderUnderTest::Snapshot& snap) {
         {
           std::lock_guard lock(mutex);
           steps.emplace_back("reuse", thread.value_or(""), std::this_thread::get_id());
         }
-        return provider->base_reuse_in_process_sandbox(thread, user, expected, post_lock, snap);
+        return provider.peer().base_reuse_in_process_sandbox(thread, user, expected, post_lock,
+                                                             snap);
       });
 
   EXPECT_EQ(provider->acquire_async("thread-cached-async", "default").get(),
@@ -433,8 +435,8 @@ TEST_F(ProviderAsyncSeedTest, CreateSandboxAsyncClaimsOwnershipBeforeReadinessTi
   build();
   const SandboxInfo unready_info = make_info("unready-async", "http://unready-async");
   backend->create_fn = [unready_info](const CreateRequest&) { return unready_info; };
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("unready-async"); });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("unready-async"); });
   hooks.ready_fn = [](const std::string&, double) { return false; };
   std::mutex mutex;
   std::vector<std::optional<LeaseRecord>> destroy_snapshots;
@@ -494,7 +496,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
     record("create");
     return make_info(request.sandbox_id, "http://new");
   };
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::thread destroyer([&] { provider->destroy(id); });
   struct Join {
     std::promise<void>& release;
@@ -529,7 +531,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
 TEST_F(ProviderAsyncSeedTest, AcquireRetriesAfterItsRegistrationMeetsThisProcesssTeardown) {
   build();
   const std::string id = deterministic_sandbox_id("thread-r", "default");
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::promise<void> in_create;
   std::promise<void> destroyer_parked;
   std::shared_future<void> parked = destroyer_parked.get_future().share();

@@ -218,15 +218,15 @@ TEST_F(ProviderCapacityTest, AReleaseRacedByOurOwnEvictionIsStillAReleaseNotALos
   const std::string id = provider->acquire("t-1", "alice");
   {
     // Our own eviction, between the release's park and its lease re-check.
-    sandboxd::MutexLock lock(provider->mutex_);
-    provider->registry_.reserve_teardown(id);
+    sandboxd::MutexLock lock(provider.mutex());
+    provider.registry().reserve_teardown(id);
   }
   ASSERT_TRUE(store->claim(id, /*for_destroy=*/true));
   EXPECT_EQ(provider->release(id), core::ReleaseOutcome::released);
   EXPECT_FALSE(logger->contains(LogLevel::warning, "owned by another instance"));
   {
-    sandboxd::MutexLock lock(provider->mutex_);
-    provider->registry_.finish_teardown(id);
+    sandboxd::MutexLock lock(provider.mutex());
+    provider.registry().finish_teardown(id);
   }
 }
 
@@ -237,7 +237,7 @@ TEST_F(ProviderCapacityTest, ShutdownTurnsAwayAQueuedCreationAtOnce) {
   provider->acquire("t-1", "alice");
   auto waiting = std::async(std::launch::async, [&] { return provider->acquire("t-2", "bob"); });
   ASSERT_TRUE(queued(1));
-  provider->real().shutdown();
+  provider->shutdown();
   ASSERT_EQ(waiting.wait_for(2s), std::future_status::ready) << "shutdown left a waiter queued";
   EXPECT_THROW(waiting.get(), std::runtime_error);
 }
@@ -264,8 +264,8 @@ TEST_F(ProviderCapacityTest, FourTimesTheCeilingArrivingAtOnceNeverExceedsIt) {
   EXPECT_LE(max_live, 3) << "the ceiling did not hold";
   EXPECT_EQ(backend->creates().size(), 12u);
   EXPECT_EQ(provider->counts().waiting, 0u);
-  sandboxd::MutexLock lock(provider->mutex_);
-  EXPECT_FALSE(provider->registry_.any_creation()) << "a creation count leaked";
+  sandboxd::MutexLock lock(provider.mutex());
+  EXPECT_FALSE(provider.registry().any_creation()) << "a creation count leaked";
 }
 
 // Two gateways sharing one SQLite lease file: the ceiling is the deployment's. Each has its own

@@ -353,25 +353,56 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
 // reach the registry, filled and read only through its own methods. Not a subclass of Provider.
 using core::ProviderSeams;
 
-class TestProvider {
+// The provider a test drives, and what only a test may reach in it. `provider->` is the
+// public API, the very calls a gateway makes; `provider.` is the test's side: the creation
+// planner it scripts, the seams it replaces (each put back by a guard), the registry with its
+// mutex, and the private steps the seed's ports call directly (`provider.peer()`). Empty until
+// a provider is made into it; movable, like the unique_ptr it replaces.
+class ProviderUnderTest {
  public:
   using Predicate = core::Predicate;
   using Snapshot = core::Snapshot;
   using WarmEntry = core::WarmEntry;
 
-  explicit TestProvider(ProviderDeps deps)
-      : planner(scripted_planner_over(deps)),
-        owned_(std::make_unique<Provider>(planned_by(std::move(deps), planner))),
-        peer_(*owned_),
-        mutex_(peer_.mutex()),
-        registry_(peer_.registry()) {}
+  ProviderUnderTest() = default;
+  explicit ProviderUnderTest(ProviderDeps deps)
+      : planner_(scripted_planner_over(deps)),
+        provider_(std::make_unique<Provider>(planned_by(std::move(deps), planner_))),
+        peer_(std::make_unique<core::ProviderTestPeer>(*provider_)) {}
 
-  Provider& real() { return *owned_; }
-  core::ProviderTestPeer& peer() { return peer_; }
+  // ── the public API ──
+  Provider* operator->() const { return provider_.get(); }
+  Provider& operator*() const { return *provider_; }
+  explicit operator bool() const { return provider_ != nullptr; }
 
-  // The provider's creation planner: the host's real one unless a test scripts an answer
-  // (ids, extra mounts, the skills projection). First: made before the provider.
-  const std::shared_ptr<ScriptedCreationPlanner> planner;
+  // ── the test's side ──
+  // The provider's creation planner: the host's real one unless the test scripts an answer
+  // (ids, extra mounts, the skills projection).
+  ScriptedCreationPlanner& planner() const { return *planner_; }
+  // The private steps the seed calls directly, and the real steps behind the seams.
+  core::ProviderTestPeer& peer() const { return *peer_; }
+  // Replaces one lifecycle step (a ProviderSeams member) until the returned guard goes.
+  template <typename Function>
+  core::SeamGuard<Function> inject(Function ProviderSeams::*seam,
+                                   std::type_identity_t<Function> replacement) const {
+    return peer_->inject(seam, std::move(replacement));
+  }
+  // The registry and its mutex (lock it while the provider may run elsewhere).
+  sandboxd::Mutex& mutex() const { return peer_->mutex(); }
+  core::SandboxRegistry& registry() const { return peer_->registry(); }
+
+  // Destroys the provider (its destructor shuts down through the real steps).
+  void reset() {
+    peer_.reset();
+    provider_.reset();
+    planner_.reset();
+  }
+  // Never destroys it: for a test whose task still points into the provider.
+  void leak() {
+    static_cast<void>(peer_.release());
+    static_cast<void>(provider_.release());
+    planner_.reset();
+  }
 
  private:
   static std::shared_ptr<ScriptedCreationPlanner> scripted_planner_over(const ProviderDeps& deps) {
@@ -387,138 +418,10 @@ class TestProvider {
     return deps;
   }
 
-  std::unique_ptr<Provider> owned_;  // first: built before, destroyed after what refers to it
-  core::ProviderTestPeer peer_;
-
- public:
-  // The registry and its mutex (lock it while the provider may run elsewhere).
-  sandboxd::Mutex& mutex_;
-  core::SandboxRegistry& registry_;
-
-  // Replaces one lifecycle step (a ProviderSeams member) until the returned guard goes.
-  template <typename Function>
-  core::SeamGuard<Function> inject(Function ProviderSeams::*seam,
-                                   std::type_identity_t<Function> replacement) {
-    return peer_.inject(seam, std::move(replacement));
-  }
-
-  // ── the public API ──
-  void start() { owned_->start(); }
-  std::string acquire(const std::optional<std::string>& thread_id,
-                      const std::optional<std::string>& user_id = std::nullopt) {
-    return owned_->acquire(thread_id, user_id);
-  }
-  core::AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
-                                     const std::optional<std::string>& user_id = std::nullopt) {
-    return owned_->acquire_traced(thread_id, user_id);
-  }
-  core::AsyncAcquisition acquire_async(const std::optional<std::string>& thread_id,
-                                       const std::optional<std::string>& user_id = std::nullopt) {
-    return owned_->acquire_async(thread_id, user_id);
-  }
-  ClientPtr get(const std::string& id) { return owned_->get(id); }
-  core::ReleaseOutcome release(const std::string& id) { return owned_->release(id); }
-  core::DestroyOutcome destroy(const std::string& id) { return owned_->destroy(id); }
-  void shutdown() { owned_->shutdown(); }
-  void detach() { owned_->detach(); }
-  core::RegistrySnapshot export_registry() const { return owned_->export_registry(); }
-  std::optional<core::TrackedSandbox> find(const std::string& id) const { return owned_->find(id); }
-  void import_registry(const core::RegistrySnapshot& snapshot) {
-    owned_->import_registry(snapshot);
-  }
-  bool uses_thread_data_mounts() const { return owned_->uses_thread_data_mounts(); }
-  bool provider_uses_thread_data_mounts() { return owned_->provider_uses_thread_data_mounts(); }
-  bool sandbox_uses_thread_data_mounts(const std::string& id) const {
-    return owned_->sandbox_uses_thread_data_mounts(id);
-  }
-  void cleanup_idle_sandboxes(double idle_timeout) { owned_->cleanup_idle_sandboxes(idle_timeout); }
-  void reap_expired_warm(std::optional<double> timeout = std::nullopt) {
-    owned_->reap_expired_warm(timeout);
-  }
-  std::optional<std::string> evict_oldest_warm() { return owned_->evict_oldest_warm(); }
-  int pause_idle_warm() { return owned_->pause_idle_warm(); }
-  core::ReconcileReport reconcile_orphans() { return owned_->reconcile_orphans(); }
-  void renew_owned_leases() { owned_->renew_owned_leases(); }
-  void prune_idle_thread_locks() { owned_->prune_idle_thread_locks(); }
-  static std::string reconciliation_provider_key() {
-    return Provider::reconciliation_provider_key();
-  }
-  std::optional<core::ReconciliationIdentity> prepare_sandbox_reconciliation_identity(
-      const std::string& id) {
-    return owned_->prepare_sandbox_reconciliation_identity(id);
-  }
-  core::ReconnectResult reconnect_sandbox_for_reconciliation(
-      const std::string& id, const std::string& thread_id, const std::string& user_id,
-      const core::ReconciliationIdentity& identity) {
-    return owned_->reconnect_sandbox_for_reconciliation(id, thread_id, user_id, identity);
-  }
-  const std::string& owner_id() const { return owned_->owner_id(); }
-  SandboxBackend* backend() const { return owned_->backend(); }
-  OwnershipStore* ownership() const { return owned_->ownership(); }
-  Provider::Counts counts() const { return owned_->counts(); }
-  Provider::Capacity capacity() const { return owned_->capacity(); }
-  core::ProviderEventCounts event_counts() const { return owned_->event_counts(); }
-
-  // ── steps the seed calls directly, and the real steps behind the seams ──
-  std::string acquire_internal(const std::optional<std::string>& thread_id,
-                               const std::string& user_id, Snapshot snapshot) {
-    return peer_.acquire_internal(thread_id, user_id, std::move(snapshot));
-  }
-  std::optional<std::string> reuse_in_process_sandbox(const std::optional<std::string>& thread_id,
-                                                      const std::string& user_id,
-                                                      const std::optional<std::string>& expected,
-                                                      bool post_lock, const Snapshot& snapshot) {
-    return peer_.reuse_in_process_sandbox(thread_id, user_id, expected, post_lock, snapshot);
-  }
-  std::optional<std::string> base_reuse_in_process_sandbox(
-      const std::optional<std::string>& thread_id, const std::string& user_id,
-      const std::optional<std::string>& expected, bool post_lock, const Snapshot& snapshot) {
-    return peer_.base_reuse_in_process_sandbox(thread_id, user_id, expected, post_lock, snapshot);
-  }
-  std::optional<std::string> reclaim_warm_pool_sandbox(const std::optional<std::string>& thread_id,
-                                                       const std::string& id,
-                                                       const std::string& user_id, bool post_lock,
-                                                       const Snapshot& snapshot) {
-    return peer_.reclaim_warm_pool_sandbox(thread_id, id, user_id, post_lock, snapshot);
-  }
-  std::string discover_or_create_with_lock(const std::string& thread_id, const std::string& id,
-                                           const std::string& user_id, const Snapshot& snapshot) {
-    return peer_.discover_or_create_with_lock(thread_id, id, user_id, snapshot);
-  }
-  std::string create_sandbox(const std::optional<std::string>& thread_id, const std::string& id,
-                             const std::string& user_id, const Snapshot& snapshot) {
-    return peer_.create_sandbox(thread_id, id, user_id, snapshot);
-  }
-  std::string base_create_sandbox(const std::optional<std::string>& thread_id,
-                                  const std::string& id, const std::string& user_id,
-                                  const Snapshot& snapshot) {
-    return peer_.base_create_sandbox(thread_id, id, user_id, snapshot);
-  }
-  void destroy_unready_sandbox(const std::string& id, const SandboxInfo& info) {
-    peer_.destroy_unready_sandbox(id, info);
-  }
-  std::string sandbox_id_for_thread(const std::optional<std::string>& thread_id,
-                                    const std::string& user_id, const Snapshot& snapshot) {
-    return peer_.sandbox_id_for_thread(thread_id, user_id, snapshot);
-  }
-  std::vector<Mount> get_extra_mounts(const std::optional<std::string>& thread_id,
-                                      const std::string& user_id) {
-    return peer_.get_extra_mounts(thread_id, user_id);
-  }
-  bool base_destroy_warm_entry(const std::string& id, const WarmEntry& entry,
-                               const std::string& reason, const Predicate& still_reapable) {
-    return peer_.base_destroy_warm_entry(id, entry, reason, still_reapable);
-  }
-  void drop_unhealthy_sandbox(const std::string& id, const std::string& reason,
-                              const InfoPtr& expected) {
-    peer_.drop_unhealthy_sandbox(id, reason, expected);
-  }
-  void forget(const std::string& id, std::optional<std::uint64_t> epoch) {
-    peer_.forget(id, epoch);
-  }
-  std::shared_ptr<core::ThreadLock> thread_lock(const ThreadKey& key) {
-    return peer_.thread_lock(key);
-  }
+  // Destroyed in reverse: the peer before the provider it refers to, the planner last.
+  std::shared_ptr<ScriptedCreationPlanner> planner_;
+  std::unique_ptr<Provider> provider_;
+  std::unique_ptr<core::ProviderTestPeer> peer_;
 };
 
 // Host hooks the tests replace, shared by the fixture and the provider's ProviderHooks.
@@ -689,12 +592,12 @@ class ProviderFixture : public ::testing::Test {
     backend->clear_scripts();
     hooks.clear_scripts();
     if (claims) claims->clear_scripts();
-    if (provider) provider->planner->clear_scripts();
+    if (provider) provider.planner().clear_scripts();
     for (auto& extra : extra_providers) {
-      if (extra) extra->planner->clear_scripts();
+      if (extra) extra.planner().clear_scripts();
     }
     if (leak_provider) {
-      static_cast<void>(provider.release());
+      provider.leak();
     } else {
       provider.reset();
     }
@@ -702,8 +605,8 @@ class ProviderFixture : public ::testing::Test {
   }
 
   // A provider over `with_backend`, with its own memory store.
-  std::unique_ptr<TestProvider> make_provider(std::shared_ptr<SandboxBackend> with_backend,
-                                              std::shared_ptr<OwnershipStore>* store_out) {
+  ProviderUnderTest make_provider(std::shared_ptr<SandboxBackend> with_backend,
+                                  std::shared_ptr<OwnershipStore>* store_out) {
     auto own_store = load_memory_store(clock, logger, tmp.path().string());
     if (store_out != nullptr) *store_out = own_store;
     return make_provider_over(std::move(with_backend), own_store);
@@ -711,9 +614,9 @@ class ProviderFixture : public ::testing::Test {
 
   // A provider over `with_backend` and `with_store`, with this fixture's clock, hooks and
   // executors.
-  std::unique_ptr<TestProvider> make_provider_over(std::shared_ptr<SandboxBackend> with_backend,
-                                                   std::shared_ptr<OwnershipStore> with_store) {
-    return std::make_unique<TestProvider>(
+  ProviderUnderTest make_provider_over(std::shared_ptr<SandboxBackend> with_backend,
+                                       std::shared_ptr<OwnershipStore> with_store) {
+    return ProviderUnderTest(
         deps_over(std::move(with_backend), std::move(with_store), logger, clock));
   }
 
@@ -738,12 +641,12 @@ class ProviderFixture : public ::testing::Test {
 
   // The provider under test over the fixture's backend and a memory store whose claims the
   // test may script (`claims`).
-  TestProvider& build() {
+  ProviderUnderTest& build() {
     claims = std::make_shared<ScriptedOwnershipStore>(
         load_memory_store(clock, logger, tmp.path().string()));
     store = claims;
     provider = make_provider_over(use_backend ? backend : nullptr, store);
-    return *provider;
+    return provider;
   }
 
   // ── registry pre-fills (what the seed writes into the provider's dicts) ──
@@ -753,50 +656,50 @@ class ProviderFixture : public ::testing::Test {
   std::shared_ptr<RecordingClient> add_active(const std::string& id,
                                               const std::string& url = "http://sandbox-host") {
     auto client = std::make_shared<RecordingClient>(id, url);
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.install_active(id, client, make_info_ptr(id, url), std::nullopt, 0.0);
+    std::lock_guard lock(provider.mutex());
+    provider.registry().install_active(id, client, make_info_ptr(id, url), std::nullopt, 0.0);
     return client;
   }
   void map_thread(const std::string& user, const std::string& thread, const std::string& id) {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.conversations().assign(ThreadKey{user, thread}, id);
+    std::lock_guard lock(provider.mutex());
+    provider.registry().conversations().assign(ThreadKey{user, thread}, id);
   }
   void add_warm(const InfoPtr& info, double released_at,
                 std::optional<ThreadKey> identity = std::nullopt) {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.add_released(info->sandbox_id, info, released_at, std::move(identity));
+    std::lock_guard lock(provider.mutex());
+    provider.registry().add_released(info->sandbox_id, info, released_at, std::move(identity));
   }
   // The entry of `id` (it must exist); hold the mutex while using it.
   core::SandboxEntry& entry_of(const std::string& id) {
-    core::SandboxEntry* entry = provider->registry_.find(id);
+    core::SandboxEntry* entry = provider.registry().find(id);
     if (entry == nullptr) throw std::logic_error("no registry entry for " + id);
     return *entry;
   }
 
   // ── registry reads ──
   bool is_active(const std::string& id) const {
-    std::lock_guard lock(provider->mutex_);
-    return provider->registry_.is_active(id);
+    std::lock_guard lock(provider.mutex());
+    return provider.registry().is_active(id);
   }
   bool is_warm(const std::string& id) const {
-    std::lock_guard lock(provider->mutex_);
-    return provider->registry_.is_released(id);
+    std::lock_guard lock(provider.mutex());
+    return provider.registry().is_released(id);
   }
   std::optional<std::string> mapped(const std::string& user, const std::string& thread) const {
-    std::lock_guard lock(provider->mutex_);
-    const auto& conversations = provider->registry_.conversations();
+    std::lock_guard lock(provider.mutex());
+    const auto& conversations = provider.registry().conversations();
     auto it = conversations.find(ThreadKey{user, thread});
     if (it == conversations.end()) return std::nullopt;
     return it->second;
   }
   ClientPtr client_of(const std::string& id) const {
-    std::lock_guard lock(provider->mutex_);
-    const core::SandboxEntry* entry = provider->registry_.find(id);
+    std::lock_guard lock(provider.mutex());
+    const core::SandboxEntry* entry = provider.registry().find(id);
     return entry && entry->active() ? entry->client : nullptr;
   }
   InfoPtr info_of(const std::string& id) const {
-    std::lock_guard lock(provider->mutex_);
-    const core::SandboxEntry* entry = provider->registry_.find(id);
+    std::lock_guard lock(provider.mutex());
+    const core::SandboxEntry* entry = provider.registry().find(id);
     return entry && entry->active() ? entry->info : nullptr;
   }
 
@@ -815,9 +718,9 @@ class ProviderFixture : public ::testing::Test {
       std::make_shared<core::LifecycleEventLog>(clock);
   std::shared_ptr<OwnershipStore> store;           // the built provider's store
   std::shared_ptr<ScriptedOwnershipStore> claims;  // the store build() made, for claim scripts
-  std::vector<std::unique_ptr<TestProvider>> extra_providers;
-  bool leak_provider = false;              // TearDown found a task that never finished
-  std::unique_ptr<TestProvider> provider;  // last: destroyed first
+  std::vector<ProviderUnderTest> extra_providers;
+  bool leak_provider = false;  // TearDown found a task that never finished
+  ProviderUnderTest provider;  // last: destroyed first
 };
 
 }  // namespace sandboxd::testing

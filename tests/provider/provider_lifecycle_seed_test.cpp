@@ -64,8 +64,8 @@ TEST_F(ProviderLifecycleSeedTest, ShutdownClosesAllActiveSandboxClients) {
 
   EXPECT_EQ(client->close_count(), 1);
   EXPECT_EQ(backend->destroys().size(), 1u);
-  std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.active_count(), 0u);
+  std::lock_guard lock(provider.mutex());
+  EXPECT_EQ(provider.registry().active_count(), 0u);
 }
 
 // Python: test_release_swallows_close_errors
@@ -93,7 +93,7 @@ TEST_F(ProviderLifecycleSeedTest, GetUsesInMemoryRegistryOnly) {
   EXPECT_EQ(provider->get("sandbox-dead"), client);
   EXPECT_EQ(provider->get("unknown"), nullptr);
   EXPECT_EQ(backend->total_calls(), 0u);
-  std::lock_guard lock(provider->mutex_);
+  std::lock_guard lock(provider.mutex());
   EXPECT_EQ(entry_of("sandbox-dead").since, 5000.0);
 }
 
@@ -123,8 +123,8 @@ TEST_F(ProviderLifecycleSeedTest, AcquireDropsDeadCachedSandbox) {
     info.container_name = "deer-flow-sandbox-sandbox-dead";
     return info;
   };
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-dead"); });
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-dead"); });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->acquire("thread-dead", "default"), "sandbox-dead");
 
@@ -162,21 +162,21 @@ TEST_F(ProviderLifecycleSeedTest, DropUnhealthySandboxSkipsRecreatedEntry) {
   const InfoPtr new_info = make_info_ptr("sandbox-toctou", "http://new-sandbox");
   auto new_client = std::make_shared<RecordingClient>("sandbox-toctou", "http://new-sandbox");
   {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.install_active("sandbox-toctou", new_client, new_info, std::nullopt, 1.0);
-    provider->registry_.conversations().assign({"default", "thread-toctou"}, "sandbox-toctou");
+    std::lock_guard lock(provider.mutex());
+    provider.registry().install_active("sandbox-toctou", new_client, new_info, std::nullopt, 1.0);
+    provider.registry().conversations().assign({"default", "thread-toctou"}, "sandbox-toctou");
   }
 
-  provider->drop_unhealthy_sandbox("sandbox-toctou", "stale health check", old_info);
+  provider.peer().drop_unhealthy_sandbox("sandbox-toctou", "stale health check", old_info);
 
   EXPECT_EQ(new_client->close_count(), 0);
   EXPECT_TRUE(backend->destroys().empty());
   EXPECT_EQ(info_of("sandbox-toctou"), new_info);
   EXPECT_EQ(client_of("sandbox-toctou"), new_client);
-  std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.conversations(),
+  std::lock_guard lock(provider.mutex());
+  EXPECT_EQ(provider.registry().conversations(),
             (std::map<ThreadKey, std::string>{{{"default", "thread-toctou"}, "sandbox-toctou"}}));
-  EXPECT_EQ(provider->registry_.teardown_count(), 0u);
+  EXPECT_EQ(provider.registry().teardown_count(), 0u);
 }
 
 // Python: test_acquire_skips_dead_warm_pool_sandbox
@@ -191,8 +191,8 @@ TEST_F(ProviderLifecycleSeedTest, AcquireSkipsDeadWarmPoolSandbox) {
     info.container_name = "deer-flow-sandbox-sandbox-warm-dead";
     return info;
   };
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-dead"); });
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-warm-dead"); });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
   EXPECT_EQ(provider->acquire("thread-warm-dead", "default"), "sandbox-warm-dead");
 
@@ -200,8 +200,8 @@ TEST_F(ProviderLifecycleSeedTest, AcquireSkipsDeadWarmPoolSandbox) {
   EXPECT_EQ(backend->destroys()[0], stale);
   EXPECT_EQ(backend->creates().size(), 1u);
   {
-    std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.warm_count(), 0u);
+    std::lock_guard lock(provider.mutex());
+    EXPECT_EQ(provider.registry().warm_count(), 0u);
   }
   EXPECT_EQ(mapped("default", "thread-warm-dead"), std::optional<std::string>("sandbox-warm-dead"));
   ASSERT_TRUE(client_of("sandbox-warm-dead"));
@@ -219,17 +219,17 @@ TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDeleg
 
   std::vector<std::string> calls;
   std::vector<std::string> destroyed;
-  std::vector<TestProvider::Predicate> predicates;
+  std::vector<ProviderUnderTest::Predicate> predicates;
   std::vector<std::optional<double>> warm_timeouts;
   const auto restore_destroy_tracked =
-      provider->inject(&ProviderSeams::destroy_tracked,
-                       [&](const std::string& id, const TestProvider::Predicate& pred) {
-                         calls.push_back("active");
-                         destroyed.push_back(id);
-                         predicates.push_back(pred);
-                       });
+      provider.inject(&ProviderSeams::destroy_tracked,
+                      [&](const std::string& id, const ProviderUnderTest::Predicate& pred) {
+                        calls.push_back("active");
+                        destroyed.push_back(id);
+                        predicates.push_back(pred);
+                      });
   const auto restore_reap_expired_warm =
-      provider->inject(&ProviderSeams::reap_expired_warm, [&](std::optional<double> timeout) {
+      provider.inject(&ProviderSeams::reap_expired_warm, [&](std::optional<double> timeout) {
         calls.push_back("warm");
         warm_timeouts.push_back(timeout);
       });
@@ -240,11 +240,11 @@ TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDeleg
   ASSERT_EQ(predicates.size(), 1u);
   {
     // The gate is a live predicate, evaluated under the registry mutex...
-    std::lock_guard lock(provider->mutex_);
-    EXPECT_TRUE(predicates[0](provider->registry_));
+    std::lock_guard lock(provider.mutex());
+    EXPECT_TRUE(predicates[0](provider.registry()));
     // ...that turns false once the sandbox is used again.
     entry_of("active-old").since = clock->wall_now();
-    EXPECT_FALSE(predicates[0](provider->registry_));
+    EXPECT_FALSE(predicates[0](provider.registry()));
   }
   EXPECT_EQ(warm_timeouts, std::vector<std::optional<double>>{1.0});
   EXPECT_EQ(calls, (std::vector<std::string>{"active", "warm"}));
@@ -260,17 +260,18 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   add_warm(newest, 20.0);
   add_warm(oldest, 10.0);
   backend->create_fn = [created](const CreateRequest&) { return created; };
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
-  EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
+  EXPECT_EQ(provider.peer().create_sandbox(std::nullopt, "created", "default", std::nullopt),
+            "created");
 
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*oldest});
-  std::lock_guard lock(provider->mutex_);
-  ASSERT_EQ(provider->registry_.warm_count(), 1u);
-  ASSERT_TRUE(provider->registry_.is_released("warm-newest"));
+  std::lock_guard lock(provider.mutex());
+  ASSERT_EQ(provider.registry().warm_count(), 1u);
+  ASSERT_TRUE(provider.registry().is_released("warm-newest"));
   EXPECT_EQ(entry_of("warm-newest").info, newest);
   EXPECT_EQ(entry_of("warm-newest").since, 20.0);
-  ASSERT_TRUE(provider->registry_.is_active("created"));
+  ASSERT_TRUE(provider.registry().is_active("created"));
   EXPECT_EQ(*entry_of("created").info, created);
 }
 
@@ -282,7 +283,7 @@ TEST_F(ProviderLifecycleSeedTest, TheEvictionsStopOverlapsTheCreate) {
   build();
   const InfoPtr oldest = make_info_ptr("warm-oldest", "http://warm-oldest");
   add_warm(oldest, 10.0);
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::mutex mutex;
   std::condition_variable changed;
   struct Step {
@@ -304,7 +305,8 @@ TEST_F(ProviderLifecycleSeedTest, TheEvictionsStopOverlapsTheCreate) {
     return make_info(request.sandbox_id, "http://" + request.sandbox_id);
   };
 
-  EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
+  EXPECT_EQ(provider.peer().create_sandbox(std::nullopt, "created", "default", std::nullopt),
+            "created");
 
   EXPECT_TRUE(overlapped) << "the stop ran before the create";
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*oldest});
@@ -318,9 +320,10 @@ TEST_F(ProviderLifecycleSeedTest, CreateBeyondTheSoftLimitNeverEvictsActiveSandb
   options.replicas = 1;
   build();
   auto active = add_active("active-1");
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
-  EXPECT_EQ(provider->create_sandbox(std::nullopt, "extra", "default", std::nullopt), "extra");
+  EXPECT_EQ(provider.peer().create_sandbox(std::nullopt, "extra", "default", std::nullopt),
+            "extra");
 
   EXPECT_TRUE(backend->destroys().empty());
   EXPECT_EQ(active->close_count(), 0);
@@ -340,9 +343,10 @@ TEST_F(ProviderLifecycleSeedTest, CreateEvictsWarmEntriesUntilWithinTheCap) {
   const InfoPtr newer = make_info_ptr("warm-newer", "http://warm-newer");
   add_warm(newer, 20.0);
   add_warm(older, 10.0);
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
 
-  EXPECT_EQ(provider->create_sandbox(std::nullopt, "created", "default", std::nullopt), "created");
+  EXPECT_EQ(provider.peer().create_sandbox(std::nullopt, "created", "default", std::nullopt),
+            "created");
 
   EXPECT_EQ(backend->destroys(), (std::vector<SandboxInfo>{*older, *newer}));
   EXPECT_FALSE(is_warm("warm-older"));
@@ -361,7 +365,7 @@ TEST_F(ProviderLifecycleSeedTest, ConcurrentCreationsCountEachOthersReplicaSlot)
   build();
   const InfoPtr warm = make_info_ptr("warm-1", "http://warm-1");
   add_warm(warm, 10.0);
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   std::promise<void> first_in_create;
   std::promise<void> let_first_finish;
   std::shared_future<void> go = let_first_finish.get_future().share();
@@ -374,21 +378,21 @@ TEST_F(ProviderLifecycleSeedTest, ConcurrentCreationsCountEachOthersReplicaSlot)
   };
   // in use while "first" is being created: warm-1 + first = 2, so nothing is evicted yet.
   std::thread first(
-      [&] { provider->create_sandbox(std::nullopt, "first", "default", std::nullopt); });
+      [&] { provider.peer().create_sandbox(std::nullopt, "first", "default", std::nullopt); });
   ASSERT_EQ(first_in_create.get_future().wait_for(std::chrono::seconds(5)),
             std::future_status::ready);
   EXPECT_TRUE(backend->destroys().empty());
 
   // The second creation counts "first" and makes room by evicting warm-1.
-  provider->create_sandbox(std::nullopt, "second", "default", std::nullopt);
+  provider.peer().create_sandbox(std::nullopt, "second", "default", std::nullopt);
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{*warm});
 
   let_first_finish.set_value();
   first.join();
   EXPECT_TRUE(is_active("first"));
   EXPECT_TRUE(is_active("second"));
-  std::lock_guard lock(provider->mutex_);
-  EXPECT_FALSE(provider->registry_.any_creation());
+  std::lock_guard lock(provider.mutex());
+  EXPECT_FALSE(provider.registry().any_creation());
 }
 
 // Found by the stress test: an eviction snapshot went stale (the sandbox was reclaimed, stopped
@@ -400,29 +404,29 @@ TEST_F(ProviderLifecycleSeedTest, EvictionRefusesAWarmEntryReplacedSinceItsSnaps
   const InfoPtr stale = make_info_ptr("warm-x", "http://warm-x/1");
   const InfoPtr replacement = make_info_ptr("warm-x", "http://warm-x/2");
   add_warm(stale, 10.0);
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   bool replaced = false;
-  const auto restore_destroy_warm_entry = provider->inject(
+  const auto restore_destroy_warm_entry = provider.inject(
       &ProviderSeams::destroy_warm_entry,
-      [&](const std::string& id, const TestProvider::WarmEntry& entry, const std::string& reason,
-          const TestProvider::Predicate& still_reapable) {
+      [&](const std::string& id, const ProviderUnderTest::WarmEntry& entry,
+          const std::string& reason, const ProviderUnderTest::Predicate& still_reapable) {
         if (!replaced) {  // between the snapshot and the reservation
           replaced = true;
-          std::lock_guard lock(provider->mutex_);
-          provider->registry_.erase_released_if(id, entry.info);
-          provider->registry_.add_released(id, replacement, 30.0, std::nullopt);
+          std::lock_guard lock(provider.mutex());
+          provider.registry().erase_released_if(id, entry.info);
+          provider.registry().add_released(id, replacement, 30.0, std::nullopt);
         }
-        return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
+        return provider.peer().base_destroy_warm_entry(id, entry, reason, still_reapable);
       });
 
-  provider->create_sandbox(std::nullopt, "created", "default", std::nullopt);
+  provider.peer().create_sandbox(std::nullopt, "created", "default", std::nullopt);
 
   EXPECT_TRUE(backend->destroys().empty());  // the stale info is never stopped
   EXPECT_TRUE(logger->contains(LogLevel::info,
                                "Refusing to destroy warm-pool sandbox warm-x for "
                                "replica_enforcement: reclaimed by this instance"));
-  std::lock_guard lock(provider->mutex_);
-  ASSERT_TRUE(provider->registry_.is_released("warm-x"));
+  std::lock_guard lock(provider.mutex());
+  ASSERT_TRUE(provider.registry().is_released("warm-x"));
   EXPECT_EQ(entry_of("warm-x").info, replacement);
 }
 
@@ -431,17 +435,17 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
   build();
   const InfoPtr info = make_info_ptr("warm-y", "http://warm-y");
   add_warm(info, 0.0);
-  const auto restore_destroy_warm_entry = provider->inject(
+  const auto restore_destroy_warm_entry = provider.inject(
       &ProviderSeams::destroy_warm_entry,
-      [&](const std::string& id, const TestProvider::WarmEntry& entry, const std::string& reason,
-          const TestProvider::Predicate& still_reapable) {
+      [&](const std::string& id, const ProviderUnderTest::WarmEntry& entry,
+          const std::string& reason, const ProviderUnderTest::Predicate& still_reapable) {
         {
-          std::lock_guard lock(provider->mutex_);
-          provider->registry_.erase_released_if(id, info);
-          provider->registry_.add_released(id, info, clock->wall_now(),
+          std::lock_guard lock(provider.mutex());
+          provider.registry().erase_released_if(id, info);
+          provider.registry().add_released(id, info, clock->wall_now(),
                                            std::nullopt);  // released just now
         }
-        return provider->base_destroy_warm_entry(id, entry, reason, still_reapable);
+        return provider.peer().base_destroy_warm_entry(id, entry, reason, still_reapable);
       });
 
   provider->reap_expired_warm(60.0);
@@ -466,8 +470,8 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
     return info;
   };
   claims->script_claim([](const std::string&, bool) { return true; });
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
 
   const std::string sandbox_id = provider->acquire("thread-a", "user-a");
   const InfoPtr info_a = info_of(sandbox_id);
@@ -478,7 +482,7 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
   EXPECT_THROW(provider->acquire("thread-b", "user-b"), SandboxIdentityCollisionError);
 
   {
-    std::lock_guard lock(provider->mutex_);
+    std::lock_guard lock(provider.mutex());
     EXPECT_EQ(entry_of(sandbox_id).info, info_a);
   }
   EXPECT_TRUE(backend->destroys().empty());
@@ -491,7 +495,7 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
 TEST_F(ProviderLifecycleSeedTest, CollisionMessageNamesBothIdentities) {
   build();
   add_warm(make_info_ptr("deadbeefdeadbeef", "http://a"), 1.0, ThreadKey{"user-a", "thread-a"});
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("deadbeefdeadbeef"); });
   try {
     provider->acquire("thread-b", "user-b");
     FAIL() << "expected a collision";
@@ -512,7 +516,7 @@ class UnreadyTeardownTest : public ProviderLifecycleSeedTest {
     build();
     const SandboxInfo info = unready_info;
     backend->create_fn = [info](const CreateRequest&) { return info; };
-    provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+    provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   }
   SandboxInfo unready_info;
 };
@@ -528,7 +532,7 @@ TEST_F(UnreadyTeardownTest, CreateSandboxClaimsOwnershipBeforeReadinessTimeoutDe
   };
 
   try {
-    provider->create_sandbox("thread-4248", "unready", "user-4248", std::nullopt);
+    provider.peer().create_sandbox("thread-4248", "unready", "user-4248", std::nullopt);
     FAIL() << "expected the readiness error";
   } catch (const std::runtime_error& error) {
     EXPECT_THAT(error.what(), HasSubstr("failed to become ready"));
@@ -560,11 +564,11 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   provider = make_provider_over(backend, store);
   const SandboxInfo info = unready_info;
   backend->create_fn = [info](const CreateRequest&) { return info; };
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   hooks.ready_fn = [](const std::string&, double) { return false; };
 
   try {
-    provider->create_sandbox("thread-peer", "peer-owned", "user-peer", std::nullopt);
+    provider.peer().create_sandbox("thread-peer", "peer-owned", "user-peer", std::nullopt);
     FAIL() << "expected the readiness error";
   } catch (const std::runtime_error& error) {
     EXPECT_THAT(error.what(), HasSubstr("failed to become ready"));
@@ -576,8 +580,8 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   EXPECT_TRUE(logger->contains(LogLevel::warning,
                                "Not destroying unready sandbox peer-owned: owned by another "
                                "instance or ownership unavailable"));
-  std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.teardown_count(), 0u);
+  std::lock_guard lock(provider.mutex());
+  EXPECT_EQ(provider.registry().teardown_count(), 0u);
 }
 
 // ── orphan reconciliation (SPEC §8) ─────────────────────────────────────────
@@ -598,7 +602,7 @@ TEST_F(UnreadyTeardownTest, ReconcileDoesNotAdoptAContainerWhoseUnreadyTeardownI
     }
     return claims->real_claim(id, for_destroy);
   });
-  std::thread reaper([&] { provider->destroy_unready_sandbox("unready-race", info); });
+  std::thread reaper([&] { provider.peer().destroy_unready_sandbox("unready-race", info); });
   {
     // Whatever fails below, let the reaper go and join it.
     struct Join {
@@ -617,8 +621,8 @@ TEST_F(UnreadyTeardownTest, ReconcileDoesNotAdoptAContainerWhoseUnreadyTeardownI
   }
 
   EXPECT_EQ(backend->destroys(), std::vector<SandboxInfo>{info});
-  std::lock_guard lock(provider->mutex_);
-  EXPECT_EQ(provider->registry_.teardown_count(), 0u)
+  std::lock_guard lock(provider.mutex());
+  EXPECT_EQ(provider.registry().teardown_count(), 0u)
       << "a teardown reservation outlived the stop it guarded";
 }
 
@@ -631,7 +635,7 @@ TEST_F(UnreadyTeardownTest, ReconcileAdoptsUnreadyContainerWhenNoTeardownIsInFli
   provider->reconcile_orphans();
 
   EXPECT_TRUE(is_warm("adoptable")) << "reconcile must still adopt a genuinely unowned container";
-  std::lock_guard lock(provider->mutex_);
+  std::lock_guard lock(provider.mutex());
   EXPECT_EQ(entry_of("adoptable").identity, std::nullopt);
 }
 
@@ -684,10 +688,10 @@ TEST_F(ReconciliationSeedTest, ReconciliationReconnectsExactDiscoveredSandboxWit
   // Nothing acquired or touched: the cached entry's activity is what add_active set (a get()
   // would have stamped it with the current time), and the registry holds what it held.
   {
-    std::lock_guard lock(provider->mutex_);
+    std::lock_guard lock(provider.mutex());
     EXPECT_EQ(entry_of("old-id").since, 0.0) << "get() was called";
-    EXPECT_TRUE(provider->registry_.conversations().empty());
-    EXPECT_EQ(provider->registry_.active_count(), 1u);
+    EXPECT_TRUE(provider.registry().conversations().empty());
+    EXPECT_EQ(provider.registry().active_count(), 1u);
   }
 
   EXPECT_EQ(result.status, Status::found);
@@ -730,12 +734,12 @@ TEST_F(ReconciliationSeedTest, ReconciliationIdentitySeparatesProviderTypeFromBa
     return SandboxDiscoveryResult::found(info, "cluster-b", "pod-b");
   };
   extra_providers.push_back(make_provider(second_backend, nullptr));
-  TestProvider& second = *extra_providers.back();
+  ProviderUnderTest& second = extra_providers.back();
 
   const auto first_identity = provider->prepare_sandbox_reconciliation_identity("same-id");
-  const auto second_identity = second.prepare_sandbox_reconciliation_identity("same-id");
+  const auto second_identity = second->prepare_sandbox_reconciliation_identity("same-id");
 
-  EXPECT_EQ(provider->reconciliation_provider_key(), second.reconciliation_provider_key());
+  EXPECT_EQ(provider->reconciliation_provider_key(), second->reconciliation_provider_key());
   ASSERT_TRUE(first_identity);
   ASSERT_TRUE(second_identity);
   EXPECT_EQ(first_identity->provider_key, second_identity->provider_key);

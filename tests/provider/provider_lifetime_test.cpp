@@ -53,7 +53,7 @@ TEST_F(ProviderLifetimeTest, ASandboxPastItsLifetimeIsDestroyedActiveOrReleased)
                                                       " reached max_lifetime_seconds (3600.0s "
                                                       "since its creation, limit 3600.0s)"));
   // The conversation gets a new sandbox on its next turn.
-  const auto again = provider->real().acquire_traced("t-active", "alice");
+  const auto again = provider->acquire_traced("t-active", "alice");
   EXPECT_EQ(again.path, core::AcquirePath::created);
 }
 

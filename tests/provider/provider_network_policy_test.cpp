@@ -81,12 +81,12 @@ TEST_F(ProviderNetworkPolicyTest, AWarmSandboxOfAnotherPolicyIsReplacedNotReclai
   provider = make_provider(policies, &store);
   const std::string id = provider->acquire("t-1", "alice");
   provider->release(id);
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::reclaimed)
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::reclaimed)
       << "same policy: reclaimed as before";
   provider->release(id);
 
   policies->configure("isolated");
-  const auto again = provider->real().acquire_traced("t-1", "alice");
+  const auto again = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(again.path, AcquirePath::created);
   EXPECT_EQ(again.sandbox_id, id) << "the conversation's id does not change";
   EXPECT_EQ(provider->find(id)->info.network_policy, "isolated");
@@ -99,7 +99,7 @@ TEST_F(ProviderNetworkPolicyTest, AnActiveSandboxOfAnotherPolicyIsReplacedOnItsN
   provider = make_provider(policies, &store);
   const std::string id = provider->acquire("t-1", "alice");
   policies->configure("isolated");
-  const auto again = provider->real().acquire_traced("t-1", "alice");
+  const auto again = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(again.path, AcquirePath::created);
   EXPECT_EQ(provider->find(id)->info.network_policy, "isolated");
   EXPECT_EQ(policies->calls().size(), 3u);
@@ -110,7 +110,7 @@ TEST_F(ProviderNetworkPolicyTest, ARunningContainerOfAnotherPolicyIsNotAdoptedBy
   policies->running(id, "alice", "t-1", "open");  // another process made it, open
   policies->configure("isolated");
   provider = make_provider(policies, &store);
-  const auto got = provider->real().acquire_traced("t-1", "alice");
+  const auto got = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(got.path, AcquirePath::created) << "discovered, then replaced";
   EXPECT_EQ(provider->find(id)->info.network_policy, "isolated");
   EXPECT_EQ(policies->calls(),
@@ -121,7 +121,7 @@ TEST_F(ProviderNetworkPolicyTest, ARunningContainerOfAnotherPolicyIsNotAdoptedBy
   auto other = std::make_shared<PolicyBackend>();
   other->running(id, "alice", "t-1", "open");
   provider = make_provider(other, &store);
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::discovered);
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::discovered);
   EXPECT_TRUE(other->calls().empty());
 }
 
@@ -129,7 +129,7 @@ TEST_F(ProviderNetworkPolicyTest, ASandboxRecordedBeforePoliciesWereIsOpen) {
   const std::string id = core::deterministic_sandbox_id("t-1", "alice");
   policies->running(id, "alice", "t-1", "");  // made before SDK ABI 3 recorded policies
   provider = make_provider(policies, &store);
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::discovered)
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::discovered)
       << "an unrecorded policy is DeerFlow's default, open";
 }
 
@@ -139,10 +139,10 @@ TEST_F(ProviderNetworkPolicyTest, ASandboxRecordedBeforePoliciesWereIsOpen) {
 TEST_F(ProviderNetworkPolicyTest, ABackendThatConfiguresNoPolicyIsOpenOnBothSides) {
   policies->configure("");
   provider = make_provider(policies, &store);
-  const auto got = provider->real().acquire_traced("t-1", "alice");
+  const auto got = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(got.path, AcquirePath::created);
   provider->release(got.sandbox_id);
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::reclaimed);
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::reclaimed);
   EXPECT_EQ(policies->calls().size(), 1u) << "made once, never replaced";
 }
 

@@ -70,7 +70,7 @@ class ProviderOwnershipTest : public ::testing::Test {
                              R"(, "renewal_interval_seconds": 10, "ttl_multiplier": 4)");
   }
 
-  TestProvider& build() {
+  ProviderUnderTest& build() {
     store = std::make_shared<FailableStore>(sqlite_store(kTestOwnerId));
     peer = sqlite_store("peer-worker");
     ProviderDeps deps;
@@ -81,13 +81,13 @@ class ProviderOwnershipTest : public ::testing::Test {
     deps.paths = std::make_shared<const core::Paths>(tmp.path(), tmp.path().string());
     deps.options = options;
     deps.hooks = hooks.make_hooks();
-    provider = std::make_unique<TestProvider>(std::move(deps));
-    return *provider;
+    provider = ProviderUnderTest(std::move(deps));
+    return provider;
   }
 
   bool is_tracked(const std::string& id) {
-    std::lock_guard lock(provider->mutex_);
-    const core::SandboxEntry* entry = provider->registry_.find(id);
+    std::lock_guard lock(provider.mutex());
+    const core::SandboxEntry* entry = provider.registry().find(id);
     return entry && (entry->active() || entry->warm());
   }
 
@@ -99,7 +99,7 @@ class ProviderOwnershipTest : public ::testing::Test {
   ProviderOptions options;
   std::shared_ptr<FailableStore> store;
   std::shared_ptr<OwnershipStore> peer;
-  std::unique_ptr<TestProvider> provider;
+  ProviderUnderTest provider;
 };
 
 TEST_F(ProviderOwnershipTest, RenewalKeepsWhatIsStillOurs) {
@@ -314,17 +314,17 @@ TEST_F(ProviderOwnershipTest, TheTeardownHeartbeatKeepsTheDelLeaseAndReleasesIt)
 TEST_F(ProviderOwnershipTest, IdlePerThreadLocksArePruned) {
   build();
   provider->acquire("thread-1", "alice");
-  auto held = provider->thread_lock({"alice", "thread-2"});
+  auto held = provider.peer().thread_lock({"alice", "thread-2"});
   held->lock();
   {
-    std::lock_guard lock(provider->mutex_);
-    ASSERT_EQ(provider->registry_.thread_lock_count(), 2u);
+    std::lock_guard lock(provider.mutex());
+    ASSERT_EQ(provider.registry().thread_lock_count(), 2u);
   }
   provider->prune_idle_thread_locks();
   {
-    std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.thread_lock_count(), 1u);
-    EXPECT_TRUE(provider->registry_.has_thread_lock({"alice", "thread-2"}))
+    std::lock_guard lock(provider.mutex());
+    EXPECT_EQ(provider.registry().thread_lock_count(), 1u);
+    EXPECT_TRUE(provider.registry().has_thread_lock({"alice", "thread-2"}))
         << "a held lock was pruned";
   }
   held->unlock();

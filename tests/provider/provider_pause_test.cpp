@@ -90,9 +90,9 @@ class ProviderPauseTest : public ProviderFixture {
     options.pause_after_seconds = 30;
     clock->set(1000);
   }
-  TestProvider& build_pausing() {
+  ProviderUnderTest& build_pausing() {
     provider = make_provider(pausing, &store);
-    return *provider;
+    return provider;
   }
   std::string released(const std::string& thread, const std::string& user) {
     const std::string id = provider->acquire(thread, user);
@@ -120,7 +120,7 @@ TEST_F(ProviderPauseTest, AWarmSandboxIsPausedAfterItsDelayAndResumedOnAcquire) 
   EXPECT_TRUE(provider->find(id)->released()) << "paused is still released";
   EXPECT_EQ(provider->pause_idle_warm(), 0) << "a paused sandbox is not paused twice";
 
-  const auto resumed = provider->real().acquire_traced("t-1", "alice");
+  const auto resumed = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(resumed.path, AcquirePath::resumed);
   EXPECT_EQ(resumed.sandbox_id, id);
   EXPECT_EQ(pausing->state(id), "running");
@@ -135,7 +135,7 @@ TEST_F(ProviderPauseTest, AWarmSandboxIsPausedAfterItsDelayAndResumedOnAcquire) 
 
   // Released again, it is warm (not paused) and reclaimed as before.
   provider->release(id);
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::reclaimed);
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::reclaimed);
 }
 
 TEST_F(ProviderPauseTest, WithoutTheOptionNothingIsPausedAndABackendThatCannotSaysSo) {
@@ -177,7 +177,7 @@ TEST_F(ProviderPauseTest, EvictionTakesPausedBeforeWarmAndARefusedPauseStaysWarm
   provider->acquire("t-third", "bob");
   EXPECT_EQ(pausing->state(newer), "gone");
   EXPECT_EQ(pausing->state(older), "running");
-  EXPECT_EQ(provider->real().acquire_traced("t-old", "alice").path, AcquirePath::reclaimed);
+  EXPECT_EQ(provider->acquire_traced("t-old", "alice").path, AcquirePath::reclaimed);
 }
 
 TEST_F(ProviderPauseTest, TimeSpentPausedCountsTowardTheIdleTimeout) {
@@ -203,8 +203,8 @@ TEST_F(ProviderPauseTest, AnAcquireDuringAPauseWaitsForItAndThenResumes) {
   auto pausing_pass = std::async(std::launch::async, [&] { return provider->pause_idle_warm(); });
   pausing->pause_entered.get_future().wait();
   // The freezer is inside pause(); an acquire now must not take the sandbox as running.
-  auto acquiring = std::async(std::launch::async,
-                              [&] { return provider->real().acquire_traced("t-1", "alice"); });
+  auto acquiring =
+      std::async(std::launch::async, [&] { return provider->acquire_traced("t-1", "alice"); });
   EXPECT_EQ(acquiring.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
       << "the acquire did not wait for the pause";
   open.set_value();
@@ -219,7 +219,7 @@ TEST_F(ProviderPauseTest, ASandboxLeftPausedByAnEarlierProcessIsThawedWhenDiscov
   build_pausing();
   const std::string id = core::deterministic_sandbox_id("t-9", "carol");
   pausing->set_state(id, "paused");  // an earlier serve paused it and exited
-  const auto result = provider->real().acquire_traced("t-9", "carol");
+  const auto result = provider->acquire_traced("t-9", "carol");
   EXPECT_EQ(result.path, AcquirePath::discovered);
   EXPECT_EQ(pausing->state(id), "running");
 }
@@ -232,12 +232,12 @@ TEST_F(ProviderPauseTest, APausedSandboxSurvivesTheRegistryAsDataAndResumes) {
   const auto exported = provider->export_registry();
   ASSERT_EQ(exported.sandboxes.size(), 1u);
   EXPECT_EQ(exported.sandboxes[0].state, core::SandboxState::paused);
-  provider->real().detach();
+  provider->detach();
 
   auto next = make_provider(pausing, nullptr);
   next->import_registry(exported);
   EXPECT_EQ(next->counts().paused, 1u);
-  EXPECT_EQ(next->real().acquire_traced("t-1", "alice").path, AcquirePath::resumed);
+  EXPECT_EQ(next->acquire_traced("t-1", "alice").path, AcquirePath::resumed);
   EXPECT_EQ(pausing->state(id), "running");
 }
 
@@ -249,7 +249,7 @@ TEST_F(ProviderPauseTest, AFailedThawRecreatesAGoneSandboxAndRefusesAFrozenOne) 
   clock->set(1031);
   ASSERT_EQ(provider->pause_idle_warm(), 1);
   pausing->destroy(make_info(id, ""));  // removed behind our back
-  const auto fresh = provider->real().acquire_traced("t-1", "alice");
+  const auto fresh = provider->acquire_traced("t-1", "alice");
   EXPECT_EQ(fresh.path, AcquirePath::created);
   EXPECT_EQ(pausing->state(id), "running");
   EXPECT_TRUE(logger->contains(LogLevel::warning, "paused container is no longer there"));
@@ -262,7 +262,7 @@ TEST_F(ProviderPauseTest, AFailedThawRecreatesAGoneSandboxAndRefusesAFrozenOne) 
   EXPECT_TRUE(logger->contains(LogLevel::warning, "Could not resume paused sandbox " + id));
   EXPECT_EQ(provider->counts().paused, 1u) << "it stays paused, tracked, for the next try";
   pausing->refuse_unpause = false;
-  EXPECT_EQ(provider->real().acquire_traced("t-1", "alice").path, AcquirePath::resumed);
+  EXPECT_EQ(provider->acquire_traced("t-1", "alice").path, AcquirePath::resumed);
 }
 
 }  // namespace

@@ -39,12 +39,12 @@ class Gate {
 TEST_F(ProviderReliabilityTest, AStepReplacedForAScopeIsTheRealStepAgainAfterIt) {
   build();
   {
-    const auto restore_acquire_internal = provider->inject(
+    const auto restore_acquire_internal = provider.inject(
         &ProviderSeams::acquire_internal, [](auto&&...) { return std::string("scripted"); });
     EXPECT_EQ(provider->acquire("thread-1", "alice"), "scripted");
     {
-      const auto inner = provider->inject(&ProviderSeams::acquire_internal,
-                                          [](auto&&...) { return std::string("inner"); });
+      const auto inner = provider.inject(&ProviderSeams::acquire_internal,
+                                         [](auto&&...) { return std::string("inner"); });
       EXPECT_EQ(provider->acquire("thread-1", "alice"), "inner");
     }
     EXPECT_EQ(provider->acquire("thread-1", "alice"), "scripted") << "the outer one is back";
@@ -58,11 +58,11 @@ TEST_F(ProviderReliabilityTest, AStepReplacedForAScopeIsTheRealStepAgainAfterIt)
 // lock(); with 8 of them on a 4-thread pool, thread-b's wait never even started.
 TEST_F(ProviderReliabilityTest, WaitersOnAStuckConversationDoNotBlockAnotherConversation) {
   build();
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal, [](const std::optional<std::string>& thread, auto&&...) {
         return "sandbox-" + thread.value_or("");
       });
-  const auto stuck = provider->thread_lock({"default", "thread-stuck"});
+  const auto stuck = provider.peer().thread_lock({"default", "thread-stuck"});
   stuck->lock();
 
   std::vector<AsyncAcquisition> waiters;
@@ -195,7 +195,7 @@ TEST_F(ProviderReliabilityTest, ShutdownDrainsAsyncWorkAndFailsQueuedWaiters) {
   Gate running, resume;
   std::atomic<int> ran_after_shutdown{0};
   std::atomic<bool> shut_down{false};
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal, [&](const std::optional<std::string>& thread, auto&&...) {
         if (shut_down) ++ran_after_shutdown;
         if (thread == std::optional<std::string>("t-running")) {
@@ -206,7 +206,7 @@ TEST_F(ProviderReliabilityTest, ShutdownDrainsAsyncWorkAndFailsQueuedWaiters) {
       });
   AsyncAcquisition in_flight = provider->acquire_async("t-running", "alice");
   running.wait();
-  const auto stuck = provider->thread_lock({"alice", "t-stuck"});
+  const auto stuck = provider.peer().thread_lock({"alice", "t-stuck"});
   stuck->lock();
   AsyncAcquisition queued = provider->acquire_async("t-stuck", "alice");
 
@@ -332,9 +332,9 @@ class RegistryMutexProbingLogger final : public Logger {
  public:
   explicit RegistryMutexProbingLogger(std::shared_ptr<CapturingLogger> inner)
       : inner_(std::move(inner)) {}
-  void watch(TestProvider* provider) { provider_.store(provider); }
+  void watch(const ProviderUnderTest* provider) { provider_.store(provider); }
   void log(LogLevel level, std::string_view message) override {
-    if (TestProvider* provider = provider_.load()) {
+    if (const ProviderUnderTest* provider = provider_.load()) {
       // Another thread of the provider (an eviction runs beside the create) may hold the
       // mutex for a moment while this line is written; the logging thread, blocked here,
       // would hold it for the whole call. So "held" means: not free once within a second.
@@ -342,8 +342,8 @@ class RegistryMutexProbingLogger final : public Logger {
                           const auto give_up =
                               std::chrono::steady_clock::now() + std::chrono::seconds(1);
                           while (std::chrono::steady_clock::now() < give_up) {
-                            if (provider->mutex_.try_lock()) {
-                              provider->mutex_.unlock();
+                            if (provider->mutex().try_lock()) {
+                              provider->mutex().unlock();
                               return false;
                             }
                             std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -364,7 +364,7 @@ class RegistryMutexProbingLogger final : public Logger {
 
  private:
   std::shared_ptr<CapturingLogger> inner_;
-  std::atomic<TestProvider*> provider_{nullptr};
+  std::atomic<const ProviderUnderTest*> provider_{nullptr};
   mutable std::mutex mutex_;
   std::vector<std::string> under_mutex_;
 };
@@ -372,9 +372,9 @@ class RegistryMutexProbingLogger final : public Logger {
 TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   auto probe = std::make_shared<RegistryMutexProbingLogger>(logger);
   options.replicas = 2;
-  provider = std::make_unique<TestProvider>(
+  provider = ProviderUnderTest(
       deps_over(backend, load_memory_store(clock, logger, tmp.path().string()), probe, clock));
-  probe->watch(provider.get());
+  probe->watch(&provider);
 
   // Every path that logs: create, release, reclaim, reuse, eviction, an unhealthy drop, idle
   // reaping of active and warm sandboxes, adoption of an orphan, destroy, a reuse refused
@@ -406,23 +406,23 @@ TEST_F(ProviderReliabilityTest, NoLogLineIsWrittenUnderTheRegistryMutex) {
   // A reuse that meets the sandbox in this instance's teardown (reserved, not yet untracked).
   const std::string g = provider->acquire("t-g", "alice");
   {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.reserve_teardown(g);
+    std::lock_guard lock(provider.mutex());
+    provider.registry().reserve_teardown(g);
   }
-  EXPECT_EQ(
-      provider->base_reuse_in_process_sandbox("t-g", "alice", std::nullopt, false, std::nullopt),
-      std::nullopt);
+  EXPECT_EQ(provider.peer().base_reuse_in_process_sandbox("t-g", "alice", std::nullopt, false,
+                                                          std::nullopt),
+            std::nullopt);
   {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.finish_teardown(g);
-    provider->registry_.begin_publish(g);  // an acquire is publishing its lease
+    std::lock_guard lock(provider.mutex());
+    provider.registry().finish_teardown(g);
+    provider.registry().begin_publish(g);  // an acquire is publishing its lease
   }
-  provider->forget(g, std::nullopt);  // refused: the publish is in flight
+  provider.peer().forget(g, std::nullopt);  // refused: the publish is in flight
   {
-    std::lock_guard lock(provider->mutex_);
-    provider->registry_.end_publish(g, /*taken=*/false);
+    std::lock_guard lock(provider.mutex());
+    provider.registry().end_publish(g, /*taken=*/false);
   }
-  provider->forget(g, 999'999);  // refused: re-acquired after that lease check
+  provider.peer().forget(g, 999'999);  // refused: re-acquired after that lease check
   // Gone before shutdown: with two sandboxes left its 16-wide stops would run side by side, and
   // this probe only tells "held" from "free", not by whom.
   provider->destroy(g);
@@ -457,7 +457,7 @@ class SteppingClock final : public Clock {
 
 TEST_F(ProviderReliabilityTest, AWallClockStepReapsNothingAndTheRegistryStillSpeaksWallTime) {
   auto stepping = std::make_shared<SteppingClock>();
-  provider = std::make_unique<TestProvider>(deps_over(
+  provider = ProviderUnderTest(deps_over(
       backend, load_memory_store(stepping, logger, tmp.path().string()), logger, stepping));
 
   const std::string active = provider->acquire("t-active", "alice");

@@ -60,8 +60,8 @@ class ProviderSeedTest : public ProviderFixture {
       info.mount_contract_version = 2;
       return info;
     };
-    provider->planner->script_skills_projection([](const std::string&) {});
-    provider->planner->script_extra_mounts(
+    provider.planner().script_skills_projection([](const std::string&) {});
+    provider.planner().script_extra_mounts(
         [](const std::optional<std::string>&, const std::string&) {
           return std::vector<Mount>{{"/host/current", "/mnt/current", true}};
         });
@@ -189,9 +189,9 @@ TEST_P(SandboxMountModeTest, SandboxMountModeUsesInstanceContractNotGlobalCapabi
   {
     SandboxInfo info = make_info("sandbox-1", "http://sandbox.local");
     info.mount_contract_version = param.sandbox_version;
-    std::lock_guard lock(provider->mutex_);
+    std::lock_guard lock(provider.mutex());
     // The seed sets only the info dict: an active entry with an info and no client.
-    provider->registry_.install_active(
+    provider.registry().install_active(
         "sandbox-1", nullptr, std::make_shared<const SandboxInfo>(info), std::nullopt, 0.0);
   }
 
@@ -223,7 +223,7 @@ TEST_F(ProviderSeedTest, NonmountedRemoteProviderOmitsReadOnlyConversionMount) {
   options.thread_data_mounts = false;
   build();
 
-  const auto paths = container_paths(provider->get_extra_mounts("thread-1", "alice"));
+  const auto paths = container_paths(provider.peer().get_extra_mounts("thread-1", "alice"));
   EXPECT_THAT(paths, Contains("/mnt/user-data/uploads"));
   EXPECT_THAT(paths, Not(Contains("/mnt/user-data/.upload-conversions")));
 }
@@ -237,7 +237,7 @@ TEST_F(ProviderSeedTest, GetExtraMountsProvisionerPayloadHasUniqueContainerPaths
   backend->mode = MountModeKind::local_bind_mounts;
   build();
 
-  const auto mounts = provider->get_extra_mounts("thread-1", "alice");
+  const auto mounts = provider.peer().get_extra_mounts("thread-1", "alice");
   const auto paths = container_paths(mounts);
   EXPECT_EQ(std::set<std::string>(paths.begin(), paths.end()).size(), paths.size());
   for (const char* expected :
@@ -256,10 +256,10 @@ TEST_F(ProviderSeedTest, GetExtraMountsProvisionerPayloadHasUniqueContainerPaths
 TEST_F(ProviderSeedTest, RemoteSandboxIdChangesWithNegotiatedMountContract) {
   negotiating_backend(0, true);
   build();
-  const std::string legacy_id = provider->sandbox_id_for_thread("thread-1", "default", {});
+  const std::string legacy_id = provider.peer().sandbox_id_for_thread("thread-1", "default", {});
 
   backend->cached_version = 2;
-  const std::string current_id = provider->sandbox_id_for_thread("thread-1", "default", {});
+  const std::string current_id = provider.peer().sandbox_id_for_thread("thread-1", "default", {});
 
   EXPECT_NE(legacy_id, current_id);
   EXPECT_EQ(legacy_id, deterministic_sandbox_id("thread-1", "default", 0));
@@ -273,11 +273,11 @@ TEST_F(ProviderSeedTest, RemoteSandboxIdChangesWithNegotiatedMountContract) {
 TEST_F(ProviderSeedTest, SnapshotVersionWinsAndAnonymousIdsAreRandom) {
   negotiating_backend(0, true);
   build();
-  EXPECT_EQ(provider->sandbox_id_for_thread("thread-1", "u", MountContractSnapshot{3, true}),
+  EXPECT_EQ(provider.peer().sandbox_id_for_thread("thread-1", "u", MountContractSnapshot{3, true}),
             deterministic_sandbox_id("thread-1", "u", 3));
-  const std::string anonymous = provider->sandbox_id_for_thread(std::nullopt, "u", {});
+  const std::string anonymous = provider.peer().sandbox_id_for_thread(std::nullopt, "u", {});
   EXPECT_EQ(anonymous.size(), 8u);
-  EXPECT_NE(anonymous, provider->sandbox_id_for_thread(std::nullopt, "u", {}));
+  EXPECT_NE(anonymous, provider.peer().sandbox_id_for_thread(std::nullopt, "u", {}));
 }
 
 // ── reuse and contract upgrades (SPEC §5.5) ─────────────────────────────────
@@ -288,8 +288,8 @@ TEST_F(ProviderSeedTest, CachedLegacySandboxIsNotReusedAfterContractUpgrade) {
   auto legacy_client = add_active("legacy-id");
   map_thread("default", "thread-1", "legacy-id");
 
-  EXPECT_EQ(provider->reuse_in_process_sandbox("thread-1", "default", std::string("current-id"),
-                                               false, std::nullopt),
+  EXPECT_EQ(provider.peer().reuse_in_process_sandbox(
+                "thread-1", "default", std::string("current-id"), false, std::nullopt),
             std::nullopt);
   EXPECT_EQ(mapped("default", "thread-1"), std::nullopt);
   // The old entry itself is left for the idle reaper; nothing is closed or stopped.
@@ -307,14 +307,14 @@ TEST_F(ProviderSeedTest, AcquireRestartsWithANewIdWhenMountContractChanges) {
   std::vector<MountContractSnapshot> snapshots = {{2, true}, {0, true}};
   std::size_t next = 0;
   const auto restore_acquisition_contract_snapshot =
-      provider->inject(&ProviderSeams::acquisition_contract_snapshot,
-                       [&]() -> TestProvider::Snapshot { return snapshots.at(next++); });
+      provider.inject(&ProviderSeams::acquisition_contract_snapshot,
+                      [&]() -> ProviderUnderTest::Snapshot { return snapshots.at(next++); });
   std::vector<std::string> attempted;
-  const auto restore_acquire_internal = provider->inject(
+  const auto restore_acquire_internal = provider.inject(
       &ProviderSeams::acquire_internal,
       [&](const std::optional<std::string>& thread, const std::string& user,
-          TestProvider::Snapshot snapshot) {
-        const std::string id = provider->sandbox_id_for_thread(thread, user, snapshot);
+          ProviderUnderTest::Snapshot snapshot) {
+        const std::string id = provider.peer().sandbox_id_for_thread(thread, user, snapshot);
         attempted.push_back(id);
         if (snapshot->version == 2) throw MountContractChangedError(2, 0);
         return id;
@@ -335,12 +335,12 @@ TEST_F(ProviderSeedTest, AcquireGivesUpAfterThreeContractChanges) {
   build();
   int attempts = 0;
   const auto restore_acquire_internal =
-      provider->inject(&ProviderSeams::acquire_internal,
-                       [&](const std::optional<std::string>&, const std::string&,
-                           TestProvider::Snapshot) -> std::string {
-                         ++attempts;
-                         throw MountContractChangedError(2, 3);
-                       });
+      provider.inject(&ProviderSeams::acquire_internal,
+                      [&](const std::optional<std::string>&, const std::string&,
+                          ProviderUnderTest::Snapshot) -> std::string {
+                        ++attempts;
+                        throw MountContractChangedError(2, 3);
+                      });
 
   EXPECT_THROW(provider->acquire("thread-1", "default"), MountContractChangedError);
   EXPECT_EQ(attempts, core::kMaxContractAttempts);
@@ -354,11 +354,11 @@ TEST_F(ProviderSeedTest, AcquireGivesUpAfterThreeContractChanges) {
 TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
   build();  // the seed's provider has no backend: here nothing may consult ours
   hooks.file_lock_fn = [](int) { throw std::runtime_error("lock failed"); };
-  const auto restore_create_sandbox = provider->inject(
+  const auto restore_create_sandbox = provider.inject(
       &ProviderSeams::create_sandbox, [](auto&&...) { return std::string("sandbox-id"); });
 
   try {
-    provider->discover_or_create_with_lock("thread-5", "sandbox-5", "default", std::nullopt);
+    provider.peer().discover_or_create_with_lock("thread-5", "sandbox-5", "default", std::nullopt);
     FAIL() << "the lock failure must propagate";
   } catch (const std::runtime_error& error) {
     EXPECT_THAT(error.what(), HasSubstr("lock failed"));
@@ -373,19 +373,20 @@ TEST_F(ProviderSeedTest, RemoteContractBackendRevalidatesExistingPodViaCreate) {
   backend->requires_validation = true;
   build();
   const auto restore_recheck_cached_sandbox =
-      provider->inject(&ProviderSeams::recheck_cached_sandbox,
-                       [](auto&&...) { return std::optional<std::string>(); });
+      provider.inject(&ProviderSeams::recheck_cached_sandbox,
+                      [](auto&&...) { return std::optional<std::string>(); });
   std::vector<std::tuple<std::optional<std::string>, std::string, std::string>> create_calls;
   const auto restore_create_sandbox =
-      provider->inject(&ProviderSeams::create_sandbox,
-                       [&](const std::optional<std::string>& thread, const std::string& id,
-                           const std::string& user, const TestProvider::Snapshot&) {
-                         create_calls.emplace_back(thread, id, user);
-                         return id;
-                       });
+      provider.inject(&ProviderSeams::create_sandbox,
+                      [&](const std::optional<std::string>& thread, const std::string& id,
+                          const std::string& user, const ProviderUnderTest::Snapshot&) {
+                        create_calls.emplace_back(thread, id, user);
+                        return id;
+                      });
 
-  EXPECT_EQ(provider->discover_or_create_with_lock("thread-1", "sandbox-v2", "alice", std::nullopt),
-            "sandbox-v2");
+  EXPECT_EQ(
+      provider.peer().discover_or_create_with_lock("thread-1", "sandbox-v2", "alice", std::nullopt),
+      "sandbox-v2");
   EXPECT_TRUE(backend->discovers().empty());
   EXPECT_EQ(create_calls,
             (std::vector<std::tuple<std::optional<std::string>, std::string, std::string>>{
@@ -401,7 +402,7 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeReuse)
   map_thread("alice", "thread-1", "sandbox-active");
   install_remote_revalidation_backend();
 
-  EXPECT_EQ(provider->acquire_internal("thread-1", "alice", std::nullopt), "sandbox-active");
+  EXPECT_EQ(provider.peer().acquire_internal("thread-1", "alice", std::nullopt), "sandbox-active");
 
   const auto creates = backend->creates();
   ASSERT_EQ(creates.size(), 1u);
@@ -417,10 +418,10 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeReuse)
 TEST_F(ProviderSeedTest, RemoteWarmPoolRevalidatesCurrentContractBeforeReclaim) {
   build();
   add_warm(make_info_ptr("sandbox-warm", "http://sandbox-host"), 123.0);
-  provider->planner->script_sandbox_id([](auto&&...) { return std::string("sandbox-warm"); });
+  provider.planner().script_sandbox_id([](auto&&...) { return std::string("sandbox-warm"); });
   install_remote_revalidation_backend();
 
-  EXPECT_EQ(provider->acquire_internal("thread-1", "alice", std::nullopt), "sandbox-warm");
+  EXPECT_EQ(provider.peer().acquire_internal("thread-1", "alice", std::nullopt), "sandbox-warm");
 
   const auto creates = backend->creates();
   ASSERT_EQ(creates.size(), 1u);
@@ -439,7 +440,7 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheReplacesClientWhenValidatedUrlChanges)
   auto old_client = add_active("sandbox-active-url");
   map_thread("alice", "thread-1", "sandbox-active-url");
   install_remote_revalidation_backend("http://new-sandbox-host");
-  provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+  provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
   hooks.lark_runtime = false;
   auto new_client =
       std::make_shared<RecordingClient>("sandbox-active-url", "http://new-sandbox-host");
@@ -447,7 +448,8 @@ TEST_F(ProviderSeedTest, RemoteActiveCacheReplacesClientWhenValidatedUrlChanges)
     return new_client;
   };
 
-  EXPECT_EQ(provider->acquire_internal("thread-1", "alice", std::nullopt), "sandbox-active-url");
+  EXPECT_EQ(provider.peer().acquire_internal("thread-1", "alice", std::nullopt),
+            "sandbox-active-url");
   EXPECT_EQ(provider->get("sandbox-active-url"), new_client);
   EXPECT_EQ(old_client->close_count(), 1);
   EXPECT_EQ(new_client->close_count(), 0);
@@ -460,8 +462,8 @@ TEST_F(ProviderSeedTest, RevalidationOnAnotherContractRaisesContractChanged) {
   add_warm(make_info_ptr("sandbox-warm", "http://sandbox-host"), 123.0);
   install_remote_revalidation_backend();  // reports contract 2
   try {
-    provider->reclaim_warm_pool_sandbox("thread-1", "sandbox-warm", "alice", false,
-                                        MountContractSnapshot{3, true});
+    provider.peer().reclaim_warm_pool_sandbox("thread-1", "sandbox-warm", "alice", false,
+                                              MountContractSnapshot{3, true});
     FAIL() << "expected MountContractChangedError";
   } catch (const MountContractChangedError& error) {
     EXPECT_EQ(error.previous_version(), 3);
@@ -485,7 +487,7 @@ TEST_F(ProviderSeedTest, RevalidationReportingAnotherIdentityIsACollision) {
     return info;
   };
 
-  EXPECT_THROW(provider->acquire_internal("thread-1", "alice", std::nullopt),
+  EXPECT_THROW(provider.peer().acquire_internal("thread-1", "alice", std::nullopt),
                SandboxIdentityCollisionError);
   EXPECT_TRUE(is_active("sandbox-active"));
   EXPECT_EQ(client->close_count(), 0);
@@ -501,10 +503,10 @@ class CreateFlagsTest : public ProviderSeedTest {
     hooks.lark_runtime = runtime;
     hooks.lark_broker = broker;
     build();
-    provider->planner->script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
+    provider.planner().script_extra_mounts([](auto&&...) { return std::vector<Mount>{}; });
     const auto restore_register_created_sandbox =
-        provider->inject(&ProviderSeams::register_created_sandbox, [id](auto&&...) { return id; });
-    EXPECT_EQ(provider->create_sandbox(thread, id, "alice", std::nullopt), id);
+        provider.inject(&ProviderSeams::register_created_sandbox, [id](auto&&...) { return id; });
+    EXPECT_EQ(provider.peer().create_sandbox(thread, id, "alice", std::nullopt), id);
     const auto creates = backend->creates();
     EXPECT_EQ(creates.size(), 1u);
     return creates.empty() ? CreateRequest{} : creates[0];

@@ -171,7 +171,7 @@ class LiveBackend final : public SandboxBackend {
   LiveBackend(std::shared_ptr<Clock> clock, Violations& violations)
       : clock_(std::move(clock)), violations_(violations) {}
 
-  void attach(TestProvider* provider) { provider_ = provider; }
+  void attach(const ProviderUnderTest* provider) { provider_ = provider; }
 
   SandboxInfo create(const CreateRequest& request) override {
     check_registry_at_create(request.sandbox_id);
@@ -228,8 +228,8 @@ class LiveBackend final : public SandboxBackend {
   // entry is gone, so a tracked, unreserved, stopped container is a stale entry.
   // Lock order: the provider's mutex_, then ours.
   void check_tracked_containers_live() {
-    std::lock_guard registry_lock(provider_->mutex_);
-    const auto& registry = provider_->registry_;
+    std::lock_guard registry_lock(provider_->mutex());
+    const auto& registry = provider_->registry();
     std::vector<std::pair<std::string, InfoPtr>> tracked;
     registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
       if ((entry.active() || entry.warm()) && !entry.teardown) tracked.emplace_back(id, entry.info);
@@ -290,8 +290,8 @@ class LiveBackend final : public SandboxBackend {
 
   // Invariant 1, at the moment create runs.
   void check_registry_at_create(const std::string&) {
-    std::lock_guard lock(provider_->mutex_);
-    const auto& registry = provider_->registry_;
+    std::lock_guard lock(provider_->mutex());
+    const auto& registry = provider_->registry();
     // One entry per sandbox with one state: "active and warm" cannot be represented. What
     // can still go wrong is the counts drifting from the entries.
     std::size_t active = 0, warm = 0;
@@ -308,8 +308,8 @@ class LiveBackend final : public SandboxBackend {
   // Invariant 3, when the creating call returns (its own sandbox now counted).
   void check_cap_after_create(const std::string& sandbox_id) {
     const double started = t_create_started;
-    std::lock_guard lock(provider_->mutex_);
-    const auto& registry = provider_->registry_;
+    std::lock_guard lock(provider_->mutex());
+    const auto& registry = provider_->registry();
     const std::size_t tracked = registry.active_count() + registry.warm_count();
     if (tracked <= static_cast<std::size_t>(kReplicas)) return;
     bool reported = false;
@@ -326,7 +326,7 @@ class LiveBackend final : public SandboxBackend {
  private:
   const std::shared_ptr<Clock> clock_;
   Violations& violations_;
-  TestProvider* provider_ = nullptr;  // set before any worker starts
+  const ProviderUnderTest* provider_ = nullptr;  // set before any worker starts
 
   mutable std::mutex mutex_;               // guards containers_ and live_by_id_
   std::vector<Container> containers_;      // index = incarnation
@@ -340,10 +340,11 @@ struct Conversation {
 };
 
 // Invariants 1, 2 and (registry side) 4 over a registry snapshot.
-void check_registry(TestProvider& provider, LiveBackend& backend, Violations& violations) {
+void check_registry(const ProviderUnderTest& provider, LiveBackend& backend,
+                    Violations& violations) {
   backend.check_tracked_containers_live();
-  std::lock_guard lock(provider.mutex_);
-  const auto& registry = provider.registry_;
+  std::lock_guard lock(provider.mutex());
+  const auto& registry = provider.registry();
   registry.for_each([&](const std::string& id, const core::SandboxEntry& entry) {
     if (entry.active() && !entry.info) violations.add(id + " has a client but no info");
     if (entry.active() && !entry.client) violations.add(id + " has an info but no client");
@@ -396,17 +397,18 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   deps.options.run_background_threads = false;
   deps.options.reconcile_on_start = false;
   deps.hooks = hooks.make_hooks();
-  auto provider = std::make_unique<TestProvider>(std::move(deps));
-  auto restore_create_sandbox = provider->inject(
+  ProviderUnderTest provider(std::move(deps));
+  auto restore_create_sandbox = provider.inject(
       &ProviderSeams::create_sandbox,
       [&provider, clock, backend](const std::optional<std::string>& thread, const std::string& id,
-                                  const std::string& user, const TestProvider::Snapshot& snapshot) {
+                                  const std::string& user,
+                                  const ProviderUnderTest::Snapshot& snapshot) {
         t_create_started = clock->monotonic_now();
-        std::string created = provider->base_create_sandbox(thread, id, user, snapshot);
+        std::string created = provider.peer().base_create_sandbox(thread, id, user, snapshot);
         backend->check_cap_after_create(created);
         return created;
       });
-  backend->attach(provider.get());
+  backend->attach(&provider);
 
   std::vector<Conversation> conversations;
   for (int u = 0; u < kUsers; ++u) {
@@ -469,12 +471,12 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
           ++other_errors;
           record_error(error.what());
         }
-        if (i % kCheckEvery == 0) check_registry(*provider, *backend, violations);
+        if (i % kCheckEvery == 0) check_registry(provider, *backend, violations);
       }
     });
   }
   for (auto& worker : workers) worker.join();
-  check_registry(*provider, *backend, violations);
+  check_registry(provider, *backend, violations);
   provider->shutdown();
   backend->check_all_destroyed_once();
   const auto elapsed = std::chrono::steady_clock::now() - started;
@@ -490,10 +492,10 @@ TEST(ProviderStressTest, RandomAcquireReleaseDestroyKeepsInvariants) {
   EXPECT_GT(logger->info_count("Evicted"), 0) << "the run never exercised replica eviction";
   EXPECT_GT(logger->info_count("Reclaimed"), 0) << "the run never reclaimed a warm sandbox";
   {
-    std::lock_guard lock(provider->mutex_);
-    EXPECT_EQ(provider->registry_.active_count(), 0u);
-    EXPECT_EQ(provider->registry_.warm_count(), 0u);
-    EXPECT_EQ(provider->registry_.teardown_count(), 0u);
+    std::lock_guard lock(provider.mutex());
+    EXPECT_EQ(provider.registry().active_count(), 0u);
+    EXPECT_EQ(provider.registry().warm_count(), 0u);
+    EXPECT_EQ(provider.registry().teardown_count(), 0u);
   }
   std::printf(
       "[stress] %d ops (%d acquire, %d release, %d destroy) in %.2fs; %zu containers "

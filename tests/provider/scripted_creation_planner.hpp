@@ -1,6 +1,6 @@
 // A creation planner whose answers a test can script, over the host's real planner that answers
 // everything not scripted: what the seed does by monkeypatching `_sandbox_id_for_thread`,
-// `_get_extra_mounts` and `_ensure_skills_projection`. Each TestProvider is given its own, a
+// `_get_extra_mounts` and `_ensure_skills_projection`. Each ProviderUnderTest is given its own, a
 // collaborator like any other, so the provider keeps no test seam for ids and mounts.
 #pragma once
 

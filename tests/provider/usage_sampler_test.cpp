@@ -62,7 +62,7 @@ TEST_F(UsageSamplerTest, FiguresComeFromTwoReadingsAndFailuresAreKeptPerSandbox)
   const std::string gone = provider->acquire("t-2", "bob");
   metered->readings[busy] = reading(10.0, 1000.0, 50u << 20);
   metered->failing.insert(gone);
-  core::UsageSampler sampler(provider->real(), clock, {.interval_seconds = 5, .max_per_sweep = 10});
+  core::UsageSampler sampler(*provider, clock, {.interval_seconds = 5, .max_per_sweep = 10});
 
   core::UsageView view = sampler.view();
   EXPECT_TRUE(view.available);
@@ -100,7 +100,7 @@ TEST_F(UsageSamplerTest, FiguresComeFromTwoReadingsAndFailuresAreKeptPerSandbox)
 TEST_F(UsageSamplerTest, ASweepReadsAtMostItsBoundAndSaysHowManyItLeft) {
   build_metered();
   for (int i = 0; i < 5; ++i) provider->acquire("t-" + std::to_string(i), "alice");
-  core::UsageSampler sampler(provider->real(), clock, {.max_per_sweep = 3});
+  core::UsageSampler sampler(*provider, clock, {.max_per_sweep = 3});
   sampler.sweep();
   EXPECT_EQ(metered->calls, 3);
   const core::UsageView view = sampler.view();
@@ -111,8 +111,7 @@ TEST_F(UsageSamplerTest, ASweepReadsAtMostItsBoundAndSaysHowManyItLeft) {
 TEST_F(UsageSamplerTest, TheThreadSweepsOnlyWhileSomeoneLooks) {
   build_metered();
   provider->acquire("t-1", "alice");
-  core::UsageSampler sampler(provider->real(), clock,
-                             {.interval_seconds = 0.01, .demand_seconds = 60});
+  core::UsageSampler sampler(*provider, clock, {.interval_seconds = 0.01, .demand_seconds = 60});
   sampler.start();
   std::this_thread::sleep_for(200ms);
   EXPECT_EQ(metered->calls, 0) << "sampled with nobody looking";
@@ -132,7 +131,7 @@ TEST_F(UsageSamplerTest, TheThreadSweepsOnlyWhileSomeoneLooks) {
 TEST_F(UsageSamplerTest, ABackendThatCannotTellIsSaidAndNeverAsked) {
   build();  // the fixture's FakeBackend offers no SandboxUsage
   provider->acquire("t-1", "alice");
-  core::UsageSampler sampler(provider->real(), clock);
+  core::UsageSampler sampler(*provider, clock);
   sampler.start();
   sampler.sweep();
   const core::UsageView view = sampler.view();
