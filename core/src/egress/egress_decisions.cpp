@@ -1,0 +1,207 @@
+#include "egress/egress_decisions.hpp"
+
+#include <openssl/rand.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+#include <iterator>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+#include "sandboxd/core/egress_rules.hpp"
+#include "sandboxd/json.hpp"
+
+namespace sandboxd::core {
+
+namespace {
+
+// 16 hex characters: what a gateway names a pending request by.
+std::string random_request_id() {
+  unsigned char bytes[8];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes");
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<EgressDecision> egress_decision_from(const std::string& text) {
+  if (text == "deny") return EgressDecision::deny;
+  if (text == "allow_temporary") return EgressDecision::allow_temporary;
+  if (text == "allow_sandbox") return EgressDecision::allow_sandbox;
+  return std::nullopt;
+}
+
+const char* to_string(EgressDecision decision) {
+  switch (decision) {
+    case EgressDecision::deny:
+      return "deny";
+    case EgressDecision::allow_temporary:
+      return "allow_temporary";
+    case EgressDecision::allow_sandbox:
+      return "allow_sandbox";
+  }
+  return "deny";
+}
+
+EgressDecisions::EgressDecisions(std::shared_ptr<Clock> clock, Limits limits)
+    : clock_(std::move(clock)), limits_(limits) {}
+
+bool EgressDecisions::granted(const std::string& sandbox_id, const std::string& domain, int port,
+                              const std::string& method) {
+  const double now = clock_->wall_now();
+  MutexLock lock(mutex_);
+  auto& state = sandboxes_[sandbox_id];
+  if (auto it = state.grants.find(domain); it != state.grants.end()) {
+    if (it->second == 0 || it->second > now) return true;
+    state.grants.erase(it);
+  }
+  if (limits_.prompt) {
+    const std::string key = domain + ":" + std::to_string(port);
+    auto it = state.pending.find(key);
+    if (it == state.pending.end()) {
+      if (state.pending.size() >= limits_.max_pending_per_sandbox) return false;
+      EgressRequest request;
+      request.request_id = random_request_id();
+      request.domain = domain;
+      request.port = port;
+      request.method = method;
+      request.first_seen = now;
+      it = state.pending.emplace(key, std::move(request)).first;
+    }
+    it->second.last_seen = now;
+    ++it->second.count;
+  }
+  return false;
+}
+
+std::vector<EgressRequest> EgressDecisions::pending(const std::string& sandbox_id) const {
+  MutexLock lock(mutex_);
+  std::vector<EgressRequest> out;
+  const auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end()) return out;
+  for (const auto& [key, request] : it->second.pending) out.push_back(request);
+  return out;
+}
+
+std::vector<EgressGrant> EgressDecisions::grants(const std::string& sandbox_id) const {
+  const double now = clock_->wall_now();
+  MutexLock lock(mutex_);
+  std::vector<EgressGrant> out;
+  const auto it = sandboxes_.find(sandbox_id);
+  if (it == sandboxes_.end()) return out;
+  for (const auto& [domain, expires] : it->second.grants) {
+    if (expires == 0 || expires > now) out.push_back({domain, expires});
+  }
+  return out;
+}
+
+std::vector<EgressRequest> EgressDecisions::consume_events(const std::string& sandbox_id) {
+  MutexLock lock(mutex_);
+  std::vector<EgressRequest> out;
+  const auto found = sandboxes_.find(sandbox_id);
+  if (found == sandboxes_.end()) return out;
+  for (auto& [key, request] : found->second.pending) {
+    if (request.surfaced) continue;
+    request.surfaced = true;
+    out.push_back(request);
+  }
+  return out;
+}
+
+void EgressDecisions::deny_pending(const std::string& sandbox_id) {
+  MutexLock lock(mutex_);
+  const auto found = sandboxes_.find(sandbox_id);
+  if (found == sandboxes_.end()) return;
+  auto& pending = found->second.pending;
+  for (auto it = pending.begin(); it != pending.end();) {
+    it = it->second.surfaced ? std::next(it) : pending.erase(it);
+  }
+}
+
+void EgressDecisions::decide(const std::string& sandbox_id, const std::string& domain,
+                             EgressDecision decision) {
+  const auto normalized = egress::normalize_domain(domain);
+  if (!normalized) throw std::invalid_argument("'" + domain + "' is not a domain name");
+  MutexLock lock(mutex_);
+  decide_locked(sandboxes_[sandbox_id], *normalized, decision);
+}
+
+bool EgressDecisions::decide_request(const std::string& sandbox_id, const std::string& request_id,
+                                     EgressDecision decision) {
+  MutexLock lock(mutex_);
+  const auto found = sandboxes_.find(sandbox_id);
+  if (found == sandboxes_.end()) return false;
+  // Found and decided under one lock: a request decided twice at once is decided once.
+  for (const auto& [key, request] : found->second.pending) {
+    if (request.request_id != request_id) continue;
+    const std::string domain = request.domain;  // decide_locked erases the request
+    decide_locked(found->second, domain, decision);
+    return true;
+  }
+  return false;
+}
+
+void EgressDecisions::decide_locked(SandboxDecisions& state, const std::string& domain,
+                                    EgressDecision decision) {
+  for (auto it = state.pending.begin(); it != state.pending.end();) {
+    it = it->second.domain == domain ? state.pending.erase(it) : std::next(it);
+  }
+  switch (decision) {
+    case EgressDecision::deny:
+      state.grants.erase(domain);
+      break;
+    case EgressDecision::allow_temporary:
+      state.grants[domain] = clock_->wall_now() + limits_.temporary_grant_ttl;
+      break;
+    case EgressDecision::allow_sandbox:
+      state.grants[domain] = 0;
+      break;
+  }
+}
+
+void EgressDecisions::forget(const std::string& sandbox_id) {
+  MutexLock lock(mutex_);
+  sandboxes_.erase(sandbox_id);
+}
+
+std::string EgressDecisions::grants_json() const {
+  MutexLock lock(mutex_);
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  for (const auto& [sandbox_id, state] : sandboxes_) {
+    if (state.grants.empty()) continue;
+    w.Key(sandbox_id.c_str());
+    w.StartObject();
+    for (const auto& [domain, expires] : state.grants) {
+      w.Key(domain.c_str());
+      w.Double(expires);
+    }
+    w.EndObject();
+  }
+  w.EndObject();
+  return buffer.GetString();
+}
+
+void EgressDecisions::restore_grants(const std::string& json) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, json) || !doc.IsObject()) return;
+  MutexLock lock(mutex_);
+  for (const auto& sandbox : doc.GetObject()) {
+    if (!sandbox.value.IsObject()) continue;
+    auto& state = sandboxes_[sandbox.name.GetString()];
+    for (const auto& grant : sandbox.value.GetObject()) {
+      const auto domain = egress::normalize_domain(grant.name.GetString());
+      if (domain && grant.value.IsNumber()) state.grants[*domain] = grant.value.GetDouble();
+    }
+  }
+}
+
+}  // namespace sandboxd::core
