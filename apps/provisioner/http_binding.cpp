@@ -67,6 +67,10 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
              [&service](const Request&, const RouteParams& params) {
                return answer(service.remove(params["id"]));
              });
+  routes.add("GET", "/api/sandboxes/{id}/usage",
+             [&service](const Request&, const RouteParams& params) {
+               return answer(service.usage(params["id"]));
+             });
   routes.add("GET", "/api/sandboxes/{id}/instance",
              [&service](const Request&, const RouteParams& params) {
                return answer(service.instance(params["id"]));

@@ -352,6 +352,50 @@ Reply ProvisionerService::get(const std::string& sandbox_id) {
   }
 }
 
+namespace {
+
+std::string usage_json(const SandboxUsage::Reading& reading) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  w.StartObject();
+  if (reading.cpu_seconds) w.Key("cpu_seconds"), w.Double(*reading.cpu_seconds);
+  if (reading.host_cpu_seconds) w.Key("host_cpu_seconds"), w.Double(*reading.host_cpu_seconds);
+  if (reading.online_cpus) w.Key("online_cpus"), w.Int(*reading.online_cpus);
+  if (reading.memory_bytes) w.Key("memory_bytes"), w.Uint64(*reading.memory_bytes);
+  if (reading.memory_limit_bytes) {
+    w.Key("memory_limit_bytes"), w.Uint64(*reading.memory_limit_bytes);
+  }
+  if (reading.pids) w.Key("pids"), w.Uint64(*reading.pids);
+  w.EndObject();
+  return buffer.GetString();
+}
+
+}  // namespace
+
+Reply ProvisionerService::usage(const std::string& sandbox_id) {
+  SandboxUsage* const meter = backend_capability<SandboxUsage>(*backend_);
+  if (meter == nullptr) return detail(501, "This provisioner's backend reports no usage");
+  if (!is_valid_sandbox_id(sandbox_id)) return not_found(sandbox_id);
+  try {
+    // The backend object outlives the call: the lambda holds it, and `meter` is part of it.
+    const std::optional<SandboxUsage::Reading> reading = calls_.run(
+        [backend = backend_, meter, sandbox_id]() -> std::optional<SandboxUsage::Reading> {
+          const std::optional<SandboxInfo> info = backend->discover(sandbox_id);
+          if (!info || info->sandbox_url.empty()) return std::nullopt;
+          return meter->usage(*info);
+        },
+        settings_.backend_timeout_seconds, "Reading the usage of sandbox '" + sandbox_id + "'");
+    if (!reading) return not_found(sandbox_id);
+    return {200, usage_json(*reading)};
+  } catch (const NoCallSlot& busy) {
+    return detail(503, busy.what());
+  } catch (const BackendTimeout& timeout) {
+    return detail(504, timeout.what());
+  } catch (const std::exception& error) {
+    return failure("Failed to read the usage of sandbox '" + sandbox_id + "': ", error);
+  }
+}
+
 Reply ProvisionerService::instance(const std::string& sandbox_id) {
   SandboxDiscoveryResult result;
   if (is_valid_sandbox_id(sandbox_id)) {

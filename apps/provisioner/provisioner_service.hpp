@@ -64,7 +64,13 @@ class ProvisionerService {
   Reply get(const std::string& sandbox_id);       // GET /api/sandboxes/{id}
   Reply instance(const std::string& sandbox_id);  // GET /api/sandboxes/{id}/instance
   Reply remove(const std::string& sandbox_id);    // DELETE /api/sandboxes/{id}
-  Reply list();                                   // GET /api/sandboxes
+  // GET /api/sandboxes/{id}/usage: what the sandbox uses now, read from the backend's
+  // SandboxUsage on this request (the caller samples: a gateway's serve over this provisioner,
+  // every few seconds while its page is open): {cpu_seconds, host_cpu_seconds, online_cpus,
+  // memory_bytes, memory_limit_bytes, pids}, a figure the engine did not give left out. 501
+  // when the backend cannot tell, 404 for a sandbox it does not run.
+  Reply usage(const std::string& sandbox_id);
+  Reply list();  // GET /api/sandboxes
 
   // Issue 36: the operator page (apps/door/ui_page.hpp). Its table, in serve's shape:
   // {sandboxes: [{sandbox_id, state: "running", user_id, thread_id, since}]}, `since` the

@@ -2,6 +2,8 @@
 
 #include <rapidjson/document.h>
 
+#include <cmath>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 
@@ -217,6 +219,43 @@ std::optional<SandboxListing> read_list_answer(const std::string& body, double n
     listing.sandboxes.push_back(std::move(info));
   }
   return listing;
+}
+
+SandboxUsage::Reading read_usage_answer(const std::string& body) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) throw AnswerNotAnObject();
+  const auto member = [&doc](const char* name) -> const rapidjson::Value* {
+    const auto found = doc.FindMember(name);
+    return found == doc.MemberEnd() || found->value.IsNull() ? nullptr : &found->value;
+  };
+  const auto seconds = [&member](const char* name) -> std::optional<double> {
+    const rapidjson::Value* value = member(name);
+    if (value == nullptr) return std::nullopt;
+    if (!value->IsNumber() || !std::isfinite(value->GetDouble()) || value->GetDouble() < 0) {
+      throw std::runtime_error(std::string(name) + " is not a number of seconds >= 0");
+    }
+    return value->GetDouble();
+  };
+  const auto count = [&member](const char* name) -> std::optional<std::uint64_t> {
+    const rapidjson::Value* value = member(name);
+    if (value == nullptr) return std::nullopt;
+    if (!value->IsUint64())
+      throw std::runtime_error(std::string(name) + " is not a whole number >= 0");
+    return value->GetUint64();
+  };
+  SandboxUsage::Reading reading;
+  reading.cpu_seconds = seconds("cpu_seconds");
+  reading.host_cpu_seconds = seconds("host_cpu_seconds");
+  if (const rapidjson::Value* cpus = member("online_cpus")) {
+    if (!cpus->IsInt() || cpus->GetInt() < 0) {
+      throw std::runtime_error("online_cpus is not a whole number >= 0");
+    }
+    reading.online_cpus = cpus->GetInt();
+  }
+  reading.memory_bytes = count("memory_bytes");
+  reading.memory_limit_bytes = count("memory_limit_bytes");
+  reading.pids = count("pids");
+  return reading;
 }
 
 }  // namespace sandboxd::remote_provisioner

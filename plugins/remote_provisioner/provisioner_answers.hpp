@@ -1,5 +1,6 @@
 // What the remote_provisioner plugin reads from the provisioner service's JSON answers
-// (SPEC §10.2–§10.5): capabilities, a create, a sandbox, an exact-instance lookup, a listing.
+// (SPEC §10.2–§10.5): capabilities, a create, a sandbox, an exact-instance lookup, a listing,
+// a sandbox's usage.
 // Pure functions over the body, so that unit tests and the `provisioner_answers` fuzz target
 // reach them without a service. Whatever answers in the provisioner's place is untrusted: a
 // sandbox_url must be http:// or https://, a contract version an integer, and a body that is
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "sandboxd/capabilities.hpp"
 #include "sandboxd/types.hpp"
 
 namespace sandboxd::remote_provisioner {
@@ -54,5 +56,10 @@ struct SandboxListing {
   std::vector<std::string> skipped;
 };
 std::optional<SandboxListing> read_list_answer(const std::string& body, double now);
+
+// GET /api/sandboxes/{id}/usage (200): the figures the provisioner's engine gave; a member that
+// is missing or null stays empty. Throws AnswerNotAnObject, or std::runtime_error naming a
+// member that is not a finite number >= 0 (a whole one for online_cpus, the bytes and pids).
+SandboxUsage::Reading read_usage_answer(const std::string& body);
 
 }  // namespace sandboxd::remote_provisioner

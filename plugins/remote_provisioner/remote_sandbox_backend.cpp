@@ -5,7 +5,9 @@
 // `known_` and `next_probe_at_`. It is held across the capabilities GET (up to 5 s), so
 // refresh_capabilities_if_stale() and mount_contract_snapshot() may block. `version_` and
 // `known_` are atomics written only under the lock, so the cached accessors read them without
-// it and never block. Nothing else is shared; the HTTP helpers keep no state.
+// it and never block. `usage_unsupported_until_` (an atomic) is the one other shared figure: when
+// the provisioner said its backend reports no usage, usage() asks again only after a minute.
+// The HTTP helpers keep no state.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -36,12 +38,17 @@ constexpr double kDestroyTimeout = 15.0;
 constexpr double kGetTimeout = 10.0;
 constexpr double kKnownProbeInterval = 30.0;
 constexpr double kUnavailableProbeInterval = 1.0;
+// The operator page's sampler asks each sandbox every few seconds, one after another: a slow
+// provisioner must not hold a sweep for long.
+constexpr double kUsageTimeout = 5.0;
+constexpr double kUsageUnsupportedRetry = 60.0;
 
 }  // namespace
 
 class RemoteSandboxBackend final : public SandboxBackend,
                                    public MountContractNegotiation,
-                                   public RemoteSandboxEgress {
+                                   public RemoteSandboxEgress,
+                                   public SandboxUsage {
  public:
   explicit RemoteSandboxBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -91,6 +98,30 @@ class RemoteSandboxBackend final : public SandboxBackend,
                                error.what());
     }
     return {static_cast<int>(response.status), response.body};
+  }
+
+  // ── what a sandbox uses, as the provisioner's backend counts it (issue 36) ──
+  Reading usage(const SandboxInfo& info) override {
+    if (clock_->monotonic_now() < usage_unsupported_until_.load()) {
+      throw std::runtime_error("the provisioner's backend reports no usage");
+    }
+    HttpResponse response;
+    try {
+      response =
+          http_request("GET", sandbox_url_for(info.sandbox_id) + "/usage", api_key_, kUsageTimeout);
+    } catch (const TransportError& error) {
+      throw std::runtime_error("Provisioner usage call failed for " + info.sandbox_id + ": " +
+                               error.what());
+    }
+    if (response.status == 501) {
+      usage_unsupported_until_.store(clock_->monotonic_now() + kUsageUnsupportedRetry);
+      throw std::runtime_error("the provisioner's backend reports no usage");
+    }
+    if (!response.ok()) {
+      throw std::runtime_error("Provisioner usage of " + info.sandbox_id + " answered HTTP " +
+                               std::to_string(response.status));
+    }
+    return read_usage_answer(response.body);
   }
 
   // ── capability negotiation (§10.2) ──
@@ -354,6 +385,7 @@ class RemoteSandboxBackend final : public SandboxBackend,
   std::atomic<int> version_{0};
   std::atomic<bool> known_{false};
   double next_probe_at_ GUARDED_BY(probe_mutex_) = 0.0;  // 0 = stale
+  std::atomic<double> usage_unsupported_until_{0.0};     // monotonic seconds
 };
 
 SANDBOXD_EXPORT_BACKEND(RemoteSandboxBackend, "sandboxes run by the DeerFlow provisioner service")

@@ -36,6 +36,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto found = rp::read_discovered_sandbox("s", body, 1.0)) require_http(found->sandbox_url);
   const sandboxd::SandboxDiscoveryResult instance = rp::read_instance_answer("s", body, 1.0);
   if (instance.info) require_http(instance.info->sandbox_url);
+  try {
+    // What is read is a figure the page may show: never negative, never NaN.
+    const sandboxd::SandboxUsage::Reading reading = rp::read_usage_answer(body);
+    for (const auto& seconds : {reading.cpu_seconds, reading.host_cpu_seconds}) {
+      if (seconds && !(*seconds >= 0)) __builtin_trap();
+    }
+    if (reading.online_cpus && *reading.online_cpus < 0) __builtin_trap();
+  } catch (const std::runtime_error&) {
+  }
   if (auto listing = rp::read_list_answer(body, 1.0)) {
     for (const sandboxd::SandboxInfo& info : listing->sandboxes) {
       require_http(info.sandbox_url);

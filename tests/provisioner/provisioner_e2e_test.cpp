@@ -25,6 +25,7 @@
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/usage_sampler.hpp"
 #include "sandboxd/errors.hpp"
 #include "test_support.hpp"
 
@@ -223,6 +224,34 @@ TEST_F(ProvisionerEndToEndTest, AcquireReleaseReclaimAndDestroyThroughTheService
   provider_->shutdown();
   EXPECT_TRUE(containers_left_after_removal(prefix_).empty()) << "shutdown left a container";
   std::printf("acquire/release/reclaim/destroy through sandboxd-provisioner: 2 created, 0 left\n");
+}
+
+// Issue 36: serve's operator page over a provisioner shows what each sandbox uses. The page's
+// sampler, over a Provider over the remote backend, reads each sandbox through
+// GET /api/sandboxes/{id}/usage, which the provisioner answers from its local_docker backend's
+// one-shot engine stats: real figures from the real engine, two processes away.
+TEST_F(ProvisionerEndToEndTest, ThePagesSamplerReadsEachSandboxsUsageThroughTheService) {
+  start_service();
+  make_provider();
+  const std::string id = provider_->acquire("thread-1", "alice");
+  ASSERT_TRUE(provider_->get(id));
+  auto clock = std::make_shared<sandboxd::testing::ManualClock>();
+  UsageSampler sampler(*provider_, clock);
+  EXPECT_TRUE(sampler.view().available) << "the remote backend offers SandboxUsage";
+  sampler.sweep();
+  const UsageView view = sampler.view();
+  ASSERT_EQ(view.sandboxes.count(id), 1u);
+  const SandboxUsageFigures& figures = view.sandboxes.at(id);
+  EXPECT_EQ(figures.error, "");
+  ASSERT_TRUE(figures.memory_bytes);
+  EXPECT_GT(*figures.memory_bytes, 0u);
+  ASSERT_TRUE(figures.pids);
+  EXPECT_GE(*figures.pids, 1u);
+  std::printf("usage through sandboxd-provisioner: %llu bytes, %llu processes\n",
+              static_cast<unsigned long long>(*figures.memory_bytes),
+              static_cast<unsigned long long>(*figures.pids));
+  provider_->destroy(id);
+  provider_->shutdown();
 }
 
 // Issue 33: the backend's network mode isolated. Each answer's sandbox_url is the provisioner's

@@ -107,6 +107,34 @@ class RecordingBackend final : public SandboxBackend {
   bool lookups_unknown = false;
 };
 
+// A RecordingBackend that can also tell what a sandbox uses (SandboxUsage), by composition: the
+// provisioner sees one backend offering the capability.
+class MeteredBackend final : public SandboxBackend, public SandboxUsage {
+ public:
+  explicit MeteredBackend(std::shared_ptr<RecordingBackend> inner) : inner_(std::move(inner)) {}
+  SandboxInfo create(const CreateRequest& request) override { return inner_->create(request); }
+  void destroy(const SandboxInfo& info) override { inner_->destroy(info); }
+  bool is_alive(const SandboxInfo& info) override { return inner_->is_alive(info); }
+  std::optional<SandboxInfo> discover(const std::string& id) override {
+    return inner_->discover(id);
+  }
+  std::vector<SandboxInfo> list_running() override { return inner_->list_running(); }
+  Reading usage(const SandboxInfo& info) override {
+    std::lock_guard lock(mutex_);
+    asked.push_back(info.sandbox_id);
+    if (usage_error) throw std::runtime_error(*usage_error);
+    return reading;
+  }
+
+  std::mutex mutex_;  // guards what follows (handlers run on the server's workers)
+  Reading reading;
+  std::optional<std::string> usage_error;
+  std::vector<std::string> asked;
+
+ private:
+  std::shared_ptr<RecordingBackend> inner_;
+};
+
 rapidjson::Document parse(const std::string& body) {
   rapidjson::Document doc;
   doc.Parse(body.c_str(), body.size());
@@ -153,7 +181,8 @@ class ProvisionerServiceTest : public ::testing::Test {
     settings.roots.host_base_dir = base();
     settings.roots.threads_host_path = base() + "/threads";
     adjust(settings);
-    service_ = std::make_unique<ProvisionerService>(settings, backend_, logger_);
+    service_ = std::make_unique<ProvisionerService>(
+        settings, served_ ? served_ : std::shared_ptr<SandboxBackend>(backend_), logger_);
     service_->prepare_state_roots();
     server_ = std::make_unique<ProvisionerHttpServer>(*service_, logger_, max_body, 4);
     port_ = server_->bind("127.0.0.1", 0);
@@ -191,6 +220,7 @@ class ProvisionerServiceTest : public ::testing::Test {
 
   TempDir dir_;
   std::shared_ptr<RecordingBackend> backend_ = std::make_shared<RecordingBackend>();
+  std::shared_ptr<SandboxBackend> served_;  // what the service is given, when not backend_
   std::shared_ptr<CapturingLogger> logger_ = std::make_shared<CapturingLogger>();
   std::unique_ptr<ProvisionerService> service_;
   std::unique_ptr<ProvisionerHttpServer> server_;
@@ -575,6 +605,44 @@ TEST_F(ProvisionerServiceTest, GetListInstanceAndDelete) {
   EXPECT_EQ(parse(get("/api/sandboxes")->body)["count"].GetInt(), 0);
   // An id that cannot name a sandbox is simply not found, never a path.
   EXPECT_EQ(get("/api/sandboxes/..%2F..%2Fetc")->status, 404);
+}
+
+TEST_F(ProvisionerServiceTest, UsageIsTheBackendsReadingOfARunningSandbox) {
+  auto metered = std::make_shared<MeteredBackend>(backend_);
+  metered->reading.cpu_seconds = 1.25;
+  metered->reading.memory_bytes = 1 << 20;
+  metered->reading.pids = 7;
+  served_ = metered;
+  start();
+  auto missing = get("/api/sandboxes/sb-1/usage");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(missing->body, R"({"detail":"Sandbox 'sb-1' not found"})");
+  {
+    std::lock_guard lock(metered->mutex_);
+    EXPECT_TRUE(metered->asked.empty()) << "a sandbox the backend does not run is never metered";
+  }
+  ASSERT_EQ(create_alice()->status, 200);
+  auto read = get("/api/sandboxes/sb-1/usage");
+  ASSERT_EQ(read->status, 200);
+  EXPECT_EQ(read->body, R"({"cpu_seconds":1.25,"memory_bytes":1048576,"pids":7})");
+  EXPECT_EQ(client_->Get("/api/sandboxes/sb-1/usage")->status, 401) << "behind the key";
+  {
+    std::lock_guard lock(metered->mutex_);  // the handlers read it on their threads
+    metered->usage_error = "engine: no such container";
+  }
+  auto failed = get("/api/sandboxes/sb-1/usage");
+  EXPECT_GE(failed->status, 500);
+  EXPECT_NE(detail_of(failed).find("Failed to read the usage of sandbox 'sb-1': "),
+            std::string::npos)
+      << detail_of(failed);
+}
+
+TEST_F(ProvisionerServiceTest, UsageIs501WhenTheBackendCannotTell) {
+  start();
+  ASSERT_EQ(create_alice()->status, 200);
+  auto answer = get("/api/sandboxes/sb-1/usage");
+  EXPECT_EQ(answer->status, 501);
+  EXPECT_EQ(detail_of(answer), "This provisioner's backend reports no usage");
 }
 
 TEST_F(ProvisionerServiceTest, BackendFailuresAreTheirNamedMessages) {

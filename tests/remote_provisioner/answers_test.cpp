@@ -171,5 +171,29 @@ TEST(ProvisionerAnswers, AListingSkipsAndShowsEntriesWithoutIdOrUsableUrl) {
   }
 }
 
+TEST(ProvisionerAnswers, AUsageAnswerKeepsWhatItGivesAndRefusesWhatNoFigureCanBe) {
+  const SandboxUsage::Reading full = read_usage_answer(
+      R"({"cpu_seconds": 1.5, "host_cpu_seconds": 9000.25, "online_cpus": 2,
+          "memory_bytes": 1048576, "memory_limit_bytes": 2097152, "pids": 3})");
+  EXPECT_EQ(full.cpu_seconds, 1.5);
+  EXPECT_EQ(full.host_cpu_seconds, 9000.25);
+  EXPECT_EQ(full.online_cpus, 2);
+  EXPECT_EQ(full.memory_bytes, 1048576u);
+  EXPECT_EQ(full.memory_limit_bytes, 2097152u);
+  EXPECT_EQ(full.pids, 3u);
+
+  const SandboxUsage::Reading partial = read_usage_answer(R"({"memory_bytes": 5, "pids": null})");
+  EXPECT_EQ(partial.memory_bytes, 5u);
+  EXPECT_FALSE(partial.pids);
+  EXPECT_FALSE(partial.cpu_seconds);
+
+  EXPECT_THROW(read_usage_answer("[]"), AnswerNotAnObject);
+  for (const char* bad :
+       {R"({"cpu_seconds": -1})", R"({"cpu_seconds": "1"})", R"({"memory_bytes": 1.5})",
+        R"({"pids": -2})", R"({"online_cpus": 1e30})"}) {
+    EXPECT_THROW(read_usage_answer(bad), std::runtime_error) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace sandboxd::remote_provisioner

@@ -35,6 +35,7 @@ namespace {
   return offered;
 }
 
+using sandboxd::backend_capability;
 using sandboxd::CreateRequest;
 using sandboxd::LogLevel;
 using sandboxd::MountContractChangedError;
@@ -42,6 +43,7 @@ using sandboxd::MountModeKind;
 using sandboxd::SandboxBackend;
 using sandboxd::SandboxDiscoveryResult;
 using sandboxd::SandboxInfo;
+using sandboxd::SandboxUsage;
 using sandboxd::testing::CapturingLogger;
 using sandboxd::testing::ManualClock;
 
@@ -996,6 +998,54 @@ TEST_F(RemoteBackendTest, ABodyThatStallsAfterTheHeadersStillTimesOut) {
   EXPECT_FALSE(negotiation(*remote)->cached_mount_contract_capability_known());
   EXPECT_GE(waited, 4.9);
   EXPECT_LT(waited, 7.5);
+}
+
+// ── what a sandbox uses (issue 36: serve's operator page over a provisioner) ──
+
+TEST_F(RemoteBackendTest, UsageIsAskedOfTheProvisionerWithTheKey) {
+  auto remote = backend(kApiKey);
+  auto* meter = backend_capability<SandboxUsage>(*remote);
+  ASSERT_NE(meter, nullptr) << "the remote backend offers SandboxUsage";
+  server_.push(
+      "GET /api/sandboxes/sb-1/usage", 200,
+      R"({"cpu_seconds": 2.5, "memory_bytes": 4096, "memory_limit_bytes": 8192, "pids": 4})");
+  const SandboxUsage::Reading reading = meter->usage(SandboxInfo{"sb-1", "http://x"});
+  EXPECT_EQ(reading.cpu_seconds, 2.5);
+  EXPECT_EQ(reading.memory_bytes, 4096u);
+  EXPECT_EQ(reading.pids, 4u);
+  EXPECT_FALSE(reading.online_cpus);
+  const auto requests = server_.requests();
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].headers.at("X-API-Key"), kApiKey);
+}
+
+TEST_F(RemoteBackendTest, AProvisionerWithoutUsageIsAskedAgainOnlyAfterAMinute) {
+  auto remote = backend(kApiKey);
+  auto* meter = backend_capability<SandboxUsage>(*remote);
+  server_.push("GET /api/sandboxes/sb-1/usage", 501, R"({"detail": "no usage"})");
+  EXPECT_THROW(meter->usage(SandboxInfo{"sb-1", "http://x"}), std::runtime_error);
+  // The page's sampler asks every sandbox every few seconds: nothing goes out for a minute.
+  host_.clock->advance(59);
+  EXPECT_THROW(meter->usage(SandboxInfo{"sb-2", "http://x"}), std::runtime_error);
+  EXPECT_EQ(server_.requests().size(), 1u);
+  host_.clock->advance(2);
+  server_.push("GET /api/sandboxes/sb-2/usage", 200, R"({"pids": 1})");
+  EXPECT_EQ(meter->usage(SandboxInfo{"sb-2", "http://x"}).pids, 1u);
+  EXPECT_EQ(server_.requests().size(), 2u);
+}
+
+TEST_F(RemoteBackendTest, AUsageFailureNamesTheSandboxAndTheStatus) {
+  auto remote = backend(kApiKey);
+  auto* meter = backend_capability<SandboxUsage>(*remote);
+  server_.push("GET /api/sandboxes/sb-1/usage", 404, R"({"detail": "Sandbox 'sb-1' not found"})");
+  try {
+    meter->usage(SandboxInfo{"sb-1", "http://x"});
+    FAIL() << "no throw";
+  } catch (const std::runtime_error& error) {
+    EXPECT_STREQ(error.what(), "Provisioner usage of sb-1 answered HTTP 404");
+  }
+  server_.push("GET /api/sandboxes/sb-1/usage", 200, R"({"pids": "many"})");
+  EXPECT_THROW(meter->usage(SandboxInfo{"sb-1", "http://x"}), std::runtime_error);
 }
 
 }  // namespace
