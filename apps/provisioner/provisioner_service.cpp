@@ -5,6 +5,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -358,8 +359,12 @@ std::string usage_json(const SandboxUsage::Reading& reading) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   w.StartObject();
-  if (reading.cpu_seconds) w.Key("cpu_seconds"), w.Double(*reading.cpu_seconds);
-  if (reading.host_cpu_seconds) w.Key("host_cpu_seconds"), w.Double(*reading.host_cpu_seconds);
+  // A NaN or an infinity has no JSON form: such a figure is one the engine did not give.
+  const auto seconds = [&w](const char* name, const std::optional<double>& value) {
+    if (value && std::isfinite(*value)) w.Key(name), w.Double(*value);
+  };
+  seconds("cpu_seconds", reading.cpu_seconds);
+  seconds("host_cpu_seconds", reading.host_cpu_seconds);
   if (reading.online_cpus) w.Key("online_cpus"), w.Int(*reading.online_cpus);
   if (reading.memory_bytes) w.Key("memory_bytes"), w.Uint64(*reading.memory_bytes);
   if (reading.memory_limit_bytes) {
