@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Builds only the concurrency-heavy test targets with ThreadSanitizer into ./build-tsan and runs
 # them (the loader, the ownership stores with the cross-process tests, the provider core, the
-# provisioner service's routes over its HTTP worker threads, the relay and the egress proxy:
-# label "proxy"), and the doors' event streams.
+# provisioner service's routes over its HTTP worker threads, the relay, and the egress proxy
+# and its decisions: label "proxy"), and the doors' event streams.
 # Container-engine tests are left to the normal run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 targets=(loader_test ownership_store_test ownership_cross_process_test ownership_contender
          ownership_memory ownership_sqlite ownership_redis)
 [ -f tests/provider/CMakeLists.txt ] && targets+=(provider_test)
-targets+=(provisioner_service_test provisioner_config_test relay_test egress_proxy_test
+targets+=(provisioner_service_test provisioner_config_test relay_test egress_proxy_test egress_decisions_test
           door_event_stream_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_SANITIZER=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"
