@@ -221,6 +221,12 @@ std::optional<SandboxListing> read_list_answer(const std::string& body, double n
   return listing;
 }
 
+bool is_unknown_route_answer(long status, const std::string& body) {
+  if (status != 404) return false;
+  rapidjson::Document doc;
+  return parse_object(body, doc) && string_member(doc, "detail") == "Not Found";
+}
+
 SandboxUsage::Reading read_usage_answer(const std::string& body) {
   rapidjson::Document doc;
   if (!parse_object(body, doc)) throw AnswerNotAnObject();

@@ -57,6 +57,11 @@ struct SandboxListing {
 };
 std::optional<SandboxListing> read_list_answer(const std::string& body, double now);
 
+// Whether an answer says the service has no such route at all: FastAPI's 404
+// {"detail": "Not Found"} (DeerFlow's provisioner, and sandboxd-provisioner's route table, for
+// a path nothing serves), as opposed to a 404 naming a sandbox it does not run.
+bool is_unknown_route_answer(long status, const std::string& body);
+
 // GET /api/sandboxes/{id}/usage (200): the figures the provisioner's engine gave; a member that
 // is missing or null stays empty. Throws AnswerNotAnObject, or std::runtime_error naming a
 // member that is not a finite number >= 0 (a whole one for online_cpus, the bytes and pids).

@@ -5,8 +5,8 @@
 // `known_` and `next_probe_at_`. It is held across the capabilities GET (up to 5 s), so
 // refresh_capabilities_if_stale() and mount_contract_snapshot() may block. `version_` and
 // `known_` are atomics written only under the lock, so the cached accessors read them without
-// it and never block. `usage_unsupported_until_` (an atomic) is the one other shared figure: when
-// the provisioner said its backend reports no usage, usage() asks again only after a minute.
+// it and never block. `usage_unsupported_until_` (an atomic, no lock) is the one other shared
+// figure: when the provisioner cannot report usage, usage() asks again only after a minute.
 // The HTTP helpers keep no state.
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
@@ -113,9 +113,11 @@ class RemoteSandboxBackend final : public SandboxBackend,
       throw std::runtime_error("Provisioner usage call failed for " + info.sandbox_id + ": " +
                                error.what());
     }
-    if (response.status == 501) {
+    // 501: its backend cannot tell; no such route: a provisioner without usage (DeerFlow's).
+    if (response.status == 501 || is_unknown_route_answer(response.status, response.body)) {
       usage_unsupported_until_.store(clock_->monotonic_now() + kUsageUnsupportedRetry);
-      throw std::runtime_error("the provisioner's backend reports no usage");
+      throw std::runtime_error(response.status == 501 ? "the provisioner's backend reports no usage"
+                                                      : "the provisioner has no usage route");
     }
     if (!response.ok()) {
       throw std::runtime_error("Provisioner usage of " + info.sandbox_id + " answered HTTP " +
@@ -385,7 +387,9 @@ class RemoteSandboxBackend final : public SandboxBackend,
   std::atomic<int> version_{0};
   std::atomic<bool> known_{false};
   double next_probe_at_ GUARDED_BY(probe_mutex_) = 0.0;  // 0 = stale
-  std::atomic<double> usage_unsupported_until_{0.0};     // monotonic seconds
+  // Monotonic seconds; read and written by any sampler thread without a lock (a late write
+  // only moves the next question by a sweep).
+  std::atomic<double> usage_unsupported_until_{0.0};
 };
 
 SANDBOXD_EXPORT_BACKEND(RemoteSandboxBackend, "sandboxes run by the DeerFlow provisioner service")

@@ -25,6 +25,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const std::runtime_error&) {
   }
   (void)rp::served_contract_of_refusal(409, body);
+  (void)rp::is_unknown_route_answer(404, body);
   try {
     require_http(rp::read_create_answer("s", body, 1.0).sandbox_url);
   } catch (const std::runtime_error&) {

@@ -171,6 +171,13 @@ TEST(ProvisionerAnswers, AListingSkipsAndShowsEntriesWithoutIdOrUsableUrl) {
   }
 }
 
+TEST(ProvisionerAnswers, AnUnknownRouteIsFastApisNotFoundAndNotAMissingSandbox) {
+  EXPECT_TRUE(is_unknown_route_answer(404, R"({"detail": "Not Found"})"));
+  EXPECT_FALSE(is_unknown_route_answer(404, R"({"detail": "Sandbox 'sb-1' not found"})"));
+  EXPECT_FALSE(is_unknown_route_answer(405, R"({"detail": "Not Found"})"));
+  EXPECT_FALSE(is_unknown_route_answer(404, "Not Found"));
+}
+
 TEST(ProvisionerAnswers, AUsageAnswerKeepsWhatItGivesAndRefusesWhatNoFigureCanBe) {
   const SandboxUsage::Reading full = read_usage_answer(
       R"({"cpu_seconds": 1.5, "host_cpu_seconds": 9000.25, "online_cpus": 2,

@@ -1034,6 +1034,22 @@ TEST_F(RemoteBackendTest, AProvisionerWithoutUsageIsAskedAgainOnlyAfterAMinute) 
   EXPECT_EQ(server_.requests().size(), 2u);
 }
 
+// DeerFlow's own provisioner (and a sandboxd-provisioner from before the route) has no usage
+// route: FastAPI's 404 {"detail": "Not Found"} for a path nothing serves. Asking every sandbox
+// every few seconds would only repeat that answer.
+TEST_F(RemoteBackendTest, AProvisionerWithoutTheUsageRouteIsAskedAgainOnlyAfterAMinute) {
+  auto remote = backend(kApiKey);
+  auto* meter = backend_capability<SandboxUsage>(*remote);
+  server_.push("GET /api/sandboxes/sb-1/usage", 404, R"({"detail": "Not Found"})");
+  EXPECT_THROW(meter->usage(SandboxInfo{"sb-1", "http://x"}), std::runtime_error);
+  host_.clock->advance(59);
+  EXPECT_THROW(meter->usage(SandboxInfo{"sb-2", "http://x"}), std::runtime_error);
+  EXPECT_EQ(server_.requests().size(), 1u) << "nothing asked within the minute";
+  host_.clock->advance(2);
+  server_.push("GET /api/sandboxes/sb-2/usage", 200, R"({"pids": 2})");
+  EXPECT_EQ(meter->usage(SandboxInfo{"sb-2", "http://x"}).pids, 2u);
+}
+
 TEST_F(RemoteBackendTest, AUsageFailureNamesTheSandboxAndTheStatus) {
   auto remote = backend(kApiKey);
   auto* meter = backend_capability<SandboxUsage>(*remote);
