@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "host/random_hex.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/types.hpp"
 
@@ -82,6 +83,18 @@ TEST(SandboxIdTest, RandomIdIsEightLowercaseHexCharsAndVaries) {
   EXPECT_TRUE(is_lower_hex(a)) << a;
   EXPECT_TRUE(is_lower_hex(b)) << b;
   EXPECT_NE(a, b);  // 2^-32 chance of a false failure
+}
+
+// The core's one hex writer (host/random_hex.hpp): owner ids, secret placeholders and egress
+// request ids come from random_hex.
+TEST(RandomHexTest, BytesAreTwoLowercaseCharactersEachAndRandomOnesVary) {
+  const unsigned char bytes[] = {0x00, 0x0f, 0xa5, 0xff};
+  EXPECT_EQ(to_hex(bytes, sizeof bytes), "000fa5ff");
+  const std::string a = random_hex(8, "a test id");
+  const std::string b = random_hex(8, "a test id");
+  EXPECT_EQ(a.size(), 16u);
+  EXPECT_TRUE(is_lower_hex(a)) << a;
+  EXPECT_NE(a, b);  // 2^-64 chance of a false failure
 }
 
 TEST(SanitizeExternalIdTest, SafeIdIsUnchanged) {

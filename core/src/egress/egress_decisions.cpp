@@ -1,6 +1,5 @@
 #include "egress/egress_decisions.hpp"
 
-#include <openssl/rand.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
@@ -9,27 +8,11 @@
 #include <stdexcept>
 #include <utility>
 
+#include "host/random_hex.hpp"
 #include "sandboxd/core/egress_rules.hpp"
 #include "sandboxd/json.hpp"
 
 namespace sandboxd::core {
-
-namespace {
-
-// 16 hex characters: what a gateway names a pending request by.
-std::string random_request_id() {
-  unsigned char bytes[8];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) throw std::runtime_error("no random bytes");
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (const unsigned char b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
-
-}  // namespace
 
 std::optional<EgressDecision> egress_decision_from(const std::string& text) {
   if (text == "deny") return EgressDecision::deny;
@@ -68,7 +51,7 @@ bool EgressDecisions::granted(const std::string& sandbox_id, const std::string& 
     if (it == state.pending.end()) {
       if (state.pending.size() >= limits_.max_pending_per_sandbox) return false;
       EgressRequest request;
-      request.request_id = random_request_id();
+      request.request_id = random_hex(8, "an egress request id");  // 16 characters
       request.domain = domain;
       request.port = port;
       request.method = method;

@@ -2,7 +2,6 @@
 #include "sandboxd/core/egress_host.hpp"
 
 #include <fcntl.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "host/random_hex.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/host_fs.hpp"
@@ -331,16 +331,7 @@ void assign_secret_placeholders(EgressSettings& settings, const std::filesystem:
       secret.placeholder = it->value.GetString();
       continue;
     }
-    unsigned char bytes[16];
-    if (RAND_bytes(bytes, sizeof bytes) != 1) {
-      throw std::runtime_error("cannot make a secret placeholder: no randomness from OpenSSL");
-    }
-    static const char* hex = "0123456789abcdef";
-    secret.placeholder = "sandboxd-placeholder-";
-    for (const unsigned char byte : bytes) {
-      secret.placeholder += hex[byte >> 4];
-      secret.placeholder += hex[byte & 15];
-    }
+    secret.placeholder = "sandboxd-placeholder-" + random_hex(16, "a secret placeholder");
     kept.AddMember(rapidjson::Value(secret.name.c_str(), kept.GetAllocator()),
                    rapidjson::Value(secret.placeholder.c_str(), kept.GetAllocator()),
                    kept.GetAllocator());

@@ -8,20 +8,10 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "host/random_hex.hpp"
+
 namespace sandboxd::core {
 namespace {
-
-constexpr char kHexDigits[] = "0123456789abcdef";
-
-std::string to_hex(const unsigned char* bytes, std::size_t size) {
-  std::string out;
-  out.reserve(size * 2);
-  for (std::size_t i = 0; i < size; ++i) {
-    out.push_back(kHexDigits[bytes[i] >> 4]);
-    out.push_back(kHexDigits[bytes[i] & 0x0f]);
-  }
-  return out;
-}
 
 bool is_id_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
