@@ -12,6 +12,8 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
+#include <set>
+#include <stdexcept>
 
 #include "egress/egress_proxy_impl.hpp"
 #include "net/busy_answer.hpp"
@@ -21,6 +23,72 @@ namespace sandboxd::core {
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+
+void EgressProxy::Impl::prepare_interception() {
+  std::set<std::string> destinations;
+  for (const EgressSecret& secret : policy.secrets) {
+    if (!secret.https) continue;
+    if (!policy.interception_authority) {
+      throw std::invalid_argument("secret " + secret.name + " goes to https://" + secret.domain +
+                                  ", which needs a CA to end its TLS with (inject_tls_ca)");
+    }
+    destinations.insert(secret.domain);
+  }
+  if (destinations.empty()) return;
+  const TlsKeyPair& authority = *policy.interception_authority;
+  check_certificate_authority(authority);
+  constexpr auto kProtocols = asio::ssl::context::default_workarounds |
+                              asio::ssl::context::no_sslv2 | asio::ssl::context::no_sslv3 |
+                              asio::ssl::context::no_tlsv1 | asio::ssl::context::no_tlsv1_1;
+  for (const std::string& destination : destinations) {
+    // No ALPN is offered back: the sandbox speaks HTTP/1.1, the one request read here.
+    const TlsKeyPair shown = issue_server_certificate(authority, destination, 397);
+    auto context = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_server);
+    context->set_options(kProtocols);
+    context->use_certificate_chain(asio::buffer(shown.certificate_pem));
+    context->use_private_key(asio::buffer(shown.key_pem), asio::ssl::context::pem);
+    interception_contexts.emplace(destination, std::move(context));
+  }
+  upstream_tls = std::make_shared<asio::ssl::context>(asio::ssl::context::tls_client);
+  upstream_tls->set_options(kProtocols);
+  upstream_tls->set_default_verify_paths();
+  if (!policy.upstream_roots_pem.empty()) {
+    try {
+      upstream_tls->add_certificate_authority(asio::buffer(policy.upstream_roots_pem));
+    } catch (const boost::system::system_error&) {
+      throw std::invalid_argument("upstream_ca_file holds no PEM certificate");
+    }
+  }
+}
+
+void EgressProxy::Impl::count_refusal(const std::string& reason, const std::string& sandbox_id,
+                                      const std::string& what) {
+  bool log_it = false;
+  std::uint64_t skipped = 0;
+  {
+    MutexLock lock(mutex);
+    ++refused[reason];
+    const double now = clock->monotonic_now();
+    if (now - log_window >= 1.0) {
+      log_window = now;
+      logged_in_window = 0;
+    }
+    if (logged_in_window < kLogBurst) {
+      ++logged_in_window;
+      log_it = true;
+      skipped = unlogged;
+      unlogged = 0;
+    } else {
+      ++unlogged;
+    }
+  }
+  if (log_it && logger) {
+    logger->log(LogLevel::info,
+                "egress: sandbox " + sandbox_id + ": refused " + what +
+                    (skipped > 0 ? " (" + std::to_string(skipped) + " earlier refusals not logged)"
+                                 : std::string()));
+  }
+}
 
 void EgressProxy::Impl::accept(const std::string& sandbox_id, std::uint64_t generation) {
   auto it = listeners.find(sandbox_id);
