@@ -346,17 +346,14 @@ bool returns_without_waiting(Call call, std::chrono::seconds bound = std::chrono
   return true;
 }
 
-// The Provider under test, with its befriended peer (core/src/lifecycle/provider_test_peer.hpp):
-// the public API forwards to the real, final Provider; inject() replaces one step for a scope
-// (what the seed's monkeypatch does for a test); `base_*` runs the real step, so a replacement
-// can observe and then delegate; `planner` scripts ids and mounts; `mutex_` and `registry_`
-// reach the registry, filled and read only through its own methods. Not a subclass of Provider.
 using core::ProviderSeams;
 
 // The provider a test drives, and what only a test may reach in it. `provider->` is the
 // public API, the very calls a gateway makes; `provider.` is the test's side: the creation
 // planner it scripts, the seams it replaces (each put back by a guard), the registry with its
-// mutex, and the private steps the seed's ports call directly (`provider.peer()`). Empty until
+// mutex, and the private steps the seed's ports call directly (`provider.peer()`, the
+// befriended core/src/lifecycle/provider_test_peer.hpp, whose `base_*` steps run the real step
+// so that a replacement can observe and then delegate). Not a subclass of Provider. Empty until
 // a provider is made into it; movable, like the unique_ptr it replaces.
 class ProviderUnderTest {
  public:

@@ -635,6 +635,7 @@ TEST_F(ProvisionerServiceTest, UsageIsTheBackendsReadingOfARunningSandbox) {
   }
   auto failed = get("/api/sandboxes/sb-1/usage");
   EXPECT_GE(failed->status, 500);
+  EXPECT_EQ(failed->status, 502) << "a reading the backend failed to take is a backend failure";
   EXPECT_NE(detail_of(failed).find("Failed to read the usage of sandbox 'sb-1': "),
             std::string::npos)
       << detail_of(failed);
