@@ -541,7 +541,7 @@ class EngineBench {
     const std::string direct_url = direct_info.sandbox_url;
     const std::string relay_url = relay.url_for(relayed_id);
     const std::string token =
-        std::string(kRelayTokenHeader) + ": " + relay.headers_for(relayed_id).begin()->second;
+        std::string(kRelayTokenHeader) + ": " + relay.headers_for(relayed_info).begin()->second;
     for (int round = 0; round < options_.rounds; ++round) {
       note("download_64mib_direct", round, timed_get(direct_url + "/big", "", 64u << 20));
       note("download_64mib_relay", round, timed_get(relay_url + "/big", token, 64u << 20));

@@ -151,11 +151,11 @@ int main(int argc, char** argv) {
   const Path direct{sandbox.port(), "", ""};
   const Path relayed{
       relay.port(), "/s/bench",
-      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("bench") + "\r\n"};
+      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("bench", "") + "\r\n"};
   const Path echo_direct{echo.port(), "", ""};
   const Path echo_relayed{
       relay.port(), "/s/echo",
-      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("echo") + "\r\n"};
+      std::string(sandboxd::core::kRelayTokenHeader) + ": " + tokens.token_for("echo", "") + "\r\n"};
 
   kept_alive(direct, 200);  // warm both paths
   kept_alive(relayed, 200);

@@ -12,7 +12,7 @@ seconds="${FUZZ_SECONDS:-20}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] ||
   targets=(config plugin_config engine_strings engine_answers provisioner_answers ids_and_paths
-           plugin_metadata deerflow_yaml)
+           plugin_metadata deerflow_yaml relay_answers)
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DSANDBOXD_FUZZ=ON -DSANDBOXD_BUILD_TESTS=OFF -DSANDBOXD_SANITIZER="address,undefined" \
   -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=undefined -fsanitize-recover=pointer-overflow -O1" \

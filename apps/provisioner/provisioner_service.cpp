@@ -154,7 +154,7 @@ static void write_address(Writer& w, const SandboxInfo& info, SandboxBackend& ba
     put(w, "sandbox_url", relay->url_for(info.sandbox_id));
     w.Key("request_headers");
     w.StartObject();
-    for (const auto& [name, value] : relay->headers_for(info.sandbox_id)) {
+    for (const auto& [name, value] : relay->headers_for(info)) {
       put(w, name.c_str(), value);
     }
     w.EndObject();

@@ -18,12 +18,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
@@ -153,7 +155,10 @@ class FakeNamespacedBackend final : public SandboxBackend,
     SandboxInfo info;
     info.sandbox_id = request.sandbox_id;
     info.sandbox_url = "http://127.0.0.1:" + std::to_string(sandbox->port());
-    info.container_id = "c-" + request.sandbox_id;
+    // As an engine's: a new random id for every container made.
+    char instance[16];
+    std::snprintf(instance, sizeof instance, "%012x", ++containers_made_);
+    info.container_id = std::string(instance) + request.sandbox_id;
     info.user_id = request.user_id;
     info.thread_id = request.thread_id;
     info.mount_contract_version = kSandboxMountContractVersion;
@@ -194,6 +199,7 @@ class FakeNamespacedBackend final : public SandboxBackend,
  private:
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<FakeSandbox>> sandboxes_;
+  unsigned containers_made_ = 0x5eed00;
 };
 
 class RelayTest : public ::testing::Test {
@@ -300,7 +306,7 @@ TEST_F(RelayTest, TheAcquireAnswerCarriesTheRelayUrlAndTokenAndOnlyThatTokenOpen
   // A valid token of a sandbox nobody tracks here: 404.
   const RelayTokens tokens = RelayTokens::from_state_dir(dir_.path());
   auto unknown = c->Get("/s/notracked1/v1/sandbox",
-                        {{core::kRelayTokenHeader, tokens.token_for("notracked1")}});
+                        {{core::kRelayTokenHeader, tokens.token_for("notracked1", "")}});
   ASSERT_TRUE(unknown);
   EXPECT_EQ(unknown->status, 404);
 
@@ -408,7 +414,8 @@ TEST_F(RelayTest, AnUpgradeAnswered101BecomesATwoWayPipe) {
   tracked.info = backend_->create(create);
   snapshot.sandboxes.push_back(tracked);
   provider_->import_registry(snapshot);
-  const std::string token = RelayTokens::from_state_dir(dir_.path()).token_for("wsecho1");
+  const std::string token = RelayTokens::from_state_dir(dir_.path())
+                                .token_for("wsecho1", core::incarnation_of(tracked.info));
   int fd = -1;
   const std::string head =
       exchange(relay_->port(),
@@ -453,8 +460,43 @@ TEST_F(RelayTest, ARestartedRelayWithTheSameStateDirectoryKeepsEveryTokenValid) 
   struct stat st {};
   ASSERT_EQ(::stat((dir_.path() / "relay-secret").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_NE(RelayTokens(std::string(32, 'x')).token_for(alice.sandbox_id),
+  EXPECT_NE(RelayTokens(std::string(32, 'x'))
+                .token_for(alice.sandbox_id,
+                           core::incarnation_of(provider_->find(alice.sandbox_id)->info)),
             alice.request_headers.at(core::kRelayTokenHeader));
+}
+
+// A token opens one instance of a sandbox: once destroyed, the token it was handed out with
+// opens nothing, not even the next sandbox of the same conversation (the same id), which gets
+// a token of its own. Before, a token was an HMAC of the id alone and opened every later
+// sandbox of its conversation, forever.
+TEST_F(RelayTest, ADestroyedSandboxsTokenOpensNeitherItNorItsSuccessor) {
+  start_relay();
+  const core::Acquired first = acquire("alice", "t-1");
+  const std::string old_token = first.request_headers.at(core::kRelayTokenHeader);
+  auto c = client();
+  const std::string path = path_of(first.sandbox_url) + "/v1/sandbox";
+  auto before = c->Get(path, {{core::kRelayTokenHeader, old_token}});
+  ASSERT_TRUE(before);
+  ASSERT_EQ(before->status, 200);
+
+  service_->destroy(first.sandbox_id);
+  auto gone = c->Get(path, {{core::kRelayTokenHeader, old_token}});
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << "a destroyed sandbox is not tracked";
+
+  const core::Acquired second = acquire("alice", "t-1");
+  ASSERT_EQ(second.sandbox_id, first.sandbox_id) << "one conversation, one id";
+  const std::string new_token = second.request_headers.at(core::kRelayTokenHeader);
+  EXPECT_NE(new_token, old_token) << "the successor was handed the old token";
+  const int reached = backend_->sandbox(second.sandbox_id).requests();
+  auto stale = c->Get(path, {{core::kRelayTokenHeader, old_token}});
+  ASSERT_TRUE(stale);
+  EXPECT_EQ(stale->status, 403) << "the destroyed sandbox's token opened its successor";
+  EXPECT_EQ(backend_->sandbox(second.sandbox_id).requests(), reached);
+  auto fresh = c->Get(path, {{core::kRelayTokenHeader, new_token}});
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh->status, 200);
 }
 
 TEST_F(RelayTest, AHeadThatNeverEndsIsClosedAtItsDeadline) {
@@ -496,7 +538,7 @@ TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
   slow_client.set_read_timeout(30, 0);
   auto slow = std::async(std::launch::async, [&] {
     return slow_client.Get("/s/slow/v1/sandbox",
-                           {{core::kRelayTokenHeader, tokens.token_for("slow")}});
+                           {{core::kRelayTokenHeader, tokens.token_for("slow", "")}});
   });
   // The fast request goes only once the slow lookup holds whatever it holds.
   ASSERT_EQ(slow_lookup_began.wait_for(10s), std::future_status::ready)
@@ -505,7 +547,7 @@ TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
   httplib::Client fast_client("127.0.0.1", relay.port());
   fast_client.set_read_timeout(5, 0);
   const auto answer =
-      fast_client.Get("/s/fast/v1/sandbox", {{core::kRelayTokenHeader, tokens.token_for("fast")}});
+      fast_client.Get("/s/fast/v1/sandbox", {{core::kRelayTokenHeader, tokens.token_for("fast", "")}});
   const bool answered_while_waiting =
       answer && answer->status == 200 && slow.wait_for(0ms) == std::future_status::timeout;
   release.set_value();
@@ -514,6 +556,215 @@ TEST_F(RelayTest, ALookupThatWaitsHoldsNoOtherSandboxsRequest) {
   ASSERT_TRUE(late);
   EXPECT_EQ(late->status, 200);
   relay.stop();
+}
+
+
+// A sandbox that answers every connection's first request with `answer`, written as is (a
+// hostile sandbox may answer anything: interim answers, several at once), then closes.
+class RawSandbox {
+ public:
+  explicit RawSandbox(std::string answer) : answer_(std::move(answer)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    ::listen(fd_, 8);
+    socklen_t length = sizeof address;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+    thread_ = std::thread([this] {
+      while (true) {
+        const int client = ::accept(fd_, nullptr, nullptr);
+        if (client < 0) return;
+        ++requests_;
+        std::string head;
+        char byte;
+        while (head.find("\r\n\r\n") == std::string::npos && ::read(client, &byte, 1) == 1) {
+          head += byte;
+        }
+        {
+          std::lock_guard lock(mutex_);
+          heads_.push_back(head);
+        }
+        (void)!::write(client, answer_.data(), answer_.size());
+        ::shutdown(client, SHUT_WR);
+        while (::read(client, &byte, 1) == 1) {
+        }
+        ::close(client);
+      }
+    });
+  }
+  ~RawSandbox() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::vector<std::string> heads() {
+    std::lock_guard lock(mutex_);
+    return heads_;
+  }
+
+ private:
+  std::string answer_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::thread thread_;
+  std::atomic<int> requests_{0};
+  std::mutex mutex_;
+  std::vector<std::string> heads_;
+};
+
+// A relay over `sandboxes` (id → port on 127.0.0.1), tokens under a fixed secret.
+struct RawRelay {
+  explicit RawRelay(std::map<std::string, int> sandboxes, std::shared_ptr<Logger> logger)
+      : tokens(std::string(32, 'k')),
+        relay(
+            [sandboxes](const std::string& id) -> std::optional<core::SandboxEndpoint> {
+              const auto it = sandboxes.find(id);
+              if (it == sandboxes.end()) return std::nullopt;
+              core::SandboxEndpoint endpoint;
+              endpoint.host = "127.0.0.1";
+              endpoint.port = it->second;
+              return endpoint;
+            },
+            tokens, RelayOptions{}, std::move(logger)) {
+    relay.start();
+  }
+  std::string request(const std::string& id, const std::string& path,
+                      const std::string& extra = "") const {
+    return "GET /s/" + id + path + " HTTP/1.1\r\nHost: relay\r\n" + core::kRelayTokenHeader +
+           ": " + tokens.token_for(id, "") + "\r\n" + extra + "\r\n";
+  }
+  RelayTokens tokens;
+  Relay relay;
+};
+
+// Reads from `fd` until `done` says the text so far is whole, or 5 s pass without a byte.
+std::string read_until(int fd, const std::function<bool(const std::string&)>& done) {
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  std::string text;
+  char buffer[4096];
+  while (!done(text)) {
+    const ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got <= 0) break;
+    text.append(buffer, static_cast<std::size_t>(got));
+  }
+  return text;
+}
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A sandbox may answer "103 Early Hints" (or any 1xx) before its answer: the interim answer is
+// passed on and the final one still delivered to the request it answers. Before, the relay took
+// the 103 for the answer, dropped the rest and read the client's next request: with two
+// pipelined on one connection, the client read sandbox B's answer as A's.
+TEST_F(RelayTest, AnInterimAnswerIsPassedOnAndTheFinalOneAnswersItsOwnRequest) {
+  RawSandbox hinting(
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+      "HTTP/1.1 100 Continue\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfrom-A");
+  RawSandbox plain("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfrom-B");
+  RawRelay relay({{"sandboxa", hinting.port()}, {"sandboxb", plain.port()}}, logger_);
+  const int fd = connect_to(relay.relay.port());
+  ASSERT_GE(fd, 0);
+  const std::string pipelined =
+      relay.request("sandboxa", "/one") + relay.request("sandboxb", "/two");
+  ASSERT_EQ(::write(fd, pipelined.data(), pipelined.size()),
+            static_cast<ssize_t>(pipelined.size()));
+  const std::string answers = read_until(fd, [](const std::string& text) {
+    return text.find("from-A") != std::string::npos && text.find("from-B") != std::string::npos;
+  });
+  ::close(fd);
+  const std::size_t hints = answers.find("HTTP/1.1 103 Early Hints\r\n");
+  const std::size_t first_final = answers.find("HTTP/1.1 200");
+  const std::size_t body_a = answers.find("from-A");
+  const std::size_t body_b = answers.find("from-B");
+  ASSERT_NE(body_a, std::string::npos) << "A's answer never came:\n" << answers;
+  ASSERT_NE(body_b, std::string::npos) << answers;
+  EXPECT_LT(hints, first_final) << "the interim answer was not passed on first:\n" << answers;
+  EXPECT_NE(answers.find("Link: </a.css>; rel=preload"), std::string::npos) << answers;
+  EXPECT_LT(body_a, body_b) << "B's answer reached the client as A's:\n" << answers;
+  // Exactly one final answer before A's body: A's own.
+  EXPECT_EQ(answers.find("HTTP/1.1 200", first_final + 1), answers.find("HTTP/1.1 200", body_a))
+      << answers;
+}
+
+// A 101 to a request that asked for no upgrade is no answer the client can take: 502, and the
+// connection is not used for anything else.
+TEST_F(RelayTest, ASwitchNobodyAskedForIsRefused) {
+  RawSandbox switching("HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\nraw bytes");
+  RawRelay relay({{"sandboxa", switching.port()}}, logger_);
+  const int fd = connect_to(relay.relay.port());
+  ASSERT_GE(fd, 0);
+  const std::string request = relay.request("sandboxa", "/one");
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const std::string answer = read_until(fd, [](const std::string& text) {
+    return text.find("\r\n\r\n") != std::string::npos;
+  });
+  ::close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 502", 0), 0u) << answer;
+  EXPECT_EQ(answer.find("raw bytes"), std::string::npos) << answer;
+}
+
+// An HTTP/1.0 client gets no interim answer (it could not tell it from the final one).
+TEST_F(RelayTest, AnHttp10ClientGetsOnlyTheFinalAnswer) {
+  RawSandbox hinting(
+      "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+      "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nfrom-A");
+  RawRelay relay({{"sandboxa", hinting.port()}}, logger_);
+  const int fd = connect_to(relay.relay.port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /s/sandboxa/one HTTP/1.0\r\n" +
+                              std::string(core::kRelayTokenHeader) + ": " +
+                              relay.tokens.token_for("sandboxa", "") + "\r\n\r\n";
+  ASSERT_EQ(::write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const std::string answer = read_until(
+      fd, [](const std::string& text) { return text.find("from-A") != std::string::npos; });
+  ::close(fd);
+  EXPECT_EQ(answer.rfind("HTTP/1.0 200", 0) == 0 || answer.rfind("HTTP/1.1 200", 0) == 0, true)
+      << answer;
+  EXPECT_EQ(answer.find("103"), std::string::npos) << answer;
+}
+
+// A client that waits for "100 Continue" before its body gets it from the relay once the
+// sandbox is dialled, instead of waiting out its own timer.
+TEST_F(RelayTest, AClientThatExpectsContinueIsToldToGoOn) {
+  start_relay();
+  const core::Acquired alice = acquire("alice", "t-1");
+  const int fd = connect_to(relay_->port());
+  ASSERT_GE(fd, 0);
+  const std::string head = "POST " + path_of(alice.sandbox_url) +
+                           "/echo-size HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n"
+                           "Expect: 100-continue\r\n" +
+                           core::kRelayTokenHeader + ": " +
+                           alice.request_headers.at(core::kRelayTokenHeader) + "\r\n\r\n";
+  ASSERT_EQ(::write(fd, head.data(), head.size()), static_cast<ssize_t>(head.size()));
+  const auto asked = std::chrono::steady_clock::now();
+  const std::string go_on = read_until(fd, [](const std::string& text) {
+    return text.find("\r\n\r\n") != std::string::npos;
+  });
+  EXPECT_EQ(go_on.rfind("HTTP/1.1 100 Continue\r\n", 0), 0u) << go_on;
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, 4s);
+  ASSERT_EQ(::write(fd, "hello", 5), 5);
+  const std::string answer = read_until(fd, [](const std::string& text) {
+    return text.find("\r\n\r\n5") != std::string::npos;
+  });
+  ::close(fd);
+  EXPECT_NE(answer.find("HTTP/1.1 200"), std::string::npos) << answer;
 }
 
 }  // namespace

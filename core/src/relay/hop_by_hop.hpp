@@ -39,9 +39,11 @@ inline void strip_hop_by_hop(Fields& fields) {
     std::string name = connection.substr(start, end - start);
     name.erase(0, name.find_first_not_of(" \t"));
     name.erase(name.find_last_not_of(" \t") + 1);
-    // Never one the framing depends on: Beast reframes those itself.
+    // Never one the framing depends on (Beast reframes those itself), nor Host: a sender's
+    // `Connection: host` must not make a request reach its destination with no name, or with
+    // a name nobody checked.
     if (!name.empty() && !boost::beast::iequals(name, "content-length") &&
-        !boost::beast::iequals(name, "transfer-encoding")) {
+        !boost::beast::iequals(name, "transfer-encoding") && !boost::beast::iequals(name, "host")) {
       fields.erase(name);
     }
     start = end + 1;

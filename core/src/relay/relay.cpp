@@ -4,7 +4,8 @@
 // runs on a small pool of dialer threads and its result is posted back to the I/O thread.
 //
 // One relayed request, on a connection that may carry many (kept alive):
-//   head (deadline) → token and sandbox checked → dial (a fresh connection to the sandbox for
+//   head (deadline) → a token present → sandbox looked up and the token checked against its
+//   instance → dial (a fresh connection to the sandbox for
 //   each request, `Connection: close` upstream) → request head rewritten and written → body
 //   streamed in 64 KiB pieces → answer head read (answer deadline) → 101: two-way pipe; else
 //   answer streamed back → next request, or close.
@@ -48,6 +49,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr std::size_t kChunkBytes = 64 * 1024;
+constexpr int kMaxInterimAnswers = 16;  // 1xx answers before one request's final answer
 constexpr std::size_t kBufferSlack =
     8 * 1024;  // chunk lines, trailers, a pipelined request's start
 
@@ -199,16 +201,20 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
       refuse(401, "");
       return;
     }
-    if (!impl_->tokens.verify(sandbox_id_, view(token->value()))) {
-      ++impl_->wrong_token;
-      refuse(403, "");
-      return;
-    }
-    vouched_ = true;
+    // Checked against the sandbox's instance once it is looked up (dial), before anything is
+    // dialled or a body byte read.
+    presented_token_ = std::string(view(token->value()));
     client_keep_alive_ = message.keep_alive();
     upgrade_ = lists_token(view(message[http::field::connection]), "upgrade") &&
                !message[http::field::upgrade].empty();
     head_request_ = message.method() == http::verb::head;
+    client_http10_ = message.version() < 11;
+    // The relay answers "100 Continue" itself once the sandbox is dialled (the sandbox's own
+    // would only be read after the body, which the client holds back until it hears one).
+    expect_continue_ = !client_http10_ && beast::iequals(message[http::field::expect],
+                                                         "100-continue");
+    if (expect_continue_) message.erase(http::field::expect);
+    interim_answers_ = 0;
     const std::string upgrade_to(message[http::field::upgrade]);
     // What the sandbox sees: its own path, no token, no hop-by-hop fields.
     message.target(rest);
@@ -240,9 +246,11 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
         }
         if (refusal) {
           if (refusal->first == 404) ++self->impl_->unknown_sandbox;
+          if (refusal->first == 403) ++self->impl_->wrong_token;
           self->refuse(refusal->first, refusal->second);
           return;
         }
+        self->vouched_ = true;
         if (fd < 0) {
           self->upstream_failure("cannot reach sandbox " + self->sandbox_id_ + ": " + error);
           return;
@@ -267,7 +275,8 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
         });
       });
     };
-    asio::post(impl_->dialers, [impl = impl_, id = sandbox_id_, done]() {
+    asio::post(impl_->dialers, [impl = impl_, id = sandbox_id_,
+                                presented = std::exchange(presented_token_, std::string()), done]() {
       std::optional<SandboxEndpoint> endpoint;
       try {
         endpoint = impl->targets(id);
@@ -276,6 +285,12 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
       }
       if (!endpoint) {
         done(-1, "", {}, std::pair(404, "sandbox " + id + " is not tracked by this host"));
+        return;
+      }
+      // Another sandbox's token, or one of an earlier instance of this one (destroyed since):
+      // refused, and nothing is dialled.
+      if (!impl->tokens.verify(id, endpoint->incarnation, presented)) {
+        done(-1, "", {}, std::pair(403, ""));
         return;
       }
       if (endpoint->paused) {
@@ -308,8 +323,20 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
         [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
           if (self->closed_) return;
           if (ec) return self->upstream_failure("writing to the sandbox");
+          if (self->expect_continue_ && !self->request_->is_done()) return self->tell_to_go_on();
           self->pump_request_body();
         });
+  }
+
+  void tell_to_go_on() {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    arm(impl_->options.progress_timeout);
+    asio::async_write(client_, asio::buffer(kContinue),
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                        if (self->closed_) return;
+                        if (ec) return self->close();
+                        self->pump_request_body();
+                      });
   }
 
   // Client → sandbox: read a piece of the body, write it, until the parser is done.
@@ -376,13 +403,20 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
   }
 
   void on_answer_head() {
-    ++impl_->forwarded;
     auto& message = answer_->get();
-    if (upgrade_ && message.result() == http::status::switching_protocols) {
+    const unsigned status = message.result_int();
+    if (status == 101) {
+      if (!upgrade_) {
+        return upstream_failure("sandbox " + sandbox_id_ +
+                                " switched protocols on a request that asked for no upgrade");
+      }
+      ++impl_->forwarded;
       ++impl_->upgraded;
       write_upgrade_answer();
       return;
     }
+    if (status >= 100 && status < 200) return pass_interim_answer();
+    ++impl_->forwarded;
     strip_hop_by_hop(message);
     message.keep_alive(client_keep_alive_ && !impl_->stopped.load());
     answer_serializer_.emplace(message);
@@ -394,6 +428,33 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
           if (ec) return self->close();
           self->pump_answer_body();
         });
+  }
+
+  // An interim answer (1xx but 101: 100 Continue, 103 Early Hints…) is not the answer: it is
+  // passed on to an HTTP/1.1 client (dropped for HTTP/1.0, which cannot tell it from a final
+  // one) and the final answer is read next, from what the sandbox sent after it. Bounded, so a
+  // sandbox cannot hold its client with interim answers forever.
+  void pass_interim_answer() {
+    if (++interim_answers_ > kMaxInterimAnswers) {
+      return upstream_failure("sandbox " + sandbox_id_ + " sent more than " +
+                              std::to_string(kMaxInterimAnswers) + " interim answers");
+    }
+    if (client_http10_) return read_answer_head();
+    auto& message = answer_->get();
+    strip_hop_by_hop(message);
+    interim_head_ = std::make_shared<http::response<http::empty_body>>();
+    interim_head_->version(message.version());
+    interim_head_->result(message.result_int());  // 103 and the like: codes Beast has no name for
+    interim_head_->reason(message.reason());
+    for (const auto& field : message) interim_head_->insert(field.name_string(), field.value());
+    arm(impl_->options.progress_timeout);
+    http::async_write(client_, *interim_head_,
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                        if (self->closed_) return;
+                        if (ec) return self->close();
+                        self->interim_head_.reset();
+                        self->read_answer_head();
+                      });
   }
 
   // Sandbox → client, as pump_request_body.
@@ -617,6 +678,7 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
   std::optional<http::response_parser<http::buffer_body>> answer_;
   std::optional<http::response_serializer<http::buffer_body>> answer_serializer_;
   std::shared_ptr<http::response<http::empty_body>> upgrade_head_;
+  std::shared_ptr<http::response<http::empty_body>> interim_head_;
   // Body pieces and pipe buffers, kChunkBytes each, allocated when a body or a pipe needs
   // them and freed after the exchange: an idle or waiting connection holds none.
   std::vector<char> request_chunk_;
@@ -624,12 +686,16 @@ class RelayConnection : public std::enable_shared_from_this<RelayConnection> {
   std::vector<char> to_upstream_;
   std::vector<char> to_client_;
   std::string sandbox_id_;
+  std::string presented_token_;  // from the head until the dial checks it
   std::string own_answer_;
   int answered_status_ = 0;
   std::size_t drained_ = 0;
   bool client_keep_alive_ = false;
   bool upgrade_ = false;
   bool head_request_ = false;
+  bool client_http10_ = false;
+  bool expect_continue_ = false;
+  int interim_answers_ = 0;  // of the request in flight
 };
 
 void Relay::Impl::accept() {
@@ -739,8 +805,8 @@ std::string Relay::url_for(const std::string& sandbox_id) const {
   return base_url() + "/s/" + sandbox_id;
 }
 
-std::map<std::string, std::string> Relay::headers_for(const std::string& sandbox_id) const {
-  return {{kRelayTokenHeader, impl_->tokens.token_for(sandbox_id)}};
+std::map<std::string, std::string> Relay::headers_for(const SandboxInfo& info) const {
+  return {{kRelayTokenHeader, impl_->tokens.token_for(info.sandbox_id, incarnation_of(info))}};
 }
 
 RelayStats Relay::stats() const {

@@ -7,6 +7,7 @@
 #include <openssl/rand.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "sandboxd/host_fs.hpp"
@@ -15,7 +16,7 @@ namespace sandboxd::core {
 namespace {
 
 constexpr const char* kSecretFile = "relay-secret";
-constexpr char kDomain[] = "sandboxd relay v1";  // its terminating NUL is part of the input
+constexpr char kDomain[] = "sandboxd relay v2";  // its terminating NUL is part of the input
 
 std::string base64url(const unsigned char* data, std::size_t size) {
   static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -103,9 +104,13 @@ RelayTokens::RelayTokens(std::string secret) : secret_(std::move(secret)) {
   }
 }
 
-std::string RelayTokens::token_for(const std::string& sandbox_id) const {
-  std::string input(kDomain, sizeof kDomain);  // with the NUL: no id can forge the separator
+std::string RelayTokens::token_for(const std::string& sandbox_id,
+                                   const std::string& incarnation) const {
+  // With the NULs: no id can forge a separator (ids hold no NUL).
+  std::string input(kDomain, sizeof kDomain);
   input += sandbox_id;
+  input += '\0';
+  input += incarnation;
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
@@ -113,10 +118,21 @@ std::string RelayTokens::token_for(const std::string& sandbox_id) const {
   return base64url(mac, length);
 }
 
-bool RelayTokens::verify(const std::string& sandbox_id, std::string_view presented) const {
-  const std::string expected = token_for(sandbox_id);
+bool RelayTokens::verify(const std::string& sandbox_id, const std::string& incarnation,
+                         std::string_view presented) const {
+  const std::string expected = token_for(sandbox_id, incarnation);
   if (presented.size() != expected.size()) return false;  // the length is public: 43 chars
   return CRYPTO_memcmp(expected.data(), presented.data(), expected.size()) == 0;
+}
+
+std::string incarnation_of(const SandboxInfo& info) {
+  if (info.container_id && !info.container_id->empty()) return info.container_id->substr(0, 12);
+  if (info.created_at > 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6f", info.created_at);
+    return text;
+  }
+  return "";
 }
 
 }  // namespace sandboxd::core

@@ -1,12 +1,15 @@
 // endpoint_of: a sandbox's address as a relay dials it (sandbox_endpoint.hpp).
 #include "sandboxd/core/sandbox_endpoint.hpp"
 
+#include "sandboxd/core/relay_tokens.hpp"
+
 namespace sandboxd::core {
 
 std::optional<SandboxEndpoint> endpoint_of(const SandboxInfo& info,
                                            const std::shared_ptr<SandboxBackend>& backend,
                                            NamespacedSandboxes* access) {
   SandboxEndpoint out;
+  out.incarnation = incarnation_of(info);
   const std::string& url = info.sandbox_url;
   std::size_t start = url.find("://");
   start = start == std::string::npos ? 0 : start + 3;

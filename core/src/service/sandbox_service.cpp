@@ -121,7 +121,7 @@ void SandboxService::address(const SandboxInfo& info, std::string& url,
                              std::map<std::string, std::string>& headers) const {
   if (relay_ != nullptr && provider_.namespaced(info)) {
     url = relay_->url_for(info.sandbox_id);
-    headers = relay_->headers_for(info.sandbox_id);
+    headers = relay_->headers_for(info);
     return;
   }
   url = info.sandbox_url;

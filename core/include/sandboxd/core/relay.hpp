@@ -2,12 +2,15 @@
 // sandbox that no host address reaches (network mode `isolated`, or `open` without a published
 // port). It listens on one TCP address of its own; a sandbox's URL is
 // `http://HOST:PORT/s/{sandbox_id}`, and every request to it must carry that sandbox's token in
-// `X-Sandboxd-Relay-Token` (relay_tokens.hpp). The relay checks the token before it reads a
-// body byte or opens anything, removes it, and forwards the request to that sandbox only,
+// `X-Sandboxd-Relay-Token` (relay_tokens.hpp), bound to the sandbox's instance. The relay
+// looks the sandbox up and checks the token against that instance before it reads a body byte
+// or opens anything, removes it, and forwards the request to that sandbox only,
 // through a socket made in the sandbox's network namespace: HTTP/1.1 with kept-alive client
 // connections, bodies streamed both ways (chunked or not, never buffered whole), and an
-// `Upgrade` (WebSocket) answered 101 turned into a two-way byte pipe. A wrong or missing token
-// is 403 / 401 with no body from the sandbox; a sandbox this host does not track is 404.
+// `Upgrade` (WebSocket) answered 101 turned into a two-way byte pipe; interim answers (1xx) are
+// passed on and the final answer still read for the request it answers. A missing token is
+// 401, a sandbox this host does not track 404, a token of another sandbox or of an earlier
+// instance of this one 403, all with no byte from any sandbox.
 //
 // Built for hostile clients as the doors' server is: one I/O thread owns every socket (no
 // thread per connection); the head has a deadline, every later read or write a deadline for
@@ -87,7 +90,7 @@ class Relay final : public SandboxAddressing {
   std::string base_url() const;  // "http://127.0.0.1:PORT"
   int port() const;
   std::string url_for(const std::string& sandbox_id) const override;
-  std::map<std::string, std::string> headers_for(const std::string& sandbox_id) const override;
+  std::map<std::string, std::string> headers_for(const SandboxInfo& info) const override;
   RelayStats stats() const;
 
   struct Impl;

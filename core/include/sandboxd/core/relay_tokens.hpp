@@ -1,15 +1,19 @@
-// Per-sandbox relay tokens (issue 33, DESIGN.md "Network isolation and the relay"): derived,
-// never stored. A token is HMAC-SHA256(secret, "sandboxd relay v1\0" + sandbox id), base64url
-// without padding; the secret is 32 random bytes kept in the state directory (`relay-secret`,
-// mode 0600, made once), so a restarted host derives the same tokens and every one it handed
-// out stays valid, while a token for one sandbox never opens another. Rotating the secret
-// (deleting the file) invalidates every token. Tokens are compared in constant time and never
-// logged.
+// Per-sandbox relay tokens (docs/network-isolation.md, "The relay"): derived, never stored. A
+// token is HMAC-SHA256(secret, "sandboxd relay v2\0" + sandbox id + "\0" + incarnation),
+// base64url without padding. The incarnation names the sandbox's instance (its container, see
+// incarnation_of), so a token opens one instance only: destroying a sandbox revokes its token,
+// and the next sandbox of the same conversation (same id) gets another. The secret is 32 random
+// bytes kept in the state directory (`relay-secret`, mode 0600, made once), so a restarted host
+// derives the same tokens and every one it handed out for a sandbox still running stays valid.
+// Rotating the secret (deleting the file) invalidates every token. Tokens are compared in
+// constant time and never logged.
 #pragma once
 
 #include <filesystem>
 #include <string>
 #include <string_view>
+
+#include "sandboxd/types.hpp"
 
 namespace sandboxd::core {
 
@@ -27,12 +31,20 @@ class RelayTokens {
   // A secret given directly (tests, a host that keeps its own); at least 32 bytes.
   explicit RelayTokens(std::string secret);
 
-  std::string token_for(const std::string& sandbox_id) const;
-  // Whether `presented` is the token of `sandbox_id`, in time independent of where they differ.
-  bool verify(const std::string& sandbox_id, std::string_view presented) const;
+  // The token of one instance of `sandbox_id` (incarnation_of its info; "" for a backend that
+  // names no instance, whose tokens then outlive a re-creation).
+  std::string token_for(const std::string& sandbox_id, const std::string& incarnation) const;
+  // Whether `presented` is that token, in time independent of where they differ.
+  bool verify(const std::string& sandbox_id, const std::string& incarnation,
+              std::string_view presented) const;
 
  private:
   std::string secret_;
 };
+
+// What names one instance of a sandbox for its token: the first 12 characters of its container
+// id (the engine's random id, the same in its short and full forms), else its creation time,
+// else "" (a backend reporting neither).
+std::string incarnation_of(const SandboxInfo& info);
 
 }  // namespace sandboxd::core

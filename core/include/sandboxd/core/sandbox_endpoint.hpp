@@ -16,6 +16,7 @@ struct SandboxEndpoint {
   std::string host;  // numeric, as the sandbox URL names it ("127.0.0.1" inside its namespace)
   int port = 0;
   bool paused = false;               // frozen: it answers nothing until an acquire thaws it
+  std::string incarnation;           // which instance it is (relay_tokens.hpp's incarnation_of)
   std::function<int()> open_socket;  // a socket in its network namespace (the caller owns it)
 };
 

@@ -60,7 +60,8 @@ class SandboxAddressing {
  public:
   virtual ~SandboxAddressing() = default;
   virtual std::string url_for(const std::string& sandbox_id) const = 0;
-  virtual std::map<std::string, std::string> headers_for(const std::string& sandbox_id) const = 0;
+  // What every request to the instance `info` describes must carry (its relay token).
+  virtual std::map<std::string, std::string> headers_for(const SandboxInfo& info) const = 0;
 };
 
 // What a host runs for sandboxes whose egress goes through its proxy (network mode allowlist,
