@@ -124,6 +124,18 @@ def window(pid: int, host: str, port: int, token: str, rate: float, seconds: flo
             "acquire_p99_ms": round(latencies[int(0.99 * (len(latencies) - 1))], 3)}
 
 
+def log_in(host: str, port: int, token: str) -> str:
+    """The page's session cookie ("name=value"), as the page's log-in gets it."""
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    conn.request("POST", "/ui/login", headers={"Authorization": f"Bearer {token}"})
+    answer = conn.getresponse()
+    answer.read()
+    conn.close()
+    if answer.status != 204:
+        raise RuntimeError(f"log-in to the page answered {answer.status}")
+    return answer.getheader("Set-Cookie").split(";")[0]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sandboxctl", required=True)
@@ -145,7 +157,7 @@ def main() -> int:
             rate, seconds = args.events_per_second, args.seconds
             window(process.pid, host, port, token, rate, 2, 0)  # warm-up
             quiet = window(process.pid, host, port, token, rate, seconds, 0)
-            cookie = "sandboxd_ui=" + token.encode().hex()
+            cookie = log_in(host, port, token)
             readers = Readers(host, port, cookie, args.streams)
             time.sleep(1)  # each stream has sent what the log held
             received_before = list(readers.received)

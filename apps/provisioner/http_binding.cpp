@@ -16,13 +16,14 @@ door::Response answer(const Reply& reply) {
 }
 
 // The key a request presents: X-API-Key (DeerFlow's clients); below /ui also a bearer token
-// (the page's log-in sends one), and on the page's data routes the page's cookie.
+// (the page's log-in sends one). The page's data routes also take its session's cookie
+// (ui_sessions.hpp), which is not the key.
 std::string presented_key(const door::RequestHead& head) {
   if (const std::string& key = head.header("x-api-key"); !key.empty()) return key;
   if (!door::is_ui_path(head.path)) return "";
   const std::string& authorization = head.header("authorization");
   if (authorization.rfind("Bearer ", 0) == 0) return authorization.substr(7);
-  return door::ui_cookie_credential(head).value_or("");  // the data routes' cookie
+  return "";
 }
 
 // A bad query of the page's routes is 400 in DeerFlow's error shape.
@@ -34,7 +35,8 @@ door::Response usage_error(const std::exception& error) {
 
 door::RouteTable provisioner_routes(ProvisionerService& service,
                                     std::shared_ptr<ProvisionerMetrics> metrics,
-                                    std::shared_ptr<door::RefusalLog> refusals) {
+                                    std::shared_ptr<door::RefusalLog> refusals,
+                                    std::shared_ptr<door::UiSessions> ui_sessions) {
   using door::Request;
   using door::RouteParams;
   // FastAPI's answers, which DeerFlow's provisioner client knows.
@@ -85,12 +87,14 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
         },
         door::RouteTable::Access::open);
   }
-  routes.add("POST", "/ui/login", [](const Request& request, const RouteParams&) {
-    return door::ui_login_response(presented_key(request.head));  // admitted: the key
+  routes.add("POST", "/ui/login", [ui_sessions](const Request&, const RouteParams&) {
+    return ui_sessions->login();  // admitted: the key
   });
   routes.add(
       "POST", "/ui/logout",
-      [](const Request&, const RouteParams&) { return door::ui_logout_response(); },
+      [ui_sessions](const Request& request, const RouteParams&) {
+        return ui_sessions->logout(request.head);
+      },
       door::RouteTable::Access::open);
   routes.add("GET", "/ui/api/health", [&service](const Request&, const RouteParams&) {
     return answer(service.ui_health());
@@ -149,16 +153,26 @@ ProvisionerHttpServer::ProvisionerHttpServer(ProvisionerService& service,
       std::chrono::milliseconds(static_cast<long long>(settings.shutdown_grace_seconds * 1000));
   refusals_ = std::make_shared<door::RefusalLog>(logger, "provisioner auth rejected");
   metrics_ = std::make_shared<ProvisionerMetrics>();
-  routes_ = std::make_shared<door::RouteTable>(provisioner_routes(service, metrics_, refusals_));
+  ui_sessions_ = std::make_shared<door::UiSessions>(
+      door::UiSessions::Options{"sandboxd_provisioner_ui"});
+  routes_ = std::make_shared<door::RouteTable>(
+      provisioner_routes(service, metrics_, refusals_, ui_sessions_));
   metrics_->set_known_routes(routes_->patterns());
-  options_.admit = [&service, refusals = refusals_,
-                    routes = routes_](const door::RequestHead& head) {
+  options_.admit = [&service, refusals = refusals_, routes = routes_,
+                    sessions = ui_sessions_](const door::RequestHead& head) {
     // Open: the open routes, and, as FastAPI's provisioner, any path outside /api/, /metrics
     // and the page's log-in and data (a 404 that reads no body).
-    const bool guarded = head.path.rfind("/api/", 0) == 0 || head.path == "/metrics" ||
-                         head.path == "/ui/login" || door::is_ui_data_path(head.path);
+    const bool log_in = head.path == "/ui/login";
+    const bool guarded = head.path.rfind("/api/", 0) == 0 || head.path == "/metrics" || log_in ||
+                         door::is_ui_data_path(head.path);
     if (routes->is_open(head) || !guarded) return door::Admission::public_route();
-    if (service.authorized(presented_key(head))) return door::Admission::credentialed();
+    if (log_in && sessions->login_refused()) {
+      return door::Admission::refused(door::UiSessions::too_many_logins());
+    }
+    if (service.authorized(presented_key(head)) || sessions->admits(head)) {
+      return door::Admission::credentialed();
+    }
+    if (log_in) sessions->note_failed_login();
     refusals->record(head.method, door::loggable_path(head.target));
     return door::Admission::refused(
         door::Response{401, "text/plain", "Unauthorized", {}, door::loggable_path(head.target)});

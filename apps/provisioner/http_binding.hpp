@@ -18,6 +18,7 @@
 #include "provisioner_service.hpp"
 #include "refusal_log.hpp"
 #include "route_table.hpp"
+#include "ui_sessions.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::provisioner {
@@ -57,6 +58,8 @@ class ProvisionerHttpServer {
   std::shared_ptr<door::RefusalLog> refusals_;
   std::shared_ptr<ProvisionerMetrics> metrics_;
   std::shared_ptr<door::RouteTable> routes_;
+  // The operator page's sessions: their own values, never the API key (ui_sessions.hpp).
+  std::shared_ptr<door::UiSessions> ui_sessions_;
 };
 
 // The provisioner's routes (SPEC §10.8: /health open; /metrics, /api/capabilities,
@@ -65,6 +68,7 @@ class ProvisionerHttpServer {
 // Allowed" with Allow.
 door::RouteTable provisioner_routes(ProvisionerService& service,
                                     std::shared_ptr<ProvisionerMetrics> metrics,
-                                    std::shared_ptr<door::RefusalLog> refusals);
+                                    std::shared_ptr<door::RefusalLog> refusals,
+                                    std::shared_ptr<door::UiSessions> ui_sessions);
 
 }  // namespace sandboxd::provisioner

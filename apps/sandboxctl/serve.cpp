@@ -41,6 +41,7 @@
 #include "sandboxd/readiness.hpp"
 #include "session.hpp"
 #include "ui_page.hpp"
+#include "ui_sessions.hpp"
 
 namespace po = boost::program_options;
 
@@ -112,14 +113,6 @@ bool token_matches(const std::string& authorization, const std::string& token) {
   if (authorization.size() != kBearer.size() + token.size()) return false;
   if (authorization.compare(0, kBearer.size(), kBearer) != 0) return false;
   return CRYPTO_memcmp(authorization.data() + kBearer.size(), token.data(), token.size()) == 0;
-}
-
-// Whether a request to one of the page's data routes carries the token in the page's cookie.
-bool ui_cookie_matches(const door::RequestHead& head, const std::string& token) {
-  if (token.empty()) return false;
-  const std::optional<std::string> credential = door::ui_cookie_credential(head);
-  return credential && credential->size() == token.size() &&
-         CRYPTO_memcmp(credential->data(), token.data(), token.size()) == 0;
 }
 
 using door::Request;
@@ -265,14 +258,19 @@ class ControlApi {
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
   door::Admission admit(const RequestHead& head) const {
     if (routes_.is_open(head)) return door::Admission::public_route();
-    // The page's cookie stands for the token on its data routes only (ui_cookie_credential).
-    if ((head.over_tcp || token_on_socket_) &&
-        !token_matches(head.header("authorization"), token_) && !ui_cookie_matches(head, token_)) {
-      Response refused = error_document(401, "unauthorized", "missing or wrong bearer token");
-      refused.headers.emplace_back("WWW-Authenticate", "Bearer");
-      return door::Admission::refused(std::move(refused));
+    if (!(head.over_tcp || token_on_socket_)) return door::Admission::credentialed();
+    const bool log_in = head.path == "/ui/login";
+    if (log_in && ui_sessions_.login_refused()) {
+      return door::Admission::refused(door::UiSessions::too_many_logins());
     }
-    return door::Admission::credentialed();
+    // The page's session cookie opens its data routes only (ui_sessions.hpp).
+    if (token_matches(head.header("authorization"), token_) || ui_sessions_.admits(head)) {
+      return door::Admission::credentialed();
+    }
+    if (log_in) ui_sessions_.note_failed_login();
+    Response refused = error_document(401, "unauthorized", "missing or wrong bearer token");
+    refused.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return door::Admission::refused(std::move(refused));
   }
 
   // On a worker thread.
@@ -315,9 +313,11 @@ class ControlApi {
   }
 
   // Admitted with the token in the Authorization header: hands the browser the cookie.
-  Response ui_login(const Request&, const RouteParams&) { return door::ui_login_response(token_); }
+  Response ui_login(const Request&, const RouteParams&) { return ui_sessions_.login(); }
 
-  Response ui_logout(const Request&, const RouteParams&) { return door::ui_logout_response(); }
+  Response ui_logout(const Request& request, const RouteParams&) {
+    return ui_sessions_.logout(request.head);
+  }
 
   // The relay's and the egress proxy's counters now, where this serve runs them: /metrics and
   // the Flow panel read the same.
@@ -487,6 +487,8 @@ class ControlApi {
   std::shared_ptr<Logger> logger_;
   const std::string token_;
   const bool token_on_socket_;
+  // The operator page's sessions: their own values, never the token (ui_sessions.hpp).
+  mutable door::UiSessions ui_sessions_{door::UiSessions::Options{"sandboxd_serve_ui"}};
   door::RouteTable routes_;  // built here, then only read
 
  public:
@@ -737,6 +739,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     context.logger->info("serve: destroying " + std::to_string(left.active) + " active and " +
                          std::to_string(left.warm) + " warm sandboxes (--on-exit destroy)");
     session.provider().shutdown();
+    if (egress) egress->prune();  // the destroyed sandboxes' grants go with them
   } else {
     context.logger->info("serve: leaving " + std::to_string(left.active) + " active and " +
                          std::to_string(left.warm) +

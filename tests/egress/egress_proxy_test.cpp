@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -511,6 +512,191 @@ TEST_F(EgressProxyTest, UnderPromptARefusalWaitsForADecisionWhichAppliesAtOnce) 
   proxy_->decide("sb1", "allowed.test", EgressDecision::allow_sandbox);
   proxy_->detach("sb1");
   EXPECT_TRUE(proxy_->grants("sb1").empty());
+}
+
+// The destination gets one Host: the name the proxy checked and dialled. Before, a name the
+// check folded (a soft hyphen, full-width letters) arrived as the sandbox wrote it, for a
+// virtual host to route by, and `Connection: host` made the request arrive with no Host.
+TEST_F(EgressProxyTest, TheDestinationGetsTheNameThatWasCheckedAsItsOneHost) {
+  start({"allowed.test"});
+  const auto host_seen = [&](const std::string& request) {
+    const std::string answer = ask(request);
+    EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+    std::string hosts;
+    const std::string headers = seen_headers();
+    for (std::size_t at = headers.find("Host: "); at != std::string::npos;
+         at = headers.find("Host: ", at + 1)) {
+      if (at > 0 && headers[at - 1] != '\n') continue;
+      hosts += headers.substr(at, headers.find('\n', at) - at) + "|";
+    }
+    return hosts;
+  };
+  EXPECT_EQ(host_seen("GET http://allowed.test/ HTTP/1.1\r\nHost: allowed\xC2\xAD.test\r\n\r\n"),
+            "Host: allowed.test|");
+  EXPECT_EQ(host_seen("GET http://allowed.test/ HTTP/1.1\r\nHost: "
+                      "\xEF\xBD\x81\xEF\xBD\x8C\xEF\xBD\x8C\xEF\xBD\x8F\xEF\xBD\x97\xEF\xBD\x85"
+                      "\xEF\xBD\x84.test\r\n\r\n"),
+            "Host: allowed.test|");
+  EXPECT_EQ(host_seen("GET http://allowed.test/ HTTP/1.1\r\nHost: ALLOWED.test.\r\n"
+                      "Connection: host, x-drop\r\nX-Drop: 1\r\n\r\n"),
+            "Host: allowed.test|");
+  EXPECT_EQ(seen_headers().find("X-Drop"), std::string::npos) << "hop-by-hop names still go";
+}
+
+// Only the methods an agent needs for the web are forwarded, with their method intact; TRACE
+// (which a destination echoes, the secret put in included) never; a method the proxy does not
+// know is refused instead of going out with an empty method line. Before, TRACE went out after
+// the secret was put in, BREW went out as " /u HTTP/1.1", and a TRACE with a body threw inside
+// the I/O handler (no answer, an error line outside the refusal budget).
+TEST_F(EgressProxyTest, OnlyTheWebsMethodsPassAndTraceNeverCarriesASecret) {
+  const std::string secret = "s3cr3t-value";
+  const std::string placeholder = "sandboxd-placeholder-0123456789abcdef0123456789abcdef";
+  core::EgressSecret token;
+  token.name = "TOKEN";
+  token.domain = "tls.test";
+  token.header = "Authorization";
+  token.placeholder = placeholder;
+  token.value = secret;
+  secrets_ = {token};
+  start({"allowed.test", "tls.test"});
+  for (const std::string method : {"TRACE", "TRACK", "BREW", "PROPFIND"}) {
+    const std::string answer = ask(method + " http://tls.test/u HTTP/1.1\r\nHost: tls.test\r\n" +
+                                   "Authorization: " + placeholder + "\r\n\r\n");
+    EXPECT_EQ(answer.rfind("HTTP/1.1 405", 0), 0u) << method << ": " << answer;
+    EXPECT_NE(answer.find("method not allowed: " + method), std::string::npos) << answer;
+  }
+  const std::string with_body =
+      ask("TRACE http://allowed.test/u HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 4"
+          "\r\n\r\nbody");
+  EXPECT_EQ(with_body.rfind("HTTP/1.1 405", 0), 0u) << with_body;
+  EXPECT_EQ(echo_.received().find(secret), std::string::npos) << "the secret went out";
+  EXPECT_EQ(echo_.connections(), 0) << "a refused method was dialled";
+  EXPECT_EQ(refused("method_not_allowed"), 5u);
+  for (const auto& line : logger_->lines()) {
+    EXPECT_NE(line.level, LogLevel::error) << line.message;
+  }
+  for (const std::string method : {"PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"}) {
+    const std::string answer =
+        ask(method + " http://allowed.test/any HTTP/1.1\r\nHost: allowed.test\r\n\r\n");
+    EXPECT_EQ(answer.find("405"), std::string::npos) << method << ": " << answer;
+  }
+}
+
+// A client that waits for "100 Continue" before its body is told to go on.
+TEST_F(EgressProxyTest, AClientThatExpectsContinueIsToldToGoOn) {
+  start({"allowed.test"});
+  const int fd = connect_to(proxy_port_);
+  ASSERT_GE(fd, 0);
+  send_all(fd,
+           "POST http://allowed.test/upload HTTP/1.1\r\nHost: allowed.test\r\n"
+           "Content-Length: 5\r\nExpect: 100-continue\r\n\r\n");
+  const std::string go_on = read_head(fd);
+  EXPECT_EQ(go_on, "HTTP/1.1 100 Continue\r\n\r\n");
+  send_all(fd, "hello");
+  const std::string answer = read_all(fd);
+  ::close(fd);
+  EXPECT_NE(answer.find("\r\n\r\n5"), std::string::npos) << answer;
+}
+
+// The bodies held at once are bounded in all, not only per request: past the bound, 503.
+TEST_F(EgressProxyTest, BodiesHeldAtOnceAreBoundedInAll) {
+  options_.max_held_body_bytes = 150'000;
+  start({"allowed.test"});
+  const int first = connect_to(proxy_port_);
+  ASSERT_GE(first, 0);
+  send_all(first,
+           "POST http://allowed.test/upload HTTP/1.1\r\nHost: allowed.test\r\n"
+           "Content-Length: 100000\r\n\r\npart");  // held: the rest never comes
+  std::this_thread::sleep_for(200ms);
+  const std::string second =
+      ask("POST http://allowed.test/upload HTTP/1.1\r\nHost: allowed.test\r\n"
+          "Content-Length: 100000\r\n\r\n" + std::string(100'000, 'x'));
+  EXPECT_EQ(second.rfind("HTTP/1.1 503", 0), 0u) << second.substr(0, 200);
+  ::close(first);
+  std::this_thread::sleep_for(200ms);  // the first connection's hold is given back
+  const std::string third =
+      ask("POST http://allowed.test/upload HTTP/1.1\r\nHost: allowed.test\r\n"
+          "Content-Length: 100000\r\n\r\n" + std::string(100'000, 'x'));
+  EXPECT_NE(third.find("\r\n\r\n100000"), std::string::npos) << third.substr(0, 200);
+}
+
+// A decision on a request grants what it asked for: its name at its port. Before, approving
+// `GET later.test` (port 80) also opened `CONNECT later.test:443`, and the reverse.
+TEST_F(EgressProxyTest, AGrantIsForTheRequestsNameAndPort) {
+  start({}, /*prompt=*/true);
+  get("http://allowed.test/", "allowed.test");
+  const auto events = proxy_->consume_events("sb1");
+  ASSERT_EQ(events.size(), 1u);
+  ASSERT_TRUE(proxy_->decide_request("sb1", events[0].request_id, EgressDecision::allow_sandbox));
+  EXPECT_EQ(get("http://allowed.test/", "allowed.test").rfind("HTTP/1.1 200", 0), 0u);
+  const std::string tunnel = ask("CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test\r\n\r\n");
+  EXPECT_EQ(tunnel.rfind("HTTP/1.1 403", 0), 0u) << "port 80's grant opened 443: " << tunnel;
+  const auto grants = proxy_->grants("sb1");
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].port, 80);
+  // A word on the name alone is for both ports.
+  proxy_->decide("sb1", "allowed.test", EgressDecision::allow_sandbox);
+  EXPECT_EQ(ask("CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
+                .rfind("HTTP/1.1 200", 0),
+            0u);
+}
+
+// Grants belong to one instance of a sandbox: a new instance of the same id starts with none,
+// whether the proxy saw the old one go or loaded its grants from a file. A pending request the
+// gateway fetched and never decided expires, so the bound never fills with them.
+TEST_F(EgressProxyTest, GrantsAreAnInstancesAndFetchedRequestsExpire) {
+  options_.max_pending_per_sandbox = 2;
+  start({}, /*prompt=*/true);
+  int port = 0;
+  proxy_->attach("sb1", listen_on_loopback(&port), "instance-one");
+  proxy_port_ = port;
+  proxy_->decide("sb1", "allowed.test", EgressDecision::allow_sandbox);
+  const std::string saved = proxy_->grants_json();
+  EXPECT_NE(saved.find("instance-one"), std::string::npos) << saved;
+  // The same instance attached again (a restart of the host): its grants stand.
+  proxy_->attach("sb1", listen_on_loopback(&port), "instance-one");
+  proxy_port_ = port;
+  EXPECT_EQ(proxy_->grants("sb1").size(), 1u);
+  // A new instance: none, and the old one's from the file are not its either.
+  proxy_->attach("sb1", listen_on_loopback(&port), "instance-two");
+  proxy_port_ = port;
+  EXPECT_TRUE(proxy_->grants("sb1").empty());
+  proxy_->restore_grants(saved);
+  proxy_->attach("sb1", listen_on_loopback(&port), "instance-two");
+  proxy_port_ = port;
+  EXPECT_TRUE(proxy_->grants("sb1").empty());
+  EXPECT_NE(get("http://allowed.test/", "allowed.test").find("domain not allowed"),
+            std::string::npos);
+  // Pruning keeps only what a keeper says is tracked now.
+  proxy_->restore_grants(saved);
+  proxy_->retain_decisions([](const std::string&, const std::string& incarnation) {
+    return incarnation == "instance-two";
+  });
+  EXPECT_TRUE(proxy_->grants("sb1").empty());
+
+  // The bound of 2 pending: two fetched and undecided, then a third name is still recorded.
+  get("http://allowed.test/", "allowed.test");
+  get("http://other.test/", "other.test");
+  EXPECT_EQ(proxy_->pending("sb1").size(), 2u);
+  EXPECT_EQ(proxy_->consume_events("sb1").size(), 2u);
+  clock_->advance(1);
+  get("http://other.test/", "other.test");  // asked again: the newer of the two
+  get("http://third.test/", "third.test");
+  auto pending = proxy_->pending("sb1");
+  EXPECT_EQ(pending.size(), 2u);
+  EXPECT_TRUE(std::any_of(pending.begin(), pending.end(),
+                          [](const auto& r) { return r.domain == "third.test"; }))
+      << "a new name was refused unrecorded while fetched ones filled the bound";
+  EXPECT_TRUE(std::none_of(pending.begin(), pending.end(),
+                           [](const auto& r) { return r.domain == "allowed.test"; }))
+      << "the one fetched and asked for longest ago made room";
+  // Fetched requests past their time make room before any other.
+  proxy_->consume_events("sb1");
+  clock_->advance(601);
+  get("http://fourth.test/", "fourth.test");
+  pending = proxy_->pending("sb1");
+  ASSERT_EQ(pending.size(), 1u);
+  EXPECT_EQ(pending[0].domain, "fourth.test");
 }
 
 TEST_F(EgressProxyTest, SlowAndGreedyClientsAreBounded) {

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "host/random_hex.hpp"
+#include "sandboxd/core/random_hex.hpp"
 #include "sandboxd/core/sandbox_id.hpp"
 #include "sandboxd/types.hpp"
 

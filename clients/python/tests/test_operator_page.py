@@ -248,12 +248,15 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     planted_row = f"document.querySelector('#sandboxes tr[data-sandbox=\"{planted['sandbox_id']}\"]')"
     assert browser.evaluate(f"{planted_row}.cells[6].textContent") == ""  # nobody's: not sampled
 
-    # The credential is in a cookie no script can read, for /ui only, sent to this site only.
+    # The session is in a cookie no script can read, for /ui only, sent to this site only, and
+    # it is not the token.
     assert browser.evaluate("document.cookie") == ""
     cookies = browser.call("Network.getCookies", urls=[page_serve.listen + "/ui/api/health"])
     (cookie,) = cookies["cookies"]
     assert (cookie["name"], cookie["path"], cookie["httpOnly"], cookie["sameSite"]) == (
-        "sandboxd_ui", "/ui", True, "Strict")
+        "sandboxd_serve_ui", "/ui", True, "Strict")
+    assert page_serve.token not in cookie["value"]
+    assert page_serve.token.encode().hex() not in cookie["value"]
     assert page_serve.token not in browser.evaluate("location.href")
 
     # A release elsewhere shows up without a reload.
@@ -319,23 +322,30 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     _, page = request(listen, "GET", "/ui")
     assert b"<script>" not in page and b"onclick" not in page and b"style=" not in page
 
-    # Data needs the credential: none, a wrong cookie, a wrong bearer are all 401.
-    for headers in ({}, {"Cookie": "sandboxd_ui=" + b"wrong".hex()},
-                    {"Cookie": "sandboxd_ui=zz"}, {"Authorization": "Bearer wrong"}):
+    # Data needs the credential: none, a made-up session, the token's hex in the cookie (what
+    # the cookie held before), a wrong bearer are all 401.
+    for headers in ({}, {"Cookie": "sandboxd_serve_ui=" + "ab" * 32},
+                    {"Cookie": "sandboxd_serve_ui=zz"},
+                    {"Cookie": "sandboxd_serve_ui=" + token.encode().hex()},
+                    {"Authorization": "Bearer wrong"}):
         answer, body = request(listen, "GET", "/ui/api/sandboxes", headers)
         assert answer.status == 401, headers
         assert json.loads(body)["error"]["kind"] == "unauthorized"
 
-    # A login takes the token in the header only, and answers with the cookie.
+    # A login takes the token in the header only, and answers with a session's cookie: a
+    # random value of serve's, never the token or anything it derives to.
     answer, _ = request(listen, "POST", "/ui/login")
     assert answer.status == 401
     answer, _ = request(listen, "POST", "/ui/login", {"Authorization": f"Bearer {token}"})
     assert answer.status == 204
     set_cookie = answer.getheader("Set-Cookie")
-    value = set_cookie.split(";")[0].split("=", 1)[1]
-    assert bytes.fromhex(value).decode() == token
+    name, value = set_cookie.split(";")[0].split("=", 1)
+    assert name == "sandboxd_serve_ui" and len(value) == 64
+    assert token not in value and token.encode().hex() not in value
     assert {"Path=/ui", "HttpOnly", "SameSite=Strict"} <= {p.strip() for p in set_cookie.split(";")}
-    cookie = {"Cookie": f"other=1; sandboxd_ui={value}"}
+    answer, _ = request(listen, "POST", "/ui/login", {"Authorization": f"Bearer {token}"})
+    assert answer.getheader("Set-Cookie").split(";")[0].split("=", 1)[1] != value  # one each
+    cookie = {"Cookie": f"other=1; sandboxd_serve_ui={value}"}
 
     for path in ("/ui/api/health", "/ui/api/sandboxes", "/ui/api/events?after=0",
                  "/ui/api/flow"):
@@ -378,12 +388,27 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     answer, body = request(listen, "GET", "/ui/api/events?after=x", cookie)
     assert answer.status == 400 and b"after" in body
 
-    # The cookie is the page's, not a credential for the control API.
-    answer, _ = request(listen, "GET", "/v1/sandboxes", cookie)
+    # A stolen cookie opens no control route: not as a cookie, not as a bearer token.
+    for path, method in (("/v1/sandboxes", "GET"), ("/v1/sandboxes/acquire", "POST")):
+        for headers in (cookie, {"Authorization": f"Bearer {value}"}):
+            answer, _ = request(listen, method, path, headers)
+            assert answer.status == 401, (path, headers)
+
+    # Logging out closes the session: its cookie opens nothing after.
+    answer, _ = request(listen, "POST", "/ui/logout", cookie)
+    assert answer.status == 204 and "Max-Age=0" in answer.getheader("Set-Cookie")
+    answer, _ = request(listen, "GET", "/ui/api/health", cookie)
     assert answer.status == 401
 
-    answer, _ = request(listen, "POST", "/ui/logout")
-    assert answer.status == 204 and "Max-Age=0" in answer.getheader("Set-Cookie")
+    # Log-ins are bounded: after ten wrong ones in a minute (the one without a token above, and
+    # nine more), even the right token waits (429).
+    for _ in range(9):
+        answer, _ = request(listen, "POST", "/ui/login", {"Authorization": "Bearer wrong"})
+        assert answer.status == 401
+    answer, _ = request(listen, "POST", "/ui/login", {"Authorization": f"Bearer {token}"})
+    assert answer.status == 429 and answer.getheader("Retry-After") == "60"
+    answer, _ = request(listen, "GET", "/v1/sandboxes", {"Authorization": f"Bearer {token}"})
+    assert answer.status == 200  # the control API is not locked out
 
 
 def read_events(answer, until: str, limit: int = 200) -> list[dict]:
@@ -406,7 +431,8 @@ def read_events(answer, until: str, limit: int = 200) -> list[dict]:
 def test_the_event_stream_pushes_each_event_and_resumes_after_last_event_id(page_serve):
     listen, token = page_serve.listen, page_serve.token
     client = page_serve.client(token=token)
-    cookie = {"Cookie": "sandboxd_ui=" + token.encode().hex()}
+    answer, _ = request(listen, "POST", "/ui/login", {"Authorization": f"Bearer {token}"})
+    cookie = {"Cookie": answer.getheader("Set-Cookie").split(";")[0]}
     where = urllib.parse.urlsplit(listen)
 
     def subscribe(headers: dict):
@@ -486,6 +512,17 @@ def test_the_provisioner_serves_the_same_page_behind_its_api_key(provisioner, br
     assert answer.status == 401
     answer, body = request(listen, "GET", "/ui/api/health", {"X-API-Key": key})
     assert answer.status == 200 and json.loads(body)["running"] == 0
+    # The page's session is the provisioner's own cookie, not the key, and opens no /api route.
+    answer, _ = request(listen, "POST", "/ui/login", {"Authorization": f"Bearer {key}"})
+    assert answer.status == 204
+    name, value = answer.getheader("Set-Cookie").split(";")[0].split("=", 1)
+    assert name == "sandboxd_provisioner_ui" and key not in value
+    session = {"Cookie": f"{name}={value}"}
+    assert request(listen, "GET", "/ui/api/health", session)[0].status == 200
+    assert request(listen, "GET", "/api/sandboxes", session)[0].status == 401
+    assert request(listen, "GET", "/api/sandboxes", {"X-API-Key": value})[0].status == 401
+    assert request(listen, "POST", "/ui/logout", session)[0].status == 204
+    assert request(listen, "GET", "/ui/api/health", session)[0].status == 401
 
     where = urllib.parse.urlsplit(listen)
     conn = http.client.HTTPConnection(where.hostname, where.port, timeout=120)

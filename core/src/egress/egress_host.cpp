@@ -10,9 +10,11 @@
 #include <cstring>
 #include <set>
 
-#include "host/random_hex.hpp"
+#include "sandboxd/core/random_hex.hpp"
 #include "sandboxd/core/config.hpp"
 #include "sandboxd/core/provider.hpp"
+#include "sandboxd/core/relay_tokens.hpp"
+#include "sandboxd/core/socket_namespace.hpp"
 #include "sandboxd/host_fs.hpp"
 #include "sandboxd/json.hpp"
 #include "sandboxd/plugin_config.hpp"
@@ -412,6 +414,7 @@ void EgressHost::start(std::chrono::milliseconds sync_interval) {
       logger_->warning(std::string("egress: the grants of the last run are lost: ") + e.what());
     }
   }
+  prune();
   sync();
   sync_thread_ = std::thread([this, sync_interval] {
     while (true) {
@@ -453,10 +456,51 @@ void EgressHost::attach_if_needed(const SandboxInfo& info) {
   const std::optional<SandboxEndpoint> endpoint = sandboxes_.endpoint(info.sandbox_id);
   if (!endpoint || !endpoint->open_socket || endpoint->paused) return;  // the next pass
   try {
-    proxy_->attach(info.sandbox_id, make_egress_listener(endpoint->open_socket));
+    proxy_->attach(info.sandbox_id, make_egress_listener(endpoint->open_socket),
+                   incarnation_of(info));
   } catch (const std::exception& e) {
     logger_->error("egress: sandbox " + info.sandbox_id + " has no way out: " + e.what());
   }
+}
+
+void EgressHost::keep_listener(const SandboxInfo& info) {
+  const std::optional<net::NamespaceId> attached = proxy_->attached_namespace(info.sandbox_id);
+  if (!attached) return;  // the kernel would not say: nothing to compare
+  const std::optional<SandboxEndpoint> endpoint = sandboxes_.endpoint(info.sandbox_id);
+  if (!endpoint || !endpoint->open_socket || endpoint->paused) return;
+  std::optional<net::NamespaceId> now;
+  try {
+    const host_fs::UniqueFd probe(endpoint->open_socket());
+    if (probe) now = net::socket_namespace(probe.get());
+  } catch (const std::exception& e) {
+    logger_->debug("egress: sandbox " + info.sandbox_id + "'s namespace not read: " + e.what());
+    return;
+  }
+  if (!now || *now == *attached) return;
+  // The sandbox's namespace was made anew (its container restarted): its listener follows it,
+  // and the old one closes, so nothing holds the old namespace.
+  try {
+    proxy_->attach(info.sandbox_id, make_egress_listener(endpoint->open_socket),
+                   incarnation_of(info));
+    logger_->info("egress: sandbox " + info.sandbox_id +
+                  " has a new network namespace (restarted); its proxy listener was made again "
+                  "there");
+  } catch (const std::exception& e) {
+    logger_->error("egress: sandbox " + info.sandbox_id + " has no way out: " + e.what());
+  }
+}
+
+void EgressHost::prune() {
+  std::map<std::string, std::string> instances;  // tracked id → its instance
+  for (const EgressSandboxes::Tracked& sandbox : sandboxes_.tracked()) {
+    instances[sandbox.info.sandbox_id] = incarnation_of(sandbox.info);
+  }
+  proxy_->retain_decisions([&instances](const std::string& id, const std::string& incarnation) {
+    const auto it = instances.find(id);
+    return it != instances.end() &&
+           (incarnation.empty() || it->second.empty() || incarnation == it->second);
+  });
+  save_grants();
 }
 
 void EgressHost::forget(const std::string& sandbox_id) {
@@ -468,7 +512,12 @@ void EgressHost::sync() {
   std::set<std::string> tracked;
   for (const EgressSandboxes::Tracked& sandbox : sandboxes_.tracked()) {
     tracked.insert(sandbox.info.sandbox_id);
-    if (!sandbox.paused) attach_if_needed(sandbox.info);
+    if (sandbox.paused || sandbox.info.network_policy != "allowlist") continue;
+    if (proxy_->is_attached(sandbox.info.sandbox_id)) {
+      keep_listener(sandbox.info);
+    } else {
+      attach_if_needed(sandbox.info);
+    }
   }
   bool dropped = false;
   for (const std::string& id : proxy_->attached()) {

@@ -163,10 +163,12 @@ void EgressProxy::stop() {
   impl_->io.run();
 }
 
-void EgressProxy::attach(const std::string& sandbox_id, int listening_fd) {
+void EgressProxy::attach(const std::string& sandbox_id, int listening_fd,
+                         const std::string& incarnation) {
+  impl_->decisions.bind_incarnation(sandbox_id, incarnation);
   {
     MutexLock lock(impl_->mutex);
-    impl_->attached_ids.insert(sandbox_id);
+    impl_->attached_ids[sandbox_id] = net::socket_namespace(listening_fd);
   }
   asio::post(impl_->io, [impl = impl_, sandbox_id, listening_fd] {
     auto acceptor = std::make_unique<tcp::acceptor>(impl->io);
@@ -182,7 +184,12 @@ void EgressProxy::attach(const std::string& sandbox_id, int listening_fd) {
     }
     auto& listener = impl->listeners[sandbox_id];
     boost::system::error_code ignored;
-    if (listener.acceptor) listener.acceptor->close(ignored);
+    if (listener.acceptor) {
+      // Replaced: its namespace went away (the sandbox restarted) or the sandbox is a new
+      // instance. Nothing of the old one stays open, so nothing keeps its namespace alive.
+      listener.acceptor->close(ignored);
+      impl->close_sessions_of(sandbox_id);
+    }
     listener.acceptor = std::move(acceptor);
     ++listener.generation;
     impl->accept(sandbox_id, listener.generation);
@@ -202,17 +209,36 @@ void EgressProxy::detach(const std::string& sandbox_id) {
       it->second.acceptor->close(ignored);
       impl->listeners.erase(it);
     }
-    std::vector<std::shared_ptr<EgressConnection>> theirs;
-    for (const auto& [id, session] : impl->sessions) {
-      if (session->sandbox_id() == sandbox_id) theirs.push_back(session);
-    }
-    for (const auto& session : theirs) session->close();
+    impl->close_sessions_of(sandbox_id);
   });
+}
+
+void EgressProxy::Impl::close_sessions_of(const std::string& sandbox_id) {
+  std::vector<std::shared_ptr<EgressConnection>> theirs;
+  for (const auto& [id, session] : sessions) {
+    if (session->sandbox_id() == sandbox_id) theirs.push_back(session);
+  }
+  for (const auto& session : theirs) session->close();
+}
+
+std::optional<net::NamespaceId> EgressProxy::attached_namespace(
+    const std::string& sandbox_id) const {
+  MutexLock lock(impl_->mutex);
+  const auto it = impl_->attached_ids.find(sandbox_id);
+  return it == impl_->attached_ids.end() ? std::nullopt : it->second;
+}
+
+void EgressProxy::retain_decisions(
+    const std::function<bool(const std::string&, const std::string&)>& keep) {
+  impl_->decisions.retain(keep);
 }
 
 std::vector<std::string> EgressProxy::attached() const {
   MutexLock lock(impl_->mutex);
-  return {impl_->attached_ids.begin(), impl_->attached_ids.end()};
+  std::vector<std::string> out;
+  out.reserve(impl_->attached_ids.size());
+  for (const auto& [id, where] : impl_->attached_ids) out.push_back(id);
+  return out;
 }
 
 bool EgressProxy::is_attached(const std::string& sandbox_id) const {

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "egress/egress_decisions.hpp"
+#include "sandboxd/core/socket_namespace.hpp"
 #include "sandboxd/core/egress_proxy.hpp"
 #include "sandboxd/thread_annotations.hpp"
 
@@ -77,12 +78,15 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   std::map<std::uint64_t, std::shared_ptr<EgressConnection>> sessions;
   std::map<std::string, std::size_t> open_per_sandbox;
   std::uint64_t next_id = 0;
+  // Plain requests' bodies held whole at once, in all (options.max_held_body_bytes bounds it).
+  std::size_t held_body_bytes = 0;
 
   // Refusal counts and attached ids, asked from any thread (the doors, the I/O thread); never
   // held across I/O or a resolution.
   mutable Mutex mutex;
   std::map<std::string, std::uint64_t> refused GUARDED_BY(mutex);
-  std::set<std::string> attached_ids GUARDED_BY(mutex);
+  // Each attached sandbox's listener: the namespace it was made in (nullopt: unknown).
+  std::map<std::string, std::optional<net::NamespaceId>> attached_ids GUARDED_BY(mutex);
   // Log lines about refusals: at most kLogBurst a second, the rest counted.
   double log_window GUARDED_BY(mutex) = 0;
   int logged_in_window GUARDED_BY(mutex) = 0;
@@ -108,6 +112,8 @@ struct EgressProxy::Impl : std::enable_shared_from_this<EgressProxy::Impl> {
   }
 
   void accept(const std::string& sandbox_id, std::uint64_t generation);
+  // Every open connection of `sandbox_id` closed. I/O thread.
+  void close_sessions_of(const std::string& sandbox_id);
   void forget(std::uint64_t id, const std::string& sandbox_id) {
     if (sessions.erase(id) > 0) {
       --open_connections;

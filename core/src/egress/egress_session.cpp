@@ -22,6 +22,7 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
+#include <cctype>
 #include <cstring>
 #include <optional>
 
@@ -72,6 +73,33 @@ struct SplicePipe {
 };
 constexpr std::size_t kMaxHelloBytes = 16 * 1024 + 5;  // one TLS record
 
+// The methods an agent needs for the web, forwarded with their method intact. TRACE and TRACK
+// are never forwarded (a destination echoes them, a secret put in included), nor anything
+// else: a method the proxy does not know it would not know how to frame.
+bool forwarded_method(http::verb method) {
+  switch (method) {
+    case http::verb::get:
+    case http::verb::head:
+    case http::verb::post:
+    case http::verb::put:
+    case http::verb::patch:
+    case http::verb::delete_:
+    case http::verb::options:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// A method as a refusal's line shows it: at most 16 characters of a token.
+std::string shown_method(beast::string_view method) {
+  std::string out;
+  for (const char c : method.substr(0, 16)) {
+    out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '?';
+  }
+  return out;
+}
+
 // One connection from a sandbox. Every member is touched on the I/O thread only, but for the
 // resolution, whose thread only calls the network and posts its answer back.
 class EgressSession final : public EgressConnection,
@@ -110,6 +138,8 @@ class EgressSession final : public EgressConnection,
     upstream_.close(ignored);
     to_upstream_.release();
     to_client_.release();
+    impl_->held_body_bytes -= held_body_bytes_;
+    held_body_bytes_ = 0;
     impl_->forget(id_, sandbox_id_);
   }
 
@@ -118,7 +148,23 @@ class EgressSession final : public EgressConnection,
     deadline_.arm(limit, [self = shared_from_this()] { self->close(); });
   }
 
+  // No exception leaves a handler: one is a refusal of this request, counted like the others.
+  template <class Step>
+  void guarded(Step&& step) {
+    try {
+      step();
+    } catch (const std::bad_alloc&) {
+      refuse(503, "busy", "no memory for this request");
+    } catch (const std::exception& e) {
+      refuse(400, "bad_request", std::string("the request cannot be forwarded: ") + e.what());
+    }
+  }
+
   void on_head(const boost::system::error_code& ec) {
+    guarded([&] { check_head(ec); });
+  }
+
+  void check_head(const boost::system::error_code& ec) {
     if (closed_) return;
     if (ec) {
       if (ec == http::error::header_limit) return refuse(431, "bad_request", "headers too large");
@@ -142,6 +188,10 @@ class EgressSession final : public EgressConnection,
       port = parse_port(target.substr(colon + 1));
       if (port != 443) return refuse(403, "port_not_allowed", "port not allowed: " + target);
     } else {
+      if (!forwarded_method(message.method())) {
+        return refuse(405, "method_not_allowed",
+                      "method not allowed: " + shown_method(message.method_string()));
+      }
       // Absolute form, http only: "http://host[:port]/path".
       if (target.rfind("http://", 0) != 0) {
         return refuse(target.rfind("https://", 0) == 0 ? 400 : 405, "bad_request",
@@ -182,7 +232,41 @@ class EgressSession final : public EgressConnection,
     }
     port_ = static_cast<std::uint16_t>(port);
     if (!tunnel_) {
-      // The body, whole and bounded, before anything is dialled.
+      // The body, whole and bounded (for this request, and for every request held at once),
+      // before anything is dialled.
+      const auto length = parser_->content_length();
+      const std::size_t held = parser_->is_done() ? 0
+                               : length ? static_cast<std::size_t>(*length)
+                                        : impl_->options.max_plain_body_bytes;
+      if (held > 0 && impl_->held_body_bytes + held > impl_->options.max_held_body_bytes) {
+        return refuse(503, "busy", "too many request bodies held at once");
+      }
+      impl_->held_body_bytes += held;
+      held_body_bytes_ = held;
+      if (beast::iequals(message[http::field::expect], "100-continue") && !parser_->is_done()) {
+        return continue_then_read_body();
+      }
+      read_body();
+      return;
+    }
+    resolve();
+  }
+
+  // A client that waits for "100 Continue" before its body is told to go on, once the request
+  // passed every check.
+  void continue_then_read_body() {
+    static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    arm(impl_->options.progress_timeout);
+    asio::async_write(client_, asio::buffer(kContinue),
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                        if (self->closed_) return;
+                        if (ec) return self->close();
+                        self->read_body();
+                      });
+  }
+
+  void read_body() {
+    {
       arm(impl_->options.progress_timeout);
       http::async_read(
           client_, client_buffer_, *parser_,
@@ -194,9 +278,7 @@ class EgressSession final : public EgressConnection,
             if (read_ec) return self->close();
             self->resolve();
           });
-      return;
     }
-    resolve();
   }
 
   // Whether the request's one Host header (a port allowed) names domain_; refused when not:
@@ -330,6 +412,13 @@ class EgressSession final : public EgressConnection,
   }
 
   void read_intercepted_request() {
+    // Its body is held whole too, and counted against the bound on all held bodies.
+    const std::size_t held = impl_->options.max_plain_body_bytes;
+    if (impl_->held_body_bytes + held > impl_->options.max_held_body_bytes) {
+      return refuse(503, "busy", "too many request bodies held at once");
+    }
+    impl_->held_body_bytes += held;
+    held_body_bytes_ += held;
     arm(impl_->options.head_timeout);
     parser_.emplace();
     parser_->header_limit(static_cast<std::uint32_t>(impl_->options.max_header_bytes));
@@ -354,6 +443,10 @@ class EgressSession final : public EgressConnection,
     if (message.method() == http::verb::connect || path_.empty() || path_.front() != '/') {
       return refuse(400, "bad_request", "expected a request in origin form (GET /path)");
     }
+    if (!forwarded_method(message.method())) {
+      return refuse(405, "method_not_allowed",
+                    "method not allowed: " + shown_method(message.method_string()));
+    }
     if (host_header_names_domain(message)) dial();
   }
 
@@ -375,7 +468,8 @@ class EgressSession final : public EgressConnection,
           }
           ++self->impl_->tunnels;
           ++self->impl_->intercepted;
-          self->request_ = self->outgoing_request();
+          self->guarded([&] { self->request_ = self->outgoing_request(); });
+          if (self->closed_ || !self->request_) return;
           self->arm(self->impl_->options.progress_timeout);
           http::async_write(*self->upstream_tls_, *self->request_,
                             [self](const boost::system::error_code& write_ec, std::size_t) {
@@ -432,8 +526,10 @@ class EgressSession final : public EgressConnection,
   }
 
   // The request read from the sandbox as the destination gets it: origin form, no hop-by-hop
-  // header, the secrets bound to it put in, and `Connection: close` (one request per
-  // connection, so every request the destination sees went through here).
+  // header, one Host naming what the proxy checked and dialled (in its normalised form, so no
+  // look-alike the check folded reaches a virtual host), no Expect (the body is here whole),
+  // the secrets bound to it put in, and `Connection: close` (one request per connection, so
+  // every request the destination sees went through here).
   std::shared_ptr<http::request<http::string_body>> outgoing_request() {
     auto& message = parser_->get();
     auto request = std::make_shared<http::request<http::string_body>>(message.method(), path_,
@@ -442,6 +538,8 @@ class EgressSession final : public EgressConnection,
       request->insert(field.name(), field.name_string(), field.value());
     }
     strip_hop_by_hop(*request);
+    request->set(http::field::host, domain_);
+    request->erase(http::field::expect);
     if (inject_secrets(*request)) ++impl_->secrets_injected;
     request->set(http::field::connection, "close");
     request->body() = std::move(message.body());
@@ -450,7 +548,8 @@ class EgressSession final : public EgressConnection,
   }
 
   void forward_request() {
-    request_ = outgoing_request();
+    guarded([&] { request_ = outgoing_request(); });
+    if (closed_ || !request_) return;
     arm(impl_->options.progress_timeout);
     http::async_write(
         upstream_, *request_,
@@ -623,6 +722,7 @@ class EgressSession final : public EgressConnection,
   std::unique_ptr<std::array<char, 16 * 1024>> relay_buffer_;
   std::string domain_, path_, shown_, answer_;
   std::uint16_t port_ = 0;
+  std::size_t held_body_bytes_ = 0;  // counted in impl_->held_body_bytes until closed
   bool tunnel_ = false;
   bool closed_ = false;
 };

@@ -5,7 +5,7 @@
 #include <array>
 #include <stdexcept>
 
-#include "host/random_hex.hpp"
+#include "sandboxd/core/random_hex.hpp"
 
 namespace sandboxd::core {
 

@@ -1,4 +1,4 @@
-#include "host/random_hex.hpp"
+#include "sandboxd/core/random_hex.hpp"
 
 #include <openssl/rand.h>
 

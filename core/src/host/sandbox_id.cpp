@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "host/random_hex.hpp"
+#include "sandboxd/core/random_hex.hpp"
 
 namespace sandboxd::core {
 namespace {

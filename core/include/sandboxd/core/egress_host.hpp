@@ -1,8 +1,10 @@
 // What a long-running host (sandboxctl serve, sandboxd-provisioner) runs for network mode
-// `allowlist` (issue 34): the egress proxy, with each allowlist sandbox's listener made in its
-// network namespace and attached when the sandbox is handed out (and again after a restart, by
-// the sync pass), closed when the sandbox goes; the gateway's grants kept in the state directory
-// (`egress-grants.json`, 0600) so that a restart keeps them, and dropped with their sandbox.
+// `allowlist` (docs/egress.md): the egress proxy, with each allowlist sandbox's listener made in
+// its network namespace and attached when the sandbox is handed out (and again after a restart
+// of the host, and in the new namespace after a restart of the sandbox's container, by the sync
+// pass), closed when the sandbox goes; the gateway's grants kept in the state directory
+// (`egress-grants.json`, 0600) so that a restart keeps them, dropped with their sandbox, and
+// bound to its instance (a re-created sandbox of the same conversation starts with none).
 //
 // Lock story: the proxy has its own (egress_proxy.hpp). `mutex_` guards the sync thread's stop
 // flag only. `save_mutex_` is held across one save of the grants, from taking the proxy's
@@ -95,8 +97,14 @@ class EgressHost final : public SandboxEgress {
   void attach_if_needed(const SandboxInfo& info) override;
   void forget(const std::string& sandbox_id) override;
 
-  // One pass: tracked allowlist sandboxes attached, gone ones detached.
+  // One pass: tracked allowlist sandboxes attached (a listener made again in a sandbox whose
+  // namespace was made anew: a restarted container), gone ones detached.
   void sync();
+  // Decisions kept only for the sandboxes tracked now, each for the instance tracked (a
+  // destroyed sandbox's grants never pass to the next sandbox of its conversation), then
+  // saved. start() runs it after loading the last run's grants; a host that destroyed its
+  // sandboxes at exit runs it after.
+  void prune();
 
   EgressProxy& proxy() { return *proxy_; }
   const EgressSettings& settings() const { return settings_; }
@@ -104,6 +112,9 @@ class EgressHost final : public SandboxEgress {
   void save_grants();
 
  private:
+  // An attached sandbox whose network namespace changed gets its listener again there.
+  void keep_listener(const SandboxInfo& info);
+
   const EgressSandboxes sandboxes_;
   const EgressSettings settings_;
   const std::filesystem::path state_dir_;

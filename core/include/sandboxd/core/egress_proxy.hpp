@@ -6,7 +6,10 @@
 //
 // What it lets through, DeerFlow's and E2B's rules:
 //   - `CONNECT host:443` and absolute-form plain HTTP to port 80 (`GET http://host/...`), one
-//     request per plain connection; nothing else (405);
+//     request per plain connection, with the methods GET, HEAD, POST, PUT, PATCH, DELETE and
+//     OPTIONS (inside an intercepted tunnel too); nothing else (405; TRACE and TRACK never);
+//   - the destination gets one Host header: the name the proxy checked and dialled, which no
+//     `Connection:` list can remove;
 //   - the name must be on the allow-list (exact or `*.suffix`, IDNA-normalised) or granted at
 //     run time; an IP literal never is;
 //   - a plain request's Host header, and a tunnel's TLS ClientHello SNI, must name the same
@@ -47,9 +50,11 @@
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/egress_rules.hpp"
 #include "sandboxd/core/egress_tls.hpp"
+#include "sandboxd/core/socket_namespace.hpp"
 #include "sandboxd/logger.hpp"
 
 namespace sandboxd::core {
+
 
 // Where the proxy listens inside a sandbox's network namespace.
 inline constexpr const char* kEgressProxyHost = "127.0.0.1";
@@ -113,6 +118,9 @@ struct EgressOptions {
   std::size_t max_connections_per_sandbox = 64;
   std::size_t max_header_bytes = 16 * 1024;
   std::size_t max_plain_body_bytes = 1024 * 1024;   // a plain request's body, held whole
+  // Every plain request's body held at once, in all sandboxes: past it, 503. With the read
+  // buffer each body passes through, what they hold stays under twice this.
+  std::size_t max_held_body_bytes = 64 * 1024 * 1024;
   std::size_t max_pending_per_sandbox = 256;        // distinct names waiting for a decision
   std::chrono::milliseconds head_timeout{10'000};   // the request's line and headers
   std::chrono::milliseconds hello_timeout{10'000};  // a tunnel's ClientHello after the 200
@@ -134,9 +142,13 @@ struct EgressRequest {
   bool surfaced = false;  // handed out by consume_events()
 };
 
+// What the gateway allowed beyond the allow-list: a name at one port (80 for plain HTTP, 443
+// for a CONNECT tunnel), or at both (port 0: a decision on the name alone), for one instance of
+// the sandbox.
 struct EgressGrant {
   std::string domain;
-  double expires = 0;  // wall clock; 0: for the sandbox's life
+  double expires = 0;  // wall clock; 0: for the life of the sandbox's instance
+  int port = 0;        // 0: both
 };
 
 // DeerFlow's decisions: "deny", "allow_temporary", "allow_sandbox".
@@ -168,8 +180,17 @@ class EgressProxy {
   void stop();   // every listener and connection closed; idempotent
 
   // Serves `sandbox_id`'s egress on `listening_fd`, a listening TCP socket made in its network
-  // namespace; the proxy owns it from now on. An id already attached has its listener replaced.
-  void attach(const std::string& sandbox_id, int listening_fd);
+  // namespace, for its instance `incarnation` (relay_tokens.hpp's incarnation_of; decisions
+  // recorded for another instance are dropped); the proxy owns the socket from now on. An id
+  // already attached has its listener replaced and its open connections closed.
+  void attach(const std::string& sandbox_id, int listening_fd, const std::string& incarnation = "");
+  // The network namespace `sandbox_id`'s listener was made in; nullopt when it is not attached
+  // or the kernel would not say.
+  std::optional<net::NamespaceId> attached_namespace(const std::string& sandbox_id) const;
+  // Drops the decisions (grants, pending requests) of every sandbox but those `keep` answers
+  // true for, given its id and the instance they were made for ("" : unknown).
+  void retain_decisions(const std::function<bool(const std::string& sandbox_id,
+                                                 const std::string& incarnation)>& keep);
   // Its listener and connections closed; its pending requests and grants forgotten.
   void detach(const std::string& sandbox_id);
   std::vector<std::string> attached() const;  // in id order

@@ -1,5 +1,5 @@
-// Bytes as text: the one hex writer of the core (sandbox ids, owner ids, secret placeholders,
-// egress request ids).
+// Bytes as text: the one hex writer of the core and its programs (sandbox ids, owner ids, secret
+// placeholders, egress request ids, the operator page's sessions).
 #pragma once
 
 #include <cstddef>
