@@ -526,6 +526,19 @@ class EngineBench {
         p->destroy(id);
       }
     }
+    // Issue 44: a reuse of an active sandbox, now checked before it is handed out (its port's
+    // flag read back from sysfs: no engine round trip), beside the same reuse where there is no
+    // port to keep (isolation off).
+    for (int round = 0; round < options_.rounds; ++round) {
+      for (int i = 0; i < 100; ++i) {
+        for (const auto& [scenario, p] : {std::pair{"reuse_unisolated", plain.get()},
+                                          std::pair{"reuse_port_isolated", ported.get()}}) {
+          const auto t0 = Steady::now();
+          p->acquire("resident", "bench-user");
+          note(scenario, round, micros_since(t0));
+        }
+      }
+    }
     // The download: the same file in an open sandbox (published port) and an isolated one.
     const std::string direct_id = ported->acquire("download", "bench-user");
     const std::string relayed_id = isolated->acquire("download", "bench-user");

@@ -1,5 +1,6 @@
 // LocalContainerBackend: keeping sandboxes apart on the network (sandbox_network.hpp): the
 // host checks, our bridge network, port isolation, and sockets into namespaced sandboxes.
+#include <net/if.h>
 #include <rapidjson/document.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -313,14 +314,9 @@ void LocalContainerBackend::sweep_unused_networks() {
 }
 
 void LocalContainerBackend::isolate(const std::string& container_id, const std::string& name) {
-  const int pid = api_.container_pid(container_id, kInspectTimeoutSeconds);
-  if (pid <= 0) {
-    throw std::runtime_error("Sandbox container " + name +
-                             " has no running process to isolate on the network");
-  }
   try {
-    const std::string port = isolate_bridge_port(netns_, pid);
-    log(LogLevel::debug, "Isolated sandbox container " + name + "'s bridge port " + port);
+    const BridgePort port = keeper_.isolate(container_id, settings_.own_network);
+    log(LogLevel::debug, "Isolated sandbox container " + name + "'s bridge port " + port.name);
   } catch (const PortOnNoBridge& e) {
     throw PortOnNoBridge("Could not isolate sandbox container " + name + " on network " +
                          settings_.network + ": " + e.what());
@@ -328,6 +324,89 @@ void LocalContainerBackend::isolate(const std::string& container_id, const std::
     throw std::runtime_error("Could not isolate sandbox container " + name + " on network " +
                              settings_.network + " (it was removed): " + e.what());
   }
+}
+
+void LocalContainerBackend::keep_isolation(const SandboxInfo& info) {
+  if (!keeps_bridge_ports()) return;
+  const std::string& policy = info.network_policy;
+  // Only sandboxes made on a bridge with their port isolated ("open", "open+unpublished"): a
+  // namespaced one has no port; "+shared" was made without isolation on purpose.
+  if (!(policy.empty() || policy.rfind("open", 0) == 0) ||
+      policy.find("+shared") != std::string::npos) {
+    return;
+  }
+  const std::string target = info.container_id && !info.container_id->empty()
+                                 ? *info.container_id
+                                 : info.container_name.value_or("");
+  if (target.empty()) {
+    throw std::runtime_error("sandbox " + info.sandbox_id + " names no container to keep isolated");
+  }
+  try {
+    keeper_.keep(target, settings_.own_network);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("sandbox " + info.sandbox_id + "'s port on network " +
+                             settings_.network + " cannot be kept isolated: " + e.what());
+  }
+}
+
+std::vector<std::string> LocalContainerBackend::guard_own_bridge() {
+  std::vector<std::string> lines;
+  if (!settings_.own_network) return lines;
+  const std::optional<NetworkState> network = api_.inspect_network(settings_.network);
+  if (!network) return lines;  // no sandbox yet
+  if (!keeper_.guards_any() && !network->bridge.empty()) {
+    keeper_.guard(static_cast<int>(::if_nametoindex(network->bridge.c_str())));
+  }
+  if (network->containers.empty()) return lines;
+  // Ours (sandboxes and slots, running or not) by the label every one carries; whatever else is
+  // attached was joined to the network by hand.
+  std::string body;
+  const Outcome listed =
+      api_.list_containers("label", std::string(kLabelManagedBy) + "=" + kManagedByValue,
+                           /*all=*/true, kListTimeoutSeconds, &body);
+  if (!listed.ok()) return lines;
+  for (const std::string& id : network->containers) {
+    if (body.find("\"" + id) != std::string::npos) continue;
+    std::string name = short_id(id);
+    try {
+      if (const auto state = inspect(id); state && !state->name.empty()) name = state->name;
+    } catch (const std::exception&) {
+    }
+    lines.push_back("container " + name + " (" + short_id(id) + ") is on the sandboxes' network " +
+                    settings_.network +
+                    " but is not a sandbox: its port is isolated like theirs, so it reaches no "
+                    "sandbox and no sandbox reaches it; disconnect it from the network if it "
+                    "should not be there");
+  }
+  return lines;
+}
+
+std::vector<std::string> LocalContainerBackend::keep_all_isolation() {
+  std::vector<std::string> lines;
+  if (!keeps_bridge_ports()) return lines;
+  try {
+    lines = guard_own_bridge();
+  } catch (const std::exception& e) {
+    lines.push_back("cannot read network " + settings_.network + " to keep its ports isolated: " +
+                    e.what());
+  }
+  const IsolationKeeper::Sweep swept = keeper_.sweep();
+  for (const std::string& port : swept.isolated) {
+    lines.push_back("port " + port + " was open on the bridge of network " + settings_.network +
+                    " (a container restarted or joined by hand); isolated it");
+  }
+  for (const std::string& container : swept.lost) {
+    try {
+      keeper_.keep(container, settings_.own_network);
+    } catch (const std::exception&) {
+      keeper_.forget(container);  // not running any more: its next hand-out decides
+    }
+  }
+  return lines;
+}
+
+void LocalContainerBackend::start_keeping_isolation() {
+  if (keeps_bridge_ports()) keeper_.start_watching();
 }
 
 bool LocalContainerBackend::namespaced(const SandboxInfo& info) const {

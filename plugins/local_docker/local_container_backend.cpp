@@ -411,6 +411,7 @@ void LocalContainerBackend::retry_pending_removals() {
 }
 
 void LocalContainerBackend::destroy(const SandboxInfo& info) {
+  if (info.container_id) keeper_.forget(*info.container_id);
   destroy_once(info, false);
   netns_.forget(info.container_id.value_or(""));
   // The last sandbox on our network takes it along (the engine refuses while one is attached;

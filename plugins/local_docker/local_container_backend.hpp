@@ -43,6 +43,7 @@
 #include "engine_api.hpp"
 #include "engine_client.hpp"
 #include "engine_slots.hpp"
+#include "isolation_keeper.hpp"
 #include "sandbox_network.hpp"
 #include "slot_pool.hpp"
 
@@ -100,14 +101,23 @@ class LocalContainerBackend final : public SandboxBackend,
                                     public SettingsReport,
                                     public SandboxNetworkPolicy,
                                     public NamespacedSandboxes,
-                                    public SandboxUsage {
+                                    public SandboxUsage,
+                                    public IsolationKeeping {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger),
         clock_(context.clock ? context.clock : std::make_shared<SystemClock>()),
         settings_(read_settings(context, *context.logger)),
         client_(settings_.endpoint),
-        api_(client_, settings_.request_timeout_seconds) {
+        api_(client_, settings_.request_timeout_seconds),
+        keeper_(netns_,
+                IsolationKeeper::Hooks{
+                    .pid_of =
+                        [this](const std::string& container) {
+                          return api_.container_pid(container, kInspectTimeoutSeconds);
+                        },
+                    .recheck = [this] { keep_all_isolation(); }},
+                logger_) {
     if (settings_.warm_slots > 0) {
       SlotPoolOptions options;
       options.target = settings_.warm_slots;
@@ -155,6 +165,12 @@ class LocalContainerBackend final : public SandboxBackend,
   std::string network_preflight() override;
   bool namespaced(const SandboxInfo& info) const override;
   int open_socket(const SandboxInfo& info) override;
+  // Isolation kept (backend_network.cpp, isolation_keeper.hpp): a sandbox's bridge port checked
+  // at each hand-out, every port of our network's bridge at each reconciliation pass and as soon
+  // as one joins.
+  void keep_isolation(const SandboxInfo& info) override;
+  std::vector<std::string> keep_all_isolation() override;
+  void start_keeping_isolation() override;
 
  private:
   // Why this host cannot enter the engine's namespaces (setns, bridge flags; `host_mounts`:
@@ -253,8 +269,20 @@ class LocalContainerBackend final : public SandboxBackend,
   // through list_running(). `pending_mutex_` guards the set, never held across an engine call.
   Mutex pending_mutex_;
   std::set<std::string> pending_removals_ GUARDED_BY(pending_mutex_);
+  // Whether this backend's sandboxes sit on a bridge with their ports isolated (open mode with
+  // isolate_sandboxes): the only ones whose isolation is a port flag to keep.
+  bool keeps_bridge_ports() const {
+    return settings_.policy.mode == "open" && settings_.policy.isolate;
+  }
+  // Our own network's bridge guarded by the keeper, learnt from the engine when no sandbox of
+  // this process taught it yet; the containers on it that are not ours, named.
+  std::vector<std::string> guard_own_bridge();
+
   // Sockets in sandboxes' network namespaces, and bridge port isolation (sandbox_network.hpp).
   NetnsSockets netns_;
+  // Each sandbox's port kept isolated for its life (isolation_keeper.hpp); its watcher thread
+  // calls back into this object, so it is declared after what it uses and stops before them.
+  IsolationKeeper keeper_;
   // The network checks (network_mutex_ guards these four, never held across an engine
   // call): our bridge network exists and the id containers join it by, and the host-namespace
   // probe's answer, asked of the engine once ("" : it can). network_create_mutex_ serializes

@@ -9,7 +9,10 @@
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <climits>
 
 #include <array>
 #include <cerrno>
@@ -260,9 +263,11 @@ int NetnsSockets::socket_in_container(const std::string& container_id,
     }
   }
   Cached fresh;
-  fresh.pid = pid_of();
-  if (fresh.pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
-  const int fd = socket_in_namespace(fresh.pid, nullptr, &fresh.netns, domain, type, protocol);
+  host_fs::UniqueFd made;
+  fresh.pid = with_container_process(pid_of, [&](int pid) {
+    made = host_fs::UniqueFd(socket_in_namespace(pid, nullptr, &fresh.netns, domain, type, protocol));
+  });
+  const int fd = made.release();
   MutexLock lock(cache_mutex_);
   if (pids_.size() >= 100000) pids_.clear();  // bounded; a miss only costs an inspect
   pids_[container_id] = fresh;
@@ -274,24 +279,84 @@ void NetnsSockets::forget(const std::string& container_id) {
   pids_.erase(container_id);
 }
 
-std::string isolate_bridge_port(NetnsSockets& sockets, int pid) {
-  const host_fs::UniqueFd inside(sockets.socket_in(pid, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE));
-  const int index = peer_index(inside.get(), "eth0");
+namespace {
+
+// At most 64 bytes of a sysfs attribute, without its newline; nullopt when it cannot be read.
+std::optional<std::string> read_attribute(const std::string& path) {
+  const host_fs::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  char buffer[64];
+  const ssize_t got = ::read(fd.get(), buffer, sizeof buffer);
+  if (got <= 0) return std::nullopt;
+  std::string value(buffer, static_cast<std::size_t>(got));
+  while (!value.empty() && (value.back() == '\n' || value.back() == ' ')) value.pop_back();
+  return value;
+}
+
+std::string interface_name(int index) {
+  char name[IF_NAMESIZE] = {0};
+  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) return "";
+  return name;
+}
+
+}  // namespace
+
+void isolate_port(int index) {
   const host_fs::UniqueFd here = rtnetlink_socket();
   set_isolated(here.get(), index);
-  char name[IF_NAMESIZE] = {0};
-  if (::if_indextoname(static_cast<unsigned>(index), name) == nullptr) {
-    throw std::runtime_error("the sandbox's bridge port (ifindex " + std::to_string(index) +
+  const std::string name = interface_name(index);
+  if (name.empty()) {
+    throw std::runtime_error("the bridge port (ifindex " + std::to_string(index) +
                              ") is not in this network namespace");
   }
-  std::ifstream flag(std::string("/sys/class/net/") + name + "/brport/isolated");
-  std::string value;
-  if (!(flag >> value) || value != "1") {
-    throw std::runtime_error(std::string("the sandbox's port ") + name +
+  const std::optional<std::string> value =
+      read_attribute("/sys/class/net/" + name + "/brport/isolated");
+  if (value != "1") {
+    throw std::runtime_error("the port " + name +
                              " is not isolated on its bridge after setting it (read back '" +
-                             value + "')");
+                             value.value_or("nothing") + "')");
   }
-  return name;
+}
+
+std::optional<bool> port_isolated(const std::string& name, int index) {
+  const std::string base = "/sys/class/net/" + name;
+  const std::optional<std::string> found = read_attribute(base + "/ifindex");
+  if (!found || *found != std::to_string(index)) return std::nullopt;
+  return read_attribute(base + "/brport/isolated") == std::optional<std::string>("1");
+}
+
+BridgePort isolate_bridge_port(NetnsSockets& sockets, int pid) {
+  const host_fs::UniqueFd inside(sockets.socket_in(pid, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE));
+  BridgePort port;
+  port.index = peer_index(inside.get(), "eth0");
+  isolate_port(port.index);
+  port.name = interface_name(port.index);
+  char master[PATH_MAX] = {0};
+  const std::string link = "/sys/class/net/" + port.name + "/master";
+  const ssize_t length = ::readlink(link.c_str(), master, sizeof master - 1);
+  if (length > 0) {
+    const std::string target(master, static_cast<std::size_t>(length));
+    const std::string bridge = target.substr(target.rfind('/') + 1);
+    port.bridge_index = static_cast<int>(::if_nametoindex(bridge.c_str()));
+  }
+  return port;
+}
+
+int with_container_process(const std::function<int()>& pid_of,
+                           const std::function<void(int pid)>& use) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int pid = pid_of();
+    if (pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
+    const host_fs::UniqueFd held(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+    if (!held && errno != ENOSYS) continue;  // gone already: ask again
+    use(pid);
+    // The process `held` names is alive (so `pid` was not freed and reused since it was taken)
+    // and is still the container's.
+    const bool alive = !held || ::syscall(SYS_pidfd_send_signal, held.get(), 0, nullptr, 0) == 0;
+    if (alive && pid_of() == pid) return pid;
+  }
+  throw std::runtime_error("the sandbox's container kept changing its process while it was "
+                           "looked at (restarting?)");
 }
 
 }  // namespace sandboxd::local_docker

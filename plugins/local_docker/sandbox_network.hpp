@@ -23,6 +23,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sandboxd/host_fs.hpp>
 #include <sandboxd/thread_annotations.hpp>
 #include <string>
@@ -125,10 +126,32 @@ class PortOnNoBridge : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A sandbox's port on its bridge: the host side of its veth pair.
+struct BridgePort {
+  std::string name;      // the host interface, "veth…"
+  int index = 0;         // its ifindex (never reused while the interface lives)
+  int bridge_index = 0;  // its bridge's ifindex
+};
+
 // The bridge port of the container whose process is `pid`: its eth0's peer in this
-// namespace, isolated (IFLA_BRPORT_ISOLATED) and read back from sysfs. Returns the host
-// interface's name. Throws PortOnNoBridge as above, std::runtime_error naming what failed
-// otherwise.
-std::string isolate_bridge_port(NetnsSockets& sockets, int pid);
+// namespace, isolated (IFLA_BRPORT_ISOLATED) and read back from sysfs. Throws PortOnNoBridge
+// as above, std::runtime_error naming what failed otherwise.
+BridgePort isolate_bridge_port(NetnsSockets& sockets, int pid);
+
+// The port with ifindex `index` (a bridge port in this namespace) isolated and read back; no
+// engine, no other namespace. Throws std::runtime_error naming what failed.
+void isolate_port(int index);
+
+// Whether the port `name` still has ifindex `index` and is isolated, read from sysfs; nullopt
+// when no such interface exists (or it is another now).
+std::optional<bool> port_isolated(const std::string& name, int index);
+
+// Runs `use(pid)` with the container's process as `pid_of` reports it, and returns that pid once
+// the same process is still the container's afterwards: a pidfd holds the process while `use`
+// runs (so a pid freed and reused meanwhile is told apart) and `pid_of` is asked again after.
+// Whatever `use` did through /proc/PID, it did to the container's process. Tries three times;
+// throws std::runtime_error when the container has no running process or keeps changing.
+int with_container_process(const std::function<int()>& pid_of,
+                           const std::function<void(int pid)>& use);
 
 }  // namespace sandboxd::local_docker

@@ -28,7 +28,9 @@
 #include <fstream>
 #include <iterator>
 #include <latch>
+#include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <sandboxd/readiness.hpp>
 #include <sstream>
@@ -784,6 +786,147 @@ std::string bridge_of_network(EngineHelper& engine, const std::string& name) {
     }
   }
   return "";
+}
+
+// Every port on `bridge` and whether it is isolated ("veth…" → true/false), from sysfs.
+std::map<std::string, bool> ports_of_bridge(const std::string& bridge) {
+  std::map<std::string, bool> out;
+  const fs::path dir = "/sys/class/net/" + bridge + "/brif";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::ifstream flag(entry.path() / "isolated");
+    std::string value;
+    flag >> value;
+    out[entry.path().filename().string()] = value == "1";
+  }
+  return out;
+}
+
+bool every_port_isolated(const std::string& bridge) {
+  const auto ports = ports_of_bridge(bridge);
+  return !ports.empty() && std::all_of(ports.begin(), ports.end(),
+                                       [](const auto& port) { return port.second; });
+}
+
+// Issue 44 item 1: an engine restart of a sandbox (Docker's restart; podman 4.3 removes an
+// AutoRemove container instead) or an operator's network reconnect gives it a new veth whose
+// bridge port is open. Before, nothing read isolation back:
+// after the restart, alice reached bob and bob reached alice (200 OK both ways), and it stayed
+// so through a serve restart and bob's next acquire. Now a long-lived backend's watcher
+// isolates the new port as it joins the bridge (the figure printed is the time from the
+// restart's answer until every port on the bridge was isolated; 0 ms when it was done before
+// the engine answered), and a backend that was not running then (a serve started afterwards)
+// re-isolates it at the next hand-out's check or reconciliation pass.
+TEST_F(LocalDockerTest, AnEngineRestartOfASandboxIsIsolatedAgainAtOnce) {
+  std::optional<Loaded> first(load());
+  auto* keeping = sandboxd::backend_capability<sandboxd::IsolationKeeping>(*first->backend);
+  ASSERT_NE(keeping, nullptr);
+  const SandboxInfo alice = first->backend->create(request("rstalice", "alice", "t-1"));
+  const SandboxInfo bob = first->backend->create(request("rstbob", "bob", "t-1"));
+  ASSERT_TRUE(wait_ready(alice.sandbox_url, 30));
+  ASSERT_TRUE(wait_ready(bob.sandbox_url, 30));
+  const std::string bridge = bridge_of_network(*engine_, prefix_ + "-sandboxes");
+  ASSERT_FALSE(bridge.empty());
+  keeping->start_keeping_isolation();
+
+  // What gives a running sandbox a new, open port: on Docker an engine restart of it; podman
+  // 4.3 removes an AutoRemove container at a restart instead (a sandbox that is gone, which the
+  // hand-out check refuses), so there an operator's network disconnect and reconnect.
+  const bool docker = std::string(std::getenv("SANDBOXD_TEST_ENGINE") ?: "") == "docker";
+  const auto restart = [&] {
+    if (docker) {
+      const ld::HttpResponse restarted = engine_->client().call(
+          "POST", "/containers/" + *bob.container_id + "/restart?t=1", 60.0);
+      ASSERT_EQ(restarted.status / 100, 2) << restarted.body;
+      return;
+    }
+    const std::string who = "{\"Container\":" + json_string(*bob.container_id) + "}";
+    for (const char* verb : {"disconnect", "connect"}) {
+      const ld::HttpResponse moved = engine_->client().call(
+          "POST", "/networks/" + prefix_ + "-sandboxes/" + verb, 30.0, who);
+      ASSERT_EQ(moved.status / 100, 2) << verb << ": " << moved.body;
+    }
+  };
+  restart();
+  const auto answered = Clock::now();
+  while (!every_port_isolated(bridge) && seconds_since(answered) < 5.0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const double took = seconds_since(answered);
+  std::printf("[ kept isolation ] %s of bob answered; every port isolated %.0f ms later\n",
+              docker ? "engine restart" : "network reconnect", took * 1000);
+  EXPECT_TRUE(every_port_isolated(bridge)) << "bob's new port stayed open";
+  EXPECT_LT(took, 1.0) << "re-isolated only after " << took << " s";
+  const std::string bob_address = engine_address(*engine_, *bob.container_id);
+  const std::string alice_address = engine_address(*engine_, *alice.container_id);
+  EXPECT_EQ(probe_from(*engine_, *bob.container_id, bob_address).rfind("HTTP/1.", 0), 0u)
+      << "the probe does not work even on bob's own address";
+  EXPECT_EQ(probe_from(*engine_, *alice.container_id, bob_address), "") << "alice reached bob";
+  EXPECT_EQ(probe_from(*engine_, *bob.container_id, alice_address), "") << "bob reached alice";
+
+  // Nobody watching (the serve that watched is gone; the next has not started): the restart
+  // leaves bob's port open, until the next backend's hand-out check puts it right.
+  first.reset();
+  restart();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(every_port_isolated(bridge)) << "the test's premise: a restart opens the port";
+  Loaded second = load();
+  auto* next = sandboxd::backend_capability<sandboxd::IsolationKeeping>(*second.backend);
+  next->keep_isolation(bob);
+  EXPECT_TRUE(every_port_isolated(bridge)) << "the hand-out check did not isolate bob again";
+  // And a reconciliation pass finds what a restart opened, with nobody acquiring it.
+  restart();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(every_port_isolated(bridge));
+  next->keep_all_isolation();
+  EXPECT_TRUE(every_port_isolated(bridge)) << "the reconciliation pass left bob's port open";
+  second.backend->destroy(alice);
+  second.backend->destroy(bob);
+}
+
+// Issue 44 item 2: bridge port isolation only stops isolated-to-isolated traffic, so a container
+// joined to the sandboxes' network by hand reached every sandbox and was reached by each (200 OK
+// both ways). Now every port on that bridge is isolated as it joins, sandbox or not, and each
+// reconciliation pass names such a container.
+TEST_F(LocalDockerTest, AContainerJoinedToTheSandboxesNetworkByHandReachesNoSandbox) {
+  Loaded loaded = load();
+  auto* keeping = sandboxd::backend_capability<sandboxd::IsolationKeeping>(*loaded.backend);
+  const SandboxInfo alice = loaded.backend->create(request("stralice", "alice", "t-1"));
+  ASSERT_TRUE(wait_ready(alice.sandbox_url, 30));
+  keeping->start_keeping_isolation();
+  const std::string name = prefix_ + "-stranger";
+  const ld::HttpResponse made = engine_->client().call(
+      "POST", "/containers/create?name=" + name, 30.0,
+      "{\"Image\":" + json_string(kTestImage) + ",\"HostConfig\":{\"NetworkMode\":" +
+          json_string(prefix_ + "-sandboxes") + ",\"AutoRemove\":true}}");
+  ASSERT_EQ(made.status, 201) << made.body;
+  rapidjson::Document doc;
+  doc.Parse(made.body.c_str());
+  const std::string stranger = doc["Id"].GetString();
+  const ld::HttpResponse started =
+      engine_->client().call("POST", "/containers/" + stranger + "/start", 30.0);
+  ASSERT_EQ(started.status / 100, 2) << started.body;
+  const std::string bridge = bridge_of_network(*engine_, prefix_ + "-sandboxes");
+  const auto begun = Clock::now();
+  while (!every_port_isolated(bridge) && seconds_since(begun) < 5.0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(every_port_isolated(bridge)) << "the stranger's port stayed open";
+  const std::string stranger_address = engine_address(*engine_, stranger);
+  const std::string alice_address = engine_address(*engine_, *alice.container_id);
+  // Its server (the test image's) answers on its own address, so silence below is isolation.
+  for (int i = 0; i < 50 && probe_from(*engine_, stranger, stranger_address).empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(probe_from(*engine_, stranger, alice_address), "") << "the stranger reached alice";
+  EXPECT_EQ(probe_from(*engine_, *alice.container_id, stranger_address), "")
+      << "alice reached the stranger";
+  std::string named;
+  for (const std::string& line : keeping->keep_all_isolation()) named += line + "\n";
+  EXPECT_NE(named.find(name), std::string::npos) << "the pass did not name it: " << named;
+  EXPECT_NE(named.find("is not a sandbox"), std::string::npos) << named;
+  engine_->force_remove(stranger);
+  loaded.backend->destroy(alice);
 }
 
 // What a peer's removal of the shared network does when its "in use" check ran before this

@@ -86,15 +86,49 @@ TEST(NetnsSocketsTest, ACachedPidIsTrustedOnlyWhileItKeepsItsNamespace) {
   ::close(fd);
   fd = sockets.socket_in_container("c1", pid_of, AF_INET, SOCK_STREAM, 0);
   ::close(fd);
-  EXPECT_EQ(asked.load(), 1) << "the second socket comes from the cache";
+  // The first lookup asks twice (the process is confirmed after its namespace was opened).
+  EXPECT_EQ(asked.load(), 2) << "the second socket comes from the cache";
 
   const ino_t before = child.netns();
   child.move();  // same pid, another namespace: what a reused pid looks like
   ASSERT_NE(child.netns(), before);
   fd = sockets.socket_in_container("c1", pid_of, AF_INET, SOCK_STREAM, 0);
-  EXPECT_EQ(asked.load(), 2) << "a pid whose namespace changed was trusted from the cache";
+  EXPECT_EQ(asked.load(), 4) << "a pid whose namespace changed was trusted from the cache";
   EXPECT_EQ(netns_of_socket(fd), child.netns());
   ::close(fd);
+}
+
+// Issue 44 item 11: at a first lookup nothing tied the pid the engine reported to the
+// /proc/PID/ns/net then opened: a container whose process changed in between (a pid freed and
+// reused by another sandbox's process) gave a socket in another namespace, and that answer was
+// cached. Now the process is held while its namespace is opened and the engine asked again:
+// a process that is no longer the container's is not used.
+TEST(NetnsSocketsTest, AProcessThatChangedWhileItsNamespaceWasOpenedIsNotUsed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "entering another network namespace needs root";
+  NamespacedChild other;      // what the engine reported first: another sandbox's by now
+  NamespacedChild container;  // the container's process, as the engine reports it next
+  NetnsSockets sockets;
+  std::atomic<int> asked{0};
+  const auto pid_of = [&] { return ++asked == 1 ? other.pid() : container.pid(); };
+  const int fd = sockets.socket_in_container("c1", pid_of, AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(netns_of_socket(fd), container.netns()) << "made in another sandbox's namespace";
+  ::close(fd);
+  EXPECT_EQ(asked.load(), 4) << "asked, changed; asked, confirmed";
+  // And the cache holds the confirmed one.
+  const int again = sockets.socket_in_container("c1", pid_of, AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(netns_of_socket(again), container.netns());
+  ::close(again);
+}
+
+// A container that keeps changing is refused, not guessed at.
+TEST(NetnsSocketsTest, AContainerThatKeepsChangingItsProcessIsRefused) {
+  if (::geteuid() != 0) GTEST_SKIP() << "entering another network namespace needs root";
+  NamespacedChild a, b;
+  NetnsSockets sockets;
+  int asked = 0;
+  const auto pid_of = [&] { return ++asked % 2 == 1 ? a.pid() : b.pid(); };
+  EXPECT_THROW(sockets.socket_in_container("c1", pid_of, AF_INET, SOCK_STREAM, 0),
+               std::runtime_error);
 }
 
 }  // namespace

@@ -119,6 +119,7 @@ Provider::Impl::Impl(ProviderDeps deps)
     slots_ = backend_capability<PreStartedSlots>(*backend_);
     namespaced_ = backend_capability<NamespacedSandboxes>(*backend_);
     network_policy_ = backend_capability<SandboxNetworkPolicy>(*backend_);
+    isolation_ = backend_capability<IsolationKeeping>(*backend_);
   }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {

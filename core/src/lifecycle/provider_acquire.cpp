@@ -39,12 +39,14 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
   std::string sandbox_id;
   if (!thread_id) {
     sandbox_id = acquire_with_restarts(std::nullopt, user);
+    if (isolation_) sandbox_id = keep_isolation_at_hand_out(std::move(sandbox_id), thread_id, user);
   } else {
     validate_thread_id(*thread_id);
     validate_user_id(user);
     auto lock = thread_lock({user, *thread_id});
     std::lock_guard<ThreadLock> held(*lock);
     sandbox_id = acquire_with_restarts(thread_id, user);
+    if (isolation_) sandbox_id = keep_isolation_at_hand_out(std::move(sandbox_id), thread_id, user);
   }
   const AcquirePath taken = outer ? *outer : path;
   {
@@ -53,6 +55,38 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
   }
   if (event_log_) event_log_->record(lifecycle_event_of(taken), sandbox_id, user, thread_id);
   return sandbox_id;
+}
+
+std::string Provider::Impl::keep_isolation_at_hand_out(std::string sandbox_id,
+                                                      const std::optional<std::string>& thread_id,
+                                                      const std::string& user) {
+  for (int attempt = 0;; ++attempt) {
+    InfoPtr info;
+    {
+      MutexLock lock(mutex_);
+      if (const SandboxEntry* entry = registry_.find(sandbox_id)) info = entry->info;
+    }
+    if (!info) return sandbox_id;
+    try {
+      isolation_->keep_isolation(*info);
+      return sandbox_id;
+    } catch (const std::exception& e) {
+      if (attempt > 0) {
+        throw ServiceError(ErrorKind::unavailable,
+                           "sandbox " + sandbox_id + " was made again and its isolation still " +
+                               "cannot be kept: " + e.what() + "; not handing it out");
+      }
+      // Failed closed: never handed out as it is. Replaced through the fenced destroy path.
+      log(LogLevel::warning, "Sandbox " + sandbox_id + "'s isolation cannot be kept (" + e.what() +
+                                 "); replacing it before anyone gets it");
+      if (destroy(sandbox_id) == DestroyOutcome::refused) {
+        throw ServiceError(ErrorKind::conflict,
+                           "sandbox " + sandbox_id + "'s isolation cannot be kept and another " +
+                               "instance holds it; try again later");
+      }
+      sandbox_id = acquire_with_restarts(thread_id, user);
+    }
+  }
 }
 
 namespace {

@@ -16,6 +16,7 @@ void Provider::Impl::start() {
 
 void Provider::Impl::start_background_threads() {
   if (slots_) slots_->start_slots();
+  if (isolation_) isolation_->start_keeping_isolation();
   renewer_ = std::thread([this] { renewal_loop(); });
   log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
                           fixed(options_.renewal_interval_seconds, 1) +

@@ -8,6 +8,13 @@
 
 namespace sandboxd::core {
 
+namespace {
+// How long a claimed slot may take to answer: it was ready when the pool last looked, so it
+// answers at once unless it died since.
+constexpr double kClaimedSlotReadySeconds = 5.0;
+}  // namespace
+
+
 // ── registration (SPEC §5.9) ─────────────────────────────────────────────────
 
 std::string Provider::Impl::register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
@@ -188,6 +195,17 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   try {
     if (auto claimed = claim_slot(request)) {
       info = std::make_shared<const SandboxInfo>(std::move(*claimed));
+      // A slot was ready when the pool last looked; it may have died since (its network
+      // deleted, its container killed). Asked briefly, never for the cold create's minute: a
+      // dead one is destroyed and the conversation gets a cold sandbox instead.
+      if (!wait_until_ready(*info, kClaimedSlotReadySeconds)) {
+        log(LogLevel::warning, "The pre-started slot claimed for sandbox " + sandbox_id +
+                                   " does not answer at " + info->sandbox_url +
+                                   "; destroying it and creating the sandbox cold");
+        destroy_unready_sandbox(sandbox_id, *info);
+        note_acquire_path(AcquirePath::created);
+        info = std::make_shared<const SandboxInfo>(backend_->create(request));
+      }
     } else {
       info = std::make_shared<const SandboxInfo>(backend_->create(request));
     }

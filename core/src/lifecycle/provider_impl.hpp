@@ -85,6 +85,12 @@ struct Provider::Impl {
 
   // ── the public API (provider.hpp), one to one ──
   void start();
+  // The sandbox `sandbox_id` just acquired, with its isolation verified (and re-applied where
+  // the engine undid it); one whose isolation cannot be kept is destroyed and the acquisition
+  // runs again, once. Outside the registry mutex, under the conversation's lock.
+  std::string keep_isolation_at_hand_out(std::string sandbox_id,
+                                         const std::optional<std::string>& thread_id,
+                                         const std::string& user) EXCLUDES(mutex_);
   std::string acquire(const std::optional<std::string>& thread_id,
                       const std::optional<std::string>& user_id) EXCLUDES(mutex_);
   AcquireResult acquire_traced(const std::optional<std::string>& thread_id,
@@ -318,6 +324,8 @@ struct Provider::Impl {
   // backend_'s network capabilities (issue 33), or nullptr; set once by the constructor.
   NamespacedSandboxes* namespaced_ = nullptr;
   SandboxNetworkPolicy* network_policy_ = nullptr;
+  // backend_'s IsolationKeeping capability, or nullptr; set once by the constructor.
+  IsolationKeeping* isolation_ = nullptr;
   // ownership_'s CapacityLedger capability when ceilings are on, or nullptr (the ceilings then
   // hold per process); set once by the constructor.
   CapacityLedger* ledger_ = nullptr;

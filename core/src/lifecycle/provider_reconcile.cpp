@@ -30,6 +30,17 @@ ReconcileReport Provider::Impl::reconcile_orphans() {
   }
   // Whatever it found, this pass ran: the next one is a periodic pass, not the startup's.
   const bool first_pass = !reconciled_once_.exchange(true);
+  // Isolation is kept on every pass, not only at hand-outs: whatever the engine undid since (a
+  // restart of a container nobody acquires) is re-applied.
+  if (isolation_) {
+    try {
+      for (const std::string& line : isolation_->keep_all_isolation()) {
+        log(LogLevel::warning, line);
+      }
+    } catch (const std::exception& e) {
+      log(LogLevel::warning, std::string("Keeping isolation during reconciliation: ") + e.what());
+    }
+  }
   if (running.empty()) return report;
 
   const double ttl = ownership_->ttl_seconds();

@@ -144,6 +144,29 @@ class NamespacedSandboxes {
   virtual int open_socket(const SandboxInfo& info) = 0;
 };
 
+// Isolation kept for a sandbox's whole life, offered by a backend whose boundaries are things
+// it applies to each sandbox (a bridge port flag, a rule) that the engine can undo behind the
+// host's back (a restart of the container gives it a new, open port). The host asks
+// keep_isolation() before it hands a sandbox out, on every path (reuse, reclaim, slot claim,
+// resume, discovery, adoption), and keep_all_isolation() on every reconciliation pass; a
+// long-lived host calls start_keeping_isolation() once, so that what the engine undoes is
+// re-applied as it happens.
+class IsolationKeeping {
+ public:
+  virtual ~IsolationKeeping() = default;
+  // Verifies that `info`'s isolation holds, re-applying it where it was lost. Cheap when it
+  // holds: no engine round trip. Throws std::runtime_error saying why when it can neither
+  // verify nor re-apply it; the host then replaces the sandbox instead of handing it out.
+  virtual void keep_isolation(const SandboxInfo& info) = 0;
+  // Every sandbox of this backend verified and re-applied where lost; returns one line for each
+  // thing an operator should know (a container that is not a sandbox on the sandboxes'
+  // network, named). May ask the engine; never throws for one sandbox's failure.
+  virtual std::vector<std::string> keep_all_isolation() = 0;
+  // Starts re-applying isolation as soon as something undoes it. Long-lived hosts only (serve,
+  // the provisioner, an embedding gateway through Provider::start()); idempotent; never blocks.
+  virtual void start_keeping_isolation() = 0;
+};
+
 // Egress decisions (issue 34) for sandboxes whose egress proxy runs in another host: the remote
 // provisioner's sandboxes get theirs from sandboxd-provisioner, so a gateway's serve forwards
 // its /v1/sandboxes/ID/egress routes there. `action` is "" (the view, a GET), "events",
