@@ -66,6 +66,12 @@ std::string egress_view(core::EgressHost& egress, const std::string& sandbox_id)
   for (const auto& grant : egress.proxy().grants(sandbox_id)) {
     w.StartObject();
     sandboxd::write_json_member(w, "domain", grant.domain);
+    w.Key("port");
+    if (grant.port == 0) {
+      w.Null();  // both ports: a decision on the name alone
+    } else {
+      w.Int(grant.port);
+    }
     w.Key("expires");
     if (grant.expires == 0) {
       w.Null();  // for the sandbox's life

@@ -225,6 +225,19 @@ int main(int argc, char** argv) {
                : config.roots.host_base_dir + "/users/{user}/threads/{thread}/user-data";
     const std::string key_shown = config.api_key.empty() ? "none: every /api/* request gets 401"
                                                          : "set, from " + config.api_key_source;
+    // How gateways reach the sandboxes: their published ports, or (no host address: network
+    // mode isolated or allowlist, or open without publishing) this provisioner's relay only.
+    const auto* policy = backend_capability<SandboxNetworkPolicy>(*backend);
+    const std::string network_mode = policy ? policy->configured_network_policy() : "";
+    const bool relayed = core::makes_namespaced_sandboxes(*backend);
+    const std::string relay_at =
+        (config.relay_host.empty() ? config.listen_host : config.relay_host) + ":" +
+        (config.relay_port_given ? std::to_string(config.relay_port)
+                                 : std::string("the port its last run used, else a free one"));
+    const std::string reached =
+        relayed ? "only through this provisioner's relay on " + relay_at +
+                      " (each answer's sandbox_url is the relay's, with the token to send)"
+                : "at each sandbox's published port (sandbox_url)";
     if (vm.count("json")) {
       rapidjson::StringBuffer buffer;
       rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
@@ -244,6 +257,10 @@ int main(int argc, char** argv) {
       w.Key("api_key_set");
       w.Bool(!config.api_key.empty());
       put("api_key_source", config.api_key.empty() ? "" : config.api_key_source);
+      put("network_mode", network_mode.empty() ? "open" : network_mode);
+      w.Key("relayed");
+      w.Bool(relayed);
+      put("sandboxes_reached", reached);
       w.EndObject();
       std::cout << buffer.GetString() << "\n";
       return 0;
@@ -253,7 +270,9 @@ int main(int argc, char** argv) {
               << "\nmount contract:  " << config.mount_contract_version
               << (config.mount_contract_version == 0 ? " (legacy)" : "")
               << "\nstate:           " << config.roots.host_base_dir
-              << "\nuser data:       " << user_data << "\napi key:         " << key_shown << "\n";
+              << "\nuser data:       " << user_data << "\napi key:         " << key_shown
+              << "\nnetwork mode:    " << (network_mode.empty() ? "open" : network_mode)
+              << "\nsandboxes:       reached " << reached << "\n";
     return 0;
   }
 

@@ -89,7 +89,10 @@ void print_view(const std::string& json) {
   }
   std::cout << "allowed:  " << (allowed.empty() ? "(none)" : allowed) << "\n";
   for (const auto& grant : doc["grants"].GetArray()) {
+    const auto port = grant.FindMember("port");
+    const bool one_port = port != grant.MemberEnd() && port->value.IsInt();
     std::cout << "granted:  " << grant["domain"].GetString()
+              << (one_port ? ":" + std::to_string(port->value.GetInt()) : std::string(" (80, 443)"))
               << (grant["expires"].IsNull()
                       ? std::string(" (for the sandbox's life)")
                       : " (until " +

@@ -415,7 +415,8 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
             std::string(s.policy.isolate ? "each sandbox's port isolated on bridge network "
                                          : "sandboxes share bridge network ") +
             (s.network.empty() ? std::string("(the engine's default)") : s.network) +
-            (s.policy.isolate ? " (kernel bridge port isolation; no sandbox reaches another)"
+            (s.policy.isolate ? " (kernel bridge port isolation, kept for each sandbox's life: "
+                                "no sandbox reaches another)"
                               : " (isolate_sandboxes false: sandboxes CAN reach each other)") +
             (s.policy.publish ? ", API published on a host loopback port" : ", API not published"),
         policy_source);
@@ -480,7 +481,9 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
   }
   std::string bind_reason;
   s.bind_host = resolve_bind_host(bind_host, s.sandbox_host, &bind_reason);
-  shown("published on " + s.bind_host, bind_reason);
+  // Only a sandbox with a published port is published anywhere: saying a bind address for one
+  // reached only through the relay would tell the operator something untrue.
+  if (!s.policy.namespaced()) shown("published on " + s.bind_host, bind_reason);
 
   s.request_timeout_seconds = options.get_number("request_timeout_seconds", 30.0);
   if (!(s.request_timeout_seconds > 0)) options.reject("request_timeout_seconds", "must be > 0");

@@ -107,6 +107,22 @@ def _temporary_grant_ttl(section: Any) -> int:
         return 300
 
 
+# The network modes whose sandboxes are reached only through sandboxd's relay, each with the
+# sentence a DeerFlow that cannot send the relay's token is refused with.
+_RELAYED_MODES = {
+    "isolated": (
+        "sandboxd runs network mode isolated: its sandboxes have no network and are reached only "
+        "through its relay, with a token on every request, and this DeerFlow's AioSandbox takes "
+        "no request_headers (DeerFlow before its network modes): upgrade DeerFlow, or set "
+        "sandbox.network.mode open; nothing was acquired"),
+    "allowlist": (
+        "sandboxd runs network mode allowlist: its sandboxes reach only allowed names through its "
+        "egress proxy and are reached only through its relay, with a token on every request, and "
+        "this DeerFlow's AioSandbox takes no request_headers (DeerFlow before its network modes): "
+        "upgrade DeerFlow, or set sandbox.network.mode open; nothing was acquired"),
+}
+
+
 class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
     """DeerFlow's SandboxProvider contract over one ``sandboxctl serve`` daemon."""
 
@@ -142,6 +158,9 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
         self._lock = threading.Lock()  # guards _sandboxes
         self._sandboxes: dict[str, Any] = {}
         self._mounts: bool | None = None
+        # The daemon's network mode when its sandboxes are reached only through the relay, ""
+        # when not; asked once, and only of a DeerFlow that could not use the relay.
+        self._relayed_mode: str | None = None
 
     @property
     def client(self) -> Client:
@@ -149,9 +168,11 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
 
     # ── DeerFlow's SandboxProvider ──
     def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
+        self._refuse_relayed_modes_this_deerflow_cannot_use()
         return self._track(self._client.acquire(thread_id, user_id=user_id))
 
     async def acquire_async(self, thread_id: str | None = None, *, user_id: str | None = None) -> str:
+        await asyncio.to_thread(self._refuse_relayed_modes_this_deerflow_cannot_use)
         # A task cancelled while the daemon queues this acquire for a slot hangs up on it, so
         # the daemon drops it from the queue at once instead of serving it later for nobody.
         pending = self._client.start_acquire(thread_id, user_id=user_id)
@@ -162,6 +183,24 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
             raise
         return self._track(acquired)
 
+    def _refuse_relayed_modes_this_deerflow_cannot_use(self) -> None:
+        """A DeerFlow whose AioSandbox takes no request_headers cannot reach a sandbox through
+        sandboxd's relay: refused before anything is acquired (before, the daemon acquired the
+        sandbox and it stayed active, unreleased, until its idle timeout)."""
+        if _DeerFlowSandbox is None or _takes_request_headers(_DeerFlowSandbox):
+            return
+        if self._relayed_mode is None:
+            health = getattr(self._client, "health", None)  # an injected client may have none
+            if health is None:
+                return
+            try:
+                mode = str(health().get("network_mode") or "open")
+            except Exception:  # not known now: the answer's headers decide (_track)
+                return
+            self._relayed_mode = mode if mode in _RELAYED_MODES else ""
+        if self._relayed_mode:
+            raise DeerFlowSandboxUnavailable(_RELAYED_MODES[self._relayed_mode])
+
     def _track(self, acquired: Acquired) -> str:
         # A client of its own (the `client=` injection) may predate request_headers.
         headers = dict(getattr(acquired, "request_headers", None) or {})
@@ -171,11 +210,17 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
             sandbox = _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url,
                                        request_headers=headers)
         elif headers:
+            # Open mode without a published port: found out only now. Given back at once, so
+            # it is not left active for nobody.
+            try:
+                self._client.release(acquired.sandbox_id)
+            except Exception:  # the daemon's idle reaping is the fallback
+                pass
             raise DeerFlowSandboxUnavailable(
                 "sandbox " + acquired.sandbox_id + " is reached through sandboxd's relay, which "
                 "needs its token on every request, and this DeerFlow's AioSandbox takes no "
-                "request_headers (DeerFlow before its network modes): upgrade DeerFlow, or use "
-                "sandbox.network.mode open")
+                "request_headers (DeerFlow before its network modes): upgrade DeerFlow, or "
+                "publish its port (sandbox.network.publish true); it was released")
         else:
             sandbox = _DeerFlowSandbox(acquired.sandbox_id, acquired.sandbox_url)
         with self._lock:

@@ -133,6 +133,59 @@ def test_with_agent_sandbox_get_returns_deerflows_own_sandbox(tmp_path):
     assert "ran ls at http://127.0.0.1:1" in done.stdout
 
 
+# Issue 44 item 13: a DeerFlow whose AioSandbox takes no request_headers (before its network
+# modes) cannot use a relayed mode. Before, the provider found out after the daemon had acquired
+# the sandbox, which stayed active, unreleased, until its idle timeout.
+REFUSE_RELAYED = """
+    import types
+    from sandboxd.deerflow import SandboxdProvider, DeerFlowSandboxUnavailable
+
+    class ScriptedClient:
+        def __init__(self, mode, headers):
+            self.mode, self.headers, self.calls = mode, headers, []
+        def health(self):
+            self.calls.append("health")
+            return {"status": "ok", "network_mode": self.mode}
+        def acquire(self, thread_id, *, user_id=None):
+            self.calls.append("acquire")
+            return types.SimpleNamespace(sandbox_id="abc123", sandbox_url="http://127.0.0.1:1",
+                                         request_headers=self.headers)
+        def release(self, sandbox_id):
+            self.calls.append("release " + sandbox_id)
+
+    for mode, headers in (("isolated", {"X-Sandboxd-Relay-Token": "t"}),
+                          ("allowlist", {"X-Sandboxd-Relay-Token": "t"}),
+                          ("open", {"X-Sandboxd-Relay-Token": "t"}), ("open", {})):
+        client = ScriptedClient(mode, headers)
+        provider = SandboxdProvider(client=client)
+        try:
+            provider.acquire("t-1", user_id="alice")
+            print(mode, bool(headers), "acquired", client.calls)
+        except DeerFlowSandboxUnavailable as error:
+            print(mode, bool(headers), "refused", client.calls, "|", error)
+"""
+
+
+def test_a_deerflow_without_request_headers_is_refused_before_anything_is_acquired(tmp_path):
+    write_deerflow(tmp_path, with_agent_sandbox=True)  # its AioSandbox(id, base_url): no headers
+    done = run(
+        sys.executable,
+        f"import sys; sys.path.insert(0, {str(PACKAGE_DIR)!r})\n" + textwrap.dedent(REFUSE_RELAYED),
+        tmp_path,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("isolated True refused ['health'] |"), lines[0]
+    assert "network mode isolated" in lines[0] and "nothing was acquired" in lines[0]
+    assert lines[1].startswith("allowlist True refused ['health'] |"), lines[1]
+    assert "network mode allowlist" in lines[1] and "egress proxy" in lines[1]
+    # Open without a published port is found out only from the answer: released at once.
+    assert lines[2].startswith("open True refused ['health', 'acquire', 'release abc123'] |"), \
+        lines[2]
+    assert lines[3] == "open False acquired ['health', 'acquire']", lines[3]
+
+
 def test_pip_install_into_a_fresh_venv_is_what_deerflows_loader_loads(tmp_path):
     """Debian's python3-venv, offline: pip and setuptools come with the venv, wheel from
     Debian's python3-wheel-whl; the package is built from this source tree."""

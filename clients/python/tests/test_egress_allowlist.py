@@ -10,6 +10,7 @@ the grants."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -143,7 +144,8 @@ def test_an_allowlist_sandbox_reaches_only_allowed_names_through_the_proxy(
     assert code == 0 and "later.test/granted" in out, out
     view = client.egress(box.sandbox_id)
     assert view["allow_domains"] == ["allowed.test"]
-    assert view["grants"] == [{"domain": "later.test", "expires": None}]
+    # What the decision on `GET later.test` granted: that name at port 80, for this sandbox.
+    assert view["grants"] == [{"domain": "later.test", "port": 80, "expires": None}]
     metrics = client.metrics()
     assert 'sandboxd_egress_refused_total{reason="domain_not_allowed"} 1' in metrics, metrics
     assert 'sandboxd_egress_refused_total{reason="ip_literal"} 1' in metrics
@@ -166,7 +168,8 @@ def test_an_allowlist_sandbox_reaches_only_allowed_names_through_the_proxy(
                               timeout=60)
     shown = egress("--json")
     assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["grants"] == [{"domain": "later.test", "expires": None}]
+    assert json.loads(shown.stdout)["grants"] == [{"domain": "later.test", "port": 80,
+                                                   "expires": None}]
     assert egress("deny", "later.test").returncode == 0
     code, out = wget(name, "http://later.test/denied-again")
     assert code != 0 and "403" in out, out
@@ -174,6 +177,52 @@ def test_an_allowlist_sandbox_reaches_only_allowed_names_through_the_proxy(
     assert "pending:" in listed.stdout and "GET later.test:80" in listed.stdout, listed.stdout
     assert egress("decide", "0000000000000000", "allow_sandbox").returncode == 5
     again.client().destroy(box.sandbox_id)
+
+
+def test_grants_are_one_sandboxs_and_its_way_out_follows_a_restart_of_its_container(
+        engine_required, make_serve, tmp_path, prefix, upstream):
+    """Issue 44: a restarted container has a new network namespace; serve's sync pass makes the
+    proxy listener again there (before, allowed names and grants were unreachable until serve
+    restarted, and the old listener kept the old namespace alive). Grants belong to one instance
+    of a sandbox: destroyed and made again for the same conversation, it starts with none; and
+    `--on-exit destroy` takes them out of the grants file (before, the next serve restored them
+    onto the re-created sandbox)."""
+    state = tmp_path / "state"
+    section = allowlist_section(prefix, state, upstream)
+    served = make_serve("state", "--on-exit", "destroy", section=section)
+    client = served.client()
+    box = client.acquire("t-1", user_id="alice")
+    name = f"{prefix}-{box.sandbox_id}"
+    client.decide_network_domain(box.sandbox_id, "later.test", "allow_sandbox")
+    code, out = wget(name, "http://later.test/granted")
+    assert code == 0 and "later.test/granted" in out, out
+
+    if os.environ.get("SANDBOXD_TEST_ENGINE") == "docker":
+        # podman 4.3 removes an AutoRemove container at a restart: only Docker restarts one.
+        conn = EngineConnection(timeout=60)
+        conn.request("POST", f"/containers/{name}/restart?t=1")
+        assert conn.getresponse().status == 204
+        deadline = time.monotonic() + 10
+        while True:
+            code, out = wget(name, "http://later.test/after-engine-restart")
+            if code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert code == 0 and "after-engine-restart" in out, f"no way out after a restart: {out}"
+        assert "new network namespace" in (state / "serve.log").read_text()
+
+    # Destroyed and made again: the same id, a new instance, no grant.
+    client.destroy(box.sandbox_id)
+    again = client.acquire("t-1", user_id="alice")
+    assert again.sandbox_id == box.sandbox_id
+    assert client.egress(again.sandbox_id)["grants"] == []
+    code, out = wget(name, "http://later.test/inherited")
+    assert code != 0 and "403" in out, f"the new sandbox inherited the old one's grant: {out}"
+    client.decide_network_domain(again.sandbox_id, "later.test", "allow_sandbox")
+    grants_file = state / "egress-grants.json"
+    assert again.sandbox_id in grants_file.read_text()
+    assert served.stop() == 0  # --on-exit destroy
+    assert again.sandbox_id not in grants_file.read_text(), grants_file.read_text()
 
 
 def test_the_one_shot_cli_refuses_allowlist_naming_serve(engine_required, tmp_path, prefix,
@@ -188,6 +237,9 @@ def test_the_one_shot_cli_refuses_allowlist_naming_serve(engine_required, tmp_pa
                            "--thread", "t-1"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done.stderr
     assert "sandboxctl serve" in done.stderr
+    # Its own sentence (before: the isolated mode's).
+    assert "network mode allowlist" in done.stderr and "proxy" in done.stderr, done.stderr
+    assert "without a host address" not in done.stderr, done.stderr
     assert engine_containers(prefix) == []
 
     # check-config shows the allowed names and warns that the test-only key is set.

@@ -83,20 +83,22 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   } catch (const std::invalid_argument& e) {
     throw ServiceError(ErrorKind::invalid_argument, request.thread_label + ": " + e.what());
   }
+  // Refused before anything is made, with the sentence of the mode configured.
+  if (egress_ == nullptr && provider_.configured_network_policy() == "allowlist") {
+    throw ServiceError(
+        ErrorKind::config,
+        "network mode allowlist sends a sandbox's egress through the host's proxy and reaches "
+        "its API only through the host's relay, which need a long-running host that runs them: "
+        "use `sandboxctl serve` or sandboxd-provisioner");
+  }
   if (relay_ == nullptr && provider_.makes_namespaced_sandboxes()) {
-    // Refused before anything is made: nobody would serve the URL it could hand out.
+    // Nobody would serve the URL it could hand out.
     throw ServiceError(
         ErrorKind::config,
         "the backend makes sandboxes without a host address (network mode isolated, or open "
         "with publish false): they are reached only through a relay, which needs a "
         "long-running host; use `sandboxctl serve`, sandboxd-provisioner or a gateway that "
         "embeds the core and runs its Relay");
-  }
-  if (egress_ == nullptr && provider_.configured_network_policy() == "allowlist") {
-    throw ServiceError(
-        ErrorKind::config,
-        "network mode allowlist sends a sandbox's egress through the host's proxy, which needs "
-        "a long-running host that runs it: use `sandboxctl serve`");
   }
   const AcquireResult result = typed([&] {
     return request.cancellation
