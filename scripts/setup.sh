@@ -34,6 +34,9 @@ packages=(
   # (its docker-init); iproute2 removes the bridge dockerd leaves, procps finds its process.
   docker.io containerd tini iproute2 procps
   curl python3
+  # btrfs-progs: the storage tests make a loop-mounted btrfs to bound conversations on
+  # (docs/storage.md); the product itself needs no program of it (it speaks the kernel's ioctls).
+  btrfs-progs
   # The Kubernetes stand-in (tests/support/kube_standin.py) and the real clients that check it:
   # openssl makes its TLS certificate, python3-kubernetes is the official Python client.
   openssl python3-kubernetes

@@ -174,6 +174,27 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   services.owner_id = core::generate_owner_id();
   services.base_dir = core::resolve_base_dir(config.base_dir);
   const auto plugins = core::load_configured_plugins(config, services);  // validates options
+  // Each conversation's storage bound and the free-space floor (docs/storage.md), judged
+  // without changing anything.
+  const auto storage = core::ThreadStorage::for_base_dir(
+      services.base_dir, core::parse_size(config.disk_limit.value_or(core::kDefaultDiskLimit)).value_or(0),
+      config.disk_limit ? "sandbox.disk_limit" : "the default", /*look_only=*/true);
+  const std::string floor_shown =
+      core::show_size(core::parse_size(config.min_free_disk.value_or(core::kDefaultMinFreeDisk))
+                          .value_or(0)) +
+      " under " + services.base_dir +
+      (backend_capability<EngineStorage>(*plugins.backend) ? " and the engine's storage" : "") +
+      " (min_free_disk, from " + (config.min_free_disk ? "sandbox.min_free_disk" : "the default") +
+      "): new sandboxes refused below it";
+  const std::string layer_shown =
+      storage->limit_bytes() == 0
+          ? std::string("not bounded (disk_limit 0)")
+          : backend_capability<WritableLayerUsage>(*plugins.backend)
+                ? "held to " + core::show_size(storage->limit_bytes()) +
+                      " by sampling its size each idle-check pass (up to 256 sandboxes a pass; "
+                      "the engines' own size option needs overlay on XFS with project quotas); "
+                      "a sandbox past it is stopped (event over_disk_limit)"
+                : "not measured: backend " + config.backend.use + " cannot tell its size";
   // The optional verbs the backend offers (sandboxd/capabilities.hpp), so an operator sees
   // which features it can have before turning them on.
   std::vector<std::string> capabilities;
@@ -250,6 +271,15 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
       write_json_member(w, "off_reason", slots->second);
       w.EndObject();
     }
+    w.Key("storage");
+    w.StartObject();
+    write_json_member(w, "mechanism", storage->bounded() ? "btrfs_qgroup" : "none");
+    w.Key("disk_limit_bytes");
+    w.Uint64(storage->limit_bytes());
+    write_json_member(w, "description", storage->description());
+    write_json_member(w, "min_free_disk", floor_shown);
+    write_json_member(w, "writable_layer", layer_shown);
+    w.EndObject();
     write_json_member(w, "sandboxctl_registry", registry_file.string());
     write_json_member(w, "sandboxctl_owner_id", one_shot_owner);
     w.Key("sandboxctl_lease_ttl_seconds");
@@ -284,6 +314,9 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
                       : "off: " + slots->second)
               << "\n";
   }
+  std::cout << "conversation storage: " << storage->description() << "\n";
+  std::cout << "free-space floor: " << floor_shown << "\n";
+  std::cout << "writable layer: " << layer_shown << "\n";
   std::cout << "ownership: " << config.ownership.use << " loaded (ttl " << ttl << "s, "
             << (cross_process ? "cross-process" : "single-process") << ")\n";
   std::cout << "sandboxctl commands: registry " << registry_file.string() << ", owner "
@@ -464,8 +497,8 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
     std::cout << core::to_json(listing) << "\n";
   } else {
     std::cout << "state directory " << session.state_dir().string() << ", owner " << me << "\n";
-    std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", "SANDBOX", "STATE", "RUNNING",
-                "CONVERSATION", "URL", "SINCE", "LEASE");
+    std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %-20s %s\n", "SANDBOX", "STATE", "RUNNING",
+                "CONVERSATION", "URL", "SINCE", "DISK", "LEASE");
     for (const auto& row : listing.sandboxes) {
       std::string lease = "none";
       if (!row.lease_error.empty()) {
@@ -478,12 +511,15 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
           lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
       }
       const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
-      std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %s\n", row.id.c_str(),
+      const std::string disk = row.disk ? core::show_size(row.disk->bytes) + " / " +
+                                              core::show_size(row.disk->limit)
+                                        : "unbounded";
+      std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %-20s %s\n", row.id.c_str(),
                   std::string(row.state_word()).c_str(),
                   row.running ? (*row.running ? "yes" : "GONE") : "?", conversation.c_str(),
                   row.url.empty() ? "-" : row.url.c_str(),
                   row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-",
-                  lease.c_str());
+                  disk.c_str(), lease.c_str());
     }
   }
   if (!listing.backend_error.empty()) {

@@ -182,7 +182,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
          "Released sandboxes paused (frozen, no CPU) now.", counts.paused);
   header(
       out, "sandboxd_capacity_rejections_total", "counter",
-      "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full).");
+      "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full, "
+      "min_free_disk).");
   out << "sandboxd_capacity_rejections_total{reason=\"capacity\"} " << events.rejections_capacity
       << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"per_user\"} " << events.rejections_per_user
@@ -190,7 +191,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
       << "sandboxd_capacity_rejections_total{reason=\"wait_timeout\"} "
       << events.rejections_wait_timeout << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"queue_full\"} "
-      << events.rejections_queue_full << "\n";
+      << events.rejections_queue_full << "\n"
+      << "sandboxd_capacity_rejections_total{reason=\"min_free_disk\"} "
+      << events.rejections_min_free_disk << "\n";
   std::uint64_t waits_ended = 0;
   for (const std::uint64_t count : events.capacity_wait_buckets) waits_ended += count;
   histogram(out, "sandboxd_capacity_wait_seconds",
@@ -337,7 +340,8 @@ std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider,
   counts("capacity_rejections", {{"capacity", events.rejections_capacity},
                                  {"per_user", events.rejections_per_user},
                                  {"wait_timeout", events.rejections_wait_timeout},
-                                 {"queue_full", events.rejections_queue_full}});
+                                 {"queue_full", events.rejections_queue_full},
+                                 {"min_free_disk", events.rejections_min_free_disk}});
   counts("capacity_queue", {{"waits", events.capacity_waits}, {"bursts", events.bursts}});
   w.Key("capacity");
   w.StartObject();

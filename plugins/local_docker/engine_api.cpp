@@ -230,6 +230,17 @@ int EngineApi::container_pid(const std::string& id_or_name, double timeout_secon
   return parse_container_pid(r.body);
 }
 
+std::optional<std::uint64_t> EngineApi::container_writable_bytes(const std::string& id_or_name,
+                                                                 double timeout_seconds) {
+  const HttpResponse r = client_.call(
+      "GET", "/containers/" + url_encode(id_or_name) + "/json?size=true", timeout_seconds);
+  if (r.status != 200) {
+    throw std::runtime_error("the engine's size of container " + id_or_name + ": " +
+                             outcome_of(r).message);
+  }
+  return parse_writable_bytes(r.body);
+}
+
 std::optional<SandboxUsage::Reading> EngineApi::container_stats(const std::string& id_or_name,
                                                                 double timeout_seconds) {
   const HttpResponse r = client_.call(
@@ -373,6 +384,16 @@ std::vector<NetworkState> parse_network_listing(const std::string& body) {
     if (auto network = network_of(entry)) out.push_back(std::move(*network));
   }
   return out;
+}
+
+std::optional<std::uint64_t> parse_writable_bytes(const std::string& inspect_body) {
+  rapidjson::Document doc;
+  if (!parse_json(doc, inspect_body) || !doc.IsObject()) return std::nullopt;
+  const auto size = doc.FindMember("SizeRw");
+  if (size == doc.MemberEnd() || !size->value.IsNumber()) return std::nullopt;
+  const double bytes = size->value.GetDouble();
+  if (!(bytes >= 0) || bytes > 1.8e19) return std::nullopt;
+  return static_cast<std::uint64_t>(bytes);
 }
 
 int parse_container_pid(const std::string& inspect_body) {

@@ -129,6 +129,11 @@ class EngineApi {
   // The same answer's State.Pid (0: not running), for reaching the container's namespaces.
   int container_pid(const std::string& id_or_name, double timeout_seconds);
 
+  // GET /containers/{id}/json?size=true: its writable layer's bytes (SizeRw; both engines
+  // walk the layer for it). nullopt when the answer has none; throws for a non-200.
+  std::optional<std::uint64_t> container_writable_bytes(const std::string& id_or_name,
+                                                        double timeout_seconds);
+
   // GET /containers/{id}/stats?stream=false&one-shot=true: one reading, no wait for a second
   // (the caller derives CPU rates from two). nullopt when there is no such container; throws
   // std::runtime_error for another failure.
@@ -175,6 +180,8 @@ class EngineApi {
 std::optional<NetworkState> parse_network_answer(const std::string& body);
 std::vector<NetworkState> parse_network_listing(const std::string& body);
 int parse_container_pid(const std::string& inspect_body);
+// An inspect answer's SizeRw (asked with size=true); nullopt when absent or not a byte count.
+std::optional<std::uint64_t> parse_writable_bytes(const std::string& inspect_body);
 // Docker's and podman's stats answer: cpu_stats.cpu_usage.total_usage and system_cpu_usage (ns),
 // online_cpus, memory_stats.usage less the inactive page cache (cgroup v1 total_inactive_file,
 // v2 inactive_file; what `docker stats` shows), memory_stats.limit, pids_stats.current. A figure

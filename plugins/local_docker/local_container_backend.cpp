@@ -508,4 +508,26 @@ void LocalContainerBackend::freeze_call(const SandboxInfo& info, const std::stri
 SANDBOXD_EXPORT_BACKEND(LocalContainerBackend,
                         "sandboxes as containers of a local Docker-compatible engine (REST API)")
 
+std::string LocalContainerBackend::engine_storage_path() {
+  if (settings_.endpoint.unix_socket.empty()) return "";  // another host's disk
+  std::string body;
+  if (!api_.info(&body).ok()) return "";
+  rapidjson::Document doc;
+  doc.Parse(body.c_str(), body.size());
+  if (!doc.IsObject()) return "";
+  const auto root = doc.FindMember("DockerRootDir");
+  if (root == doc.MemberEnd() || !root->value.IsString()) return "";
+  const std::string path = root->value.GetString();
+  return !path.empty() && path.front() == '/' ? path : "";
+}
+
+std::optional<std::uint64_t> LocalContainerBackend::writable_layer_bytes(const SandboxInfo& info) {
+  const std::string target = info.container_id && !info.container_id->empty()
+                                 ? *info.container_id
+                                 : info.container_name.value_or("");
+  if (target.empty()) return std::nullopt;
+  // A layer's size is walked by the engine: its own bound, longer than an inspect's.
+  return api_.container_writable_bytes(target, std::max(settings_.request_timeout_seconds, 30.0));
+}
+
 }  // namespace sandboxd::local_docker

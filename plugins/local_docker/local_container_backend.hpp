@@ -102,7 +102,9 @@ class LocalContainerBackend final : public SandboxBackend,
                                     public SandboxNetworkPolicy,
                                     public NamespacedSandboxes,
                                     public SandboxUsage,
-                                    public IsolationKeeping {
+                                    public IsolationKeeping,
+                                    public EngineStorage,
+                                    public WritableLayerUsage {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -171,6 +173,11 @@ class LocalContainerBackend final : public SandboxBackend,
   void keep_isolation(const SandboxInfo& info) override;
   std::vector<std::string> keep_all_isolation() override;
   void start_keeping_isolation() override;
+  // The engine's storage (its /info DockerRootDir: Docker's data root, podman's graph root),
+  // when the engine is reached through a local unix socket; "" otherwise.
+  std::string engine_storage_path() override;
+  // The engine's SizeRw of the sandbox's container (by id, else name).
+  std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) override;
 
  private:
   // Why this host cannot enter the engine's namespaces (setns, bridge flags; `host_mounts`:

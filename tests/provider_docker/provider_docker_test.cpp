@@ -17,6 +17,8 @@
 
 #include "engine_listing.hpp"
 #include "engine_socket_proxy.hpp"
+#include "sandboxd/core/lifecycle_events.hpp"
+#include "scratch_filesystem.hpp"
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "test_support.hpp"
@@ -65,7 +67,9 @@ class ProviderOverDockerTest : public ::testing::Test {
   }
 
   void make_provider(int replicas, int idle_timeout, std::string socket = socket_path(),
-                     double pause_after_seconds = 0) {
+                     double pause_after_seconds = 0,
+                     std::shared_ptr<const ThreadStorage> storage = nullptr,
+                     std::shared_ptr<LifecycleEventLog> events = nullptr) {
     const PluginLoader loader({SANDBOXD_TEST_PLUGIN_DIR});
     ProviderDeps deps;
     deps.backend = loader.load_backend(
@@ -80,7 +84,10 @@ class ProviderOverDockerTest : public ::testing::Test {
         context("sandbox.ownership", R"({"path": ")" + base_dir_ + R"(/leases.db"})"), "test");
     deps.logger = logger_;
     deps.clock = clock_;
-    deps.paths = std::make_shared<const Paths>(base_dir_, base_dir_);
+    Paths paths(base_dir_, base_dir_);
+    if (storage) paths.set_storage(storage);
+    deps.paths = std::make_shared<const Paths>(std::move(paths));
+    deps.events = events;
     deps.options.replicas = replicas;
     deps.options.idle_timeout = idle_timeout;
     deps.options.pause_after_seconds = pause_after_seconds;
@@ -306,6 +313,76 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
   EXPECT_EQ(provider_->acquire("thread-9", "bob"), id);
   provider_->shutdown();
   crashed->detach();
+}
+
+
+// Issue 45: inside one conversation's sandbox, dd of 1 GiB into /mnt/user-data/workspace (a
+// host bind mount) and into /tmp (the container's writable layer) both completed, and the
+// host's free space fell by 2 GiB. Now, with the state directory on btrfs (a loop-mounted one
+// here), the workspace write stops at the conversation's bound with "Disk quota exceeded"
+// while a second conversation's sandbox keeps writing and serving; the write to /tmp is found by
+// the writable-layer pass and the sandbox stopped, saying why; and the bound follows the
+// conversation to its next sandbox.
+TEST_F(ProviderOverDockerTest, ASandboxWritingPastItsBoundStopsThereAndItsNeighbourGoesOn) {
+  if (const auto why = testing::ScratchFilesystem::unavailable(
+          testing::ScratchFilesystem::Kind::btrfs);
+      !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  testing::ScratchFilesystem btrfs(testing::ScratchFilesystem::Kind::btrfs, "1G");
+  ASSERT_TRUE(btrfs.mounted());
+  std::filesystem::remove_all(base_dir_);
+  base_dir_ = (btrfs.path() / "state").string();
+  std::filesystem::create_directories(base_dir_);
+  std::filesystem::permissions(base_dir_, std::filesystem::perms::owner_all);
+  const auto storage = ThreadStorage::for_base_dir(base_dir_, 20u << 20, "the test");
+  ASSERT_TRUE(storage->bounded()) << storage->description();
+  auto events = std::make_shared<LifecycleEventLog>(clock_);
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600, socket_path(), 0, storage, events);
+
+  const std::string alice = provider_->acquire("t-1", "alice");
+  const std::string bob = provider_->acquire("t-1", "bob");
+  const std::string alice_box = prefix_ + "-" + alice, bob_box = prefix_ + "-" + bob;
+  const std::string alice_wrote = testing::engine_exec(
+      alice_box, "dd if=/dev/zero of=/mnt/user-data/workspace/big bs=1M count=60 2>&1; "
+                 "echo exit=$?");
+  EXPECT_NE(alice_wrote.find("Disk quota exceeded"), std::string::npos) << alice_wrote;
+  EXPECT_EQ(alice_wrote.find("exit=0"), std::string::npos) << alice_wrote;
+  const std::string bob_wrote = testing::engine_exec(
+      bob_box, "dd if=/dev/zero of=/mnt/user-data/outputs/data bs=1M count=10 2>&1; echo exit=$?");
+  EXPECT_NE(bob_wrote.find("exit=0"), std::string::npos) << "bob felt alice's bound: " << bob_wrote;
+  EXPECT_TRUE(wait_for_sandbox_ready(provider_->find(bob)->info.sandbox_url, 10));
+  ::sync();
+  const auto used = provider_->conversation_storage("alice", "t-1");
+  ASSERT_TRUE(used.has_value());
+  EXPECT_EQ(used->limit, 20u << 20);
+  EXPECT_GE(used->bytes, 15u << 20);
+
+  // The writable layer: 30 MiB into /tmp, past the 20 MiB bound; bob's layer stays small.
+  testing::engine_exec(alice_box, "dd if=/dev/zero of=/tmp/layer bs=1M count=30 2>/dev/null");
+  provider_->stop_layers_past_bound();
+  EXPECT_FALSE(provider_->find(alice).has_value()) << "alice's sandbox kept its 30 MiB layer";
+  EXPECT_TRUE(provider_->find(bob).has_value());
+  const auto page = events->after(0, 100);
+  const auto stopped = std::find_if(page.events.begin(), page.events.end(), [&](const auto& e) {
+    return e.kind == LifecycleEventKind::over_disk_limit && e.sandbox_id == alice;
+  });
+  ASSERT_NE(stopped, page.events.end());
+  EXPECT_NE(stopped->reason.find("writable layer"), std::string::npos) << stopped->reason;
+  EXPECT_EQ(stopped->user_id, "alice");
+
+  // Alice's next sandbox: her files are there, and so is her bound.
+  const std::string again = provider_->acquire("t-1", "alice");
+  const std::string listed = testing::engine_exec(prefix_ + "-" + again,
+                                                  "ls /mnt/user-data/workspace; "
+                                                  "dd if=/dev/zero of=/mnt/user-data/workspace/more "
+                                                  "bs=1M count=30 2>&1");
+  EXPECT_NE(listed.find("big"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("Disk quota exceeded"), std::string::npos) << listed;
+  provider_->shutdown();
+  provider_.reset();
+  std::filesystem::remove_all(base_dir_);
+  base_dir_.clear();
 }
 
 }  // namespace

@@ -361,7 +361,7 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
                                      "claimed"}
     assert len(flow["latency"]["counts"]) == len(flow["latency"]["bounds"]) + 1
     assert set(flow["capacity_rejections"]) == {"capacity", "per_user", "wait_timeout",
-                                                "queue_full"}
+                                                "queue_full", "min_free_disk"}
     # What the relay turned away is in the Flow too (serve always runs one; no egress proxy
     # outside network mode allowlist).
     assert flow["egress_refusals"] is None

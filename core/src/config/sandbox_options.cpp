@@ -1,6 +1,8 @@
 // The table of sandbox options (sandbox_options.hpp) and the four walks over it.
 #include "sandbox_options.hpp"
 
+#include "sandboxd/core/thread_storage.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -17,11 +19,25 @@ using Allocator = rapidjson::Document::AllocatorType;
 
 constexpr double kIntMax = INT_MAX;
 
+bool is_size(const std::string& text) {
+  return parse_size(text).has_value();
+}
+
 const SandboxOption kOptions[] = {
     {.key = "base_dir",
      .field = &SandboxConfig::base_dir,
      .expected = "a non-empty path string",
      .read_by = "paths (gateway state: thread dirs, lock files, the registry)"},
+    {.key = "disk_limit",
+     .field = &SandboxConfig::disk_limit,
+     .valid_text = &is_size,
+     .expected = "a size such as \"10g\", \"512m\" or a number of bytes (\"0\": unbounded)",
+     .read_by = "paths (each conversation's directory, bounded: docs/storage.md)"},
+    {.key = "min_free_disk",
+     .field = &SandboxConfig::min_free_disk,
+     .valid_text = &is_size,
+     .expected = "a size such as \"2g\" or a number of bytes (\"0\": no floor)",
+     .read_by = "provider (new sandboxes refused below it: docs/storage.md)"},
     {.key = "replicas",
      .field = &SandboxConfig::replicas,
      .provider_field = &ProviderOptions::replicas,
@@ -195,7 +211,11 @@ bool read_sandbox_option(const SandboxOption& option, const Value& value, Sandbo
                         },
                         [&](std::optional<std::string> SandboxConfig::*field) {
                           if (!value.IsString() || value.GetStringLength() == 0) return false;
-                          config.*field = std::string(value.GetString(), value.GetStringLength());
+                          std::string text(value.GetString(), value.GetStringLength());
+                          if (option.valid_text != nullptr && !option.valid_text(text)) {
+                            return false;
+                          }
+                          config.*field = std::move(text);
                           return true;
                         },
                     },

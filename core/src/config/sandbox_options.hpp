@@ -52,6 +52,8 @@ struct SandboxOption {
   bool null_means_zero = false;
   // Read only under this overflow policy; given under another, a warning says it is ignored.
   std::optional<OverflowPolicy> applies_only_with;
+  // A text option's own check (a size: "10g"); nullptr takes any non-empty string.
+  bool (*valid_text)(const std::string& text) = nullptr;
 
   const char* expected;  // the sentence after "expected" when a value is refused
   const char* read_by;   // the component that acts on it

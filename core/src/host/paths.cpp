@@ -480,9 +480,20 @@ void Paths::ensure_thread_dirs(const std::string& thread_id,
   // The thread's directory and user-data are made as mkdir makes them (0777 minus the umask);
   // the five the sandbox writes are then made exactly 0777, each on its own descriptor.
   const host_fs::DirOptions parent{.create_mode = 0777};
-  const UniqueFd thread_dir =
-      host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id), base_dir_, parent);
+  std::vector<std::string> parts = thread_parts(thread_id, user_id);
+  const std::string leaf = parts.back();
+  parts.pop_back();
   const fs::path thread_path = this->thread_dir(thread_id, user_id);
+  const UniqueFd threads = host_fs::open_dirs(base.get(), parts, base_dir_, parent);
+  // A new conversation's directory is made bounded when a bound is set (thread_storage.hpp);
+  // one that exists is taken as it is.
+  if (storage_->bounded()) {
+    struct stat st {};
+    if (::fstatat(threads.get(), leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 && errno == ENOENT) {
+      storage_->make(threads.get(), leaf, thread_path);
+    }
+  }
+  const UniqueFd thread_dir = host_fs::open_subdir(threads.get(), leaf, thread_path, parent);
   const UniqueFd user_data =
       host_fs::open_subdir(thread_dir.get(), "user-data", thread_path / "user-data", parent);
   const host_fs::DirOptions shared{.create_mode = 0777, .exact_mode = 0777};
@@ -490,6 +501,19 @@ void Paths::ensure_thread_dirs(const std::string& thread_id,
     host_fs::open_subdir(user_data.get(), leaf, thread_path / "user-data" / leaf, shared);
   }
   host_fs::open_subdir(thread_dir.get(), "acp-workspace", thread_path / "acp-workspace", shared);
+}
+
+std::optional<ThreadStorage::Usage> Paths::thread_storage_usage(
+    const std::string& thread_id, const std::optional<std::string>& user_id) const {
+  if (!storage_->bounded()) return std::nullopt;
+  try {
+    const UniqueFd base = open_base_dir(base_dir_);
+    const UniqueFd dir =
+        host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id), base_dir_, {});
+    return storage_->usage(dir.get());
+  } catch (const std::exception&) {
+    return std::nullopt;  // not made yet, or not ours to read
+  }
 }
 
 void Paths::ensure_dir_below_base(const fs::path& dir, unsigned mode_if_created) const {

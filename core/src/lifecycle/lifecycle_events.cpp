@@ -36,6 +36,8 @@ const char* to_string(LifecycleEventKind kind) {
       return "destroyed";
     case LifecycleEventKind::refused:
       return "refused";
+    case LifecycleEventKind::over_disk_limit:
+      return "over_disk_limit";
   }
   return "?";
 }

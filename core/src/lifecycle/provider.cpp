@@ -120,6 +120,7 @@ Provider::Impl::Impl(ProviderDeps deps)
     namespaced_ = backend_capability<NamespacedSandboxes>(*backend_);
     network_policy_ = backend_capability<SandboxNetworkPolicy>(*backend_);
     isolation_ = backend_capability<IsolationKeeping>(*backend_);
+    writable_layers_ = backend_capability<WritableLayerUsage>(*backend_);
   }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {
@@ -193,9 +194,27 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
                                                 std::shared_ptr<Logger> logger, ProviderHooks hooks,
                                                 const HostOptions& host) {
   for (const auto& warning : config.warnings) logger->warning(warning);
-  auto paths = std::make_shared<const Paths>(Paths::from_environment(config.base_dir));
+  // A size key of the config (checked when a file is read; an embedder's may not be).
+  const auto bytes_of = [](const std::optional<std::string>& text, const char* fallback,
+                           const char* key) {
+    const auto bytes = parse_size(text.value_or(fallback));
+    if (!bytes) {
+      throw ConfigError(std::string("sandbox.") + key +
+                        ": expected a size such as \"10g\" or a number of bytes, got \"" +
+                        text.value_or("") + "\"");
+    }
+    return *bytes;
+  };
+  Paths resolved = Paths::from_environment(config.base_dir);
   // The state directory must be ours before anything is created or opened in it.
-  ensure_private_dir(paths->base_dir());
+  ensure_private_dir(resolved.base_dir());
+  // Each conversation's storage bound, with the mechanism this host gives (docs/storage.md).
+  resolved.set_storage(ThreadStorage::for_base_dir(
+      resolved.base_dir(), bytes_of(config.disk_limit, kDefaultDiskLimit, "disk_limit"),
+      config.disk_limit ? "sandbox.disk_limit" : "the default"));
+  logger->log(resolved.storage().bounded() ? LogLevel::debug : LogLevel::info,
+              "Conversation storage: " + resolved.storage().description());
+  auto paths = std::make_shared<const Paths>(std::move(resolved));
   HostServices services;
   services.logger = logger;
   services.clock = std::make_shared<SystemClock>();
@@ -216,6 +235,8 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   composer.logger = logger;
   deps.planner = std::make_shared<HostCreationPlanner>(paths, composer);
   copy_sandbox_options(config, deps.options);
+  deps.options.min_free_disk_bytes =
+      bytes_of(config.min_free_disk, kDefaultMinFreeDisk, "min_free_disk");
   deps.options.max_waiting = host.max_capacity_waiters;
   deps.events = host.events;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;
@@ -380,6 +401,7 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.rejections_per_user = events_.rejections_per_user.load(relaxed);
   counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);
   counts.rejections_queue_full = events_.rejections_queue_full.load(relaxed);
+  counts.rejections_min_free_disk = events_.rejections_min_free_disk.load(relaxed);
   counts.bursts = events_.bursts.load(relaxed);
   counts.slot_claims = events_.slot_claims.load(relaxed);
   counts.slot_claim_seconds =

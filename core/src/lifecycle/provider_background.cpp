@@ -73,6 +73,7 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
         since_full_pass = 0;
         reconcile_orphans();
         cleanup_idle_sandboxes(*idle_timeout);
+        stop_layers_past_bound();
       }
       pause_idle_warm();
     } catch (const std::exception& e) {

@@ -134,6 +134,7 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
                                                 const std::string& user_id,
                                                 const Snapshot& snapshot) {
   const CreateRequest request = build_create_request(thread_id, sandbox_id, user_id);
+  check_free_disk(sandbox_id, user_id);
 
   // This creation holds a replica slot from its capacity check until it is registered or has
   // failed, so concurrent creations count each other instead of all seeing the same free slot.

@@ -85,6 +85,15 @@ struct Provider::Impl {
 
   // ── the public API (provider.hpp), one to one ──
   void start();
+  // The host's free-space floor (options_.min_free_disk_bytes) under the state directory and
+  // the engine's storage: a new sandbox is refused below it, as a capacity refusal
+  // (provider_storage.cpp).
+  void check_free_disk(const std::string& sandbox_id, const std::string& user_id)
+      EXCLUDES(mutex_);
+  // One pass of the writable-layer bound (provider_storage.cpp): at most
+  // kLayerChecksPerPass sandboxes, taking up where the last pass stopped; one whose layer is
+  // past disk_limit is destroyed and an over_disk_limit event says why. Idle checker only.
+  void stop_layers_past_bound() EXCLUDES(mutex_);
   // The sandbox `sandbox_id` just acquired, with its isolation verified (and re-applied where
   // the engine undid it); one whose isolation cannot be kept is destroyed and the acquisition
   // runs again, once. Outside the registry mutex, under the conversation's lock.
@@ -326,6 +335,15 @@ struct Provider::Impl {
   SandboxNetworkPolicy* network_policy_ = nullptr;
   // backend_'s IsolationKeeping capability, or nullptr; set once by the constructor.
   IsolationKeeping* isolation_ = nullptr;
+  // backend_'s WritableLayerUsage capability, or nullptr; set once by the constructor.
+  WritableLayerUsage* writable_layers_ = nullptr;
+  // Where the last writable-layer pass stopped (it looks at a bounded number each time);
+  // touched by the idle checker thread only.
+  std::string next_layer_to_check_;
+  // The engine's storage path for the free-space floor (EngineStorage), asked of the backend
+  // once, under engine_storage_once_; "" when it has none here.
+  std::once_flag engine_storage_once_;
+  std::string engine_storage_path_;
   // ownership_'s CapacityLedger capability when ceilings are on, or nullptr (the ceilings then
   // hold per process); set once by the constructor.
   CapacityLedger* ledger_ = nullptr;
@@ -370,7 +388,8 @@ struct Provider::Impl {
         lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
         rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
-        rejections_queue_full{0}, bursts{0}, slot_claims{0}, slot_claim_microseconds{0};
+        rejections_queue_full{0}, rejections_min_free_disk{0}, bursts{0}, slot_claims{0},
+        slot_claim_microseconds{0};
     std::array<std::atomic<std::uint64_t>, 5> slot_misses{};  // by PreStartedSlots::Miss
     std::array<std::atomic<std::uint64_t>, ProviderEventCounts::kCapacityWaitBounds.size() + 1>
         capacity_wait_buckets{};

@@ -208,6 +208,9 @@ Listing SandboxService::list() {
                       "",
                       view.last_acquire};
     if (running) row.running = running_ids.count(t.info.sandbox_id) > 0;
+    if (view.user_id && view.thread_id) {
+      row.disk = provider_.conversation_storage(*view.user_id, *view.thread_id);
+    }
     listing.sandboxes.push_back(std::move(row));
   }
   if (running) {
@@ -247,6 +250,7 @@ Reaped SandboxService::reap(int idle_timeout) {
   if (idle_timeout > 0) {
     const auto before = provider_.export_registry();
     typed([&] { provider_.cleanup_idle_sandboxes(idle_timeout); });  // logs its own failures
+    typed([&] { provider_.stop_layers_past_bound(); });               // likewise
     for (const auto& t : before.sandboxes) {
       if (!provider_.find(t.info.sandbox_id)) reaped.reaped.push_back(t.info.sandbox_id);
     }

@@ -107,6 +107,18 @@ std::string to_json(const Listing& listing) {
       } else {
         w.Null();
       }
+      // The conversation's storage against its bound; null when it is not bounded.
+      w.Key("disk");
+      if (row.disk) {
+        w.StartObject();
+        w.Key("bytes");
+        w.Uint64(row.disk->bytes);
+        w.Key("limit");
+        w.Uint64(row.disk->limit);
+        w.EndObject();
+      } else {
+        w.Null();
+      }
       w.Key("lease");
       if (row.lease) {
         w.StartObject();

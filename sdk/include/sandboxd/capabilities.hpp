@@ -216,6 +216,29 @@ class SandboxUsage {
   virtual Reading usage(const SandboxInfo& info) = 0;
 };
 
+// Where a backend's sandboxes take their space on this host (the engine's storage: images and
+// writable layers), so the host can keep a free-space floor there too (`min_free_disk`). May ask
+// the engine once; the host caches the answer.
+class EngineStorage {
+ public:
+  virtual ~EngineStorage() = default;
+  // An absolute path on this host's filesystem holding the sandboxes' storage; "" when it is
+  // not on this host (a remote or TCP engine) or the engine would not say.
+  virtual std::string engine_storage_path() = 0;
+};
+
+// What a sandbox wrote outside its mounts (its container's writable layer: installed packages,
+// files in /tmp), so the host can hold it to the conversation's bound where the engine cannot
+// (the engine's own size option needs overlay on XFS with project quotas). Sampled off the
+// request path, a bounded number per pass. May block on the engine (a layer's size is walked).
+class WritableLayerUsage {
+ public:
+  virtual ~WritableLayerUsage() = default;
+  // Bytes in the sandbox's writable layer; nullopt when the engine would not say. Throws when
+  // the sandbox is gone or the engine cannot answer.
+  virtual std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) = 0;
+};
+
 // Every reason a claim can miss, in the order metrics list them.
 inline constexpr PreStartedSlots::Miss kSlotMissReasons[] = {
     PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,

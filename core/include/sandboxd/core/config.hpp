@@ -49,6 +49,12 @@ struct SandboxConfig {
   PluginSection ownership;
 
   std::optional<std::string> base_dir;     // unset → SPEC §2.1 resolution
+  // Each conversation's storage bound ("10g"; "0": none); unset → kDefaultDiskLimit
+  // (thread_storage.hpp). A size string, checked when read.
+  std::optional<std::string> disk_limit;
+  // The free space kept under the state directory and the engine's storage ("2g"; "0": none);
+  // below it new sandboxes are refused (a capacity refusal). Unset → kDefaultMinFreeDisk.
+  std::optional<std::string> min_free_disk;
   int replicas = 3;                        // > 0
   int idle_timeout = 600;                  // seconds; 0 disables the idle checker
   std::optional<bool> thread_data_mounts;  // null / true / false carried through unchanged

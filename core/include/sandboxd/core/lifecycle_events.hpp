@@ -37,6 +37,8 @@ enum class LifecycleEventKind {
   adopted,    // an orphan taken over by reconciliation
   destroyed,  // by a door's destroy or at shutdown
   refused,    // a creation refused by a ceiling (its reason says which)
+  // stopped because what it wrote outside its mounts (its writable layer) passed disk_limit
+  over_disk_limit,
 };
 const char* to_string(LifecycleEventKind kind);
 

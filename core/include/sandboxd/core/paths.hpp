@@ -7,11 +7,14 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "sandboxd/core/thread_storage.hpp"
 
 namespace sandboxd::core {
 
@@ -81,6 +84,15 @@ class Paths {
 
   const std::filesystem::path& base_dir() const { return base_dir_; }
   const std::string& host_base_dir() const { return host_base_dir_; }
+
+  // How each conversation's directory is bounded (thread_storage.hpp); unbounded unless set.
+  // Set once, before the Paths is shared.
+  void set_storage(std::shared_ptr<const ThreadStorage> storage) { storage_ = std::move(storage); }
+  const ThreadStorage& storage() const { return *storage_; }
+  // What the conversation's directory uses against its bound; nullopt when it does not exist,
+  // is not bounded, or the filesystem would not say. Never follows a link.
+  std::optional<ThreadStorage::Usage> thread_storage_usage(
+      const std::string& thread_id, const std::optional<std::string>& user_id) const;
 
   // ── container-visible (under B); user == nullopt selects the legacy layout ──
   std::filesystem::path user_dir(const std::string& user_id) const;  // users/{u}
@@ -190,6 +202,7 @@ class Paths {
 
   std::filesystem::path base_dir_;
   std::string host_base_dir_;
+  std::shared_ptr<const ThreadStorage> storage_ = ThreadStorage::unbounded();
 };
 
 }  // namespace sandboxd::core

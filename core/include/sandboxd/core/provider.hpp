@@ -33,6 +33,7 @@
 #include "sandboxd/core/lifecycle_policy.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/overflow_policy.hpp"
+#include "sandboxd/core/thread_storage.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
@@ -89,6 +90,10 @@ struct ProviderOptions {
   // destroyed by the idle pass, active or released; one whose creation time is unknown (0) is
   // not. 0: never (DeerFlow's behaviour).
   double max_lifetime_seconds = 0.0;
+  // The free space kept under the state directory and the backend's engine storage
+  // (EngineStorage): below it a new sandbox is refused as a capacity refusal, reason
+  // min_free_disk. 0: no floor. From the config key min_free_disk (docs/storage.md).
+  std::uint64_t min_free_disk_bytes = 0;
   // Background work starts in start(); tests that drive it by hand leave these off.
   bool run_background_threads = true;
   bool reconcile_on_start = true;
@@ -241,6 +246,7 @@ struct ProviderEventCounts {
   std::uint64_t rejections_per_user = 0;
   std::uint64_t rejections_wait_timeout = 0;
   std::uint64_t rejections_queue_full = 0;
+  std::uint64_t rejections_min_free_disk = 0;  // the host's free-space floor (min_free_disk)
   std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
   // Pre-started slots (issue 22): creations served by a claim, the time the claims took, and
   // creations that asked for a slot and missed, indexed by PreStartedSlots::Miss (none_ready,
@@ -367,6 +373,10 @@ class Provider final {
   // Pauses warm sandboxes released at least pause_after_seconds ago (issue 23); returns how
   // many. Nothing when the option is 0 or the backend cannot pause.
   int pause_idle_warm();
+  // One pass of the writable-layer bound (docs/storage.md): up to 256 sandboxes' layers asked
+  // of the backend (WritableLayerUsage), and one past disk_limit destroyed with an
+  // over_disk_limit event. Run by the idle checker every pass.
+  void stop_layers_past_bound();
   ReconcileReport reconcile_orphans();
   void renew_owned_leases();
   // Drops per-conversation locks nobody holds or waits for (run by the renewal thread), so the
@@ -385,6 +395,12 @@ class Provider final {
   const std::string& owner_id() const;
   SandboxBackend* backend() const;
   OwnershipStore* ownership() const;
+  // The conversation's storage against its bound (docs/storage.md): nullopt when it is not
+  // bounded (no bound here, or a directory made before the bound). Reads the filesystem.
+  std::optional<ThreadStorage::Usage> conversation_storage(const std::string& user_id,
+                                                           const std::string& thread_id) const;
+  // What bounds each conversation's storage here, as check-config says it.
+  const ThreadStorage& storage() const;
 
   // Counts for diagnostics and tests.
   struct Counts {

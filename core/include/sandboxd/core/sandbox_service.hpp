@@ -92,6 +92,8 @@ struct ListedSandbox {
   std::optional<LeaseRecord> lease;
   std::string lease_error;
   std::optional<AcquirePath> last_acquire;  // tracked ones: how their last acquisition went
+  // The conversation's storage against its bound (docs/storage.md); nullopt: not bounded.
+  std::optional<ThreadStorage::Usage> disk;
   // The state as the doors spell it: active, warm, paused or orphan.
   std::string_view state_word() const { return state ? to_string(*state) : "orphan"; }
 };
