@@ -37,6 +37,9 @@ packages=(
   # btrfs-progs: the storage tests make a loop-mounted btrfs to bound conversations on
   # (docs/storage.md); the product itself needs no program of it (it speaks the kernel's ioctls).
   btrfs-progs
+  # runsc: gVisor, the second runtime the engine tests run sandboxes under on Docker
+  # (docs/runtimes.md); scripts/test_engine.sh declares it to the test dockerd.
+  runsc
   # The Kubernetes stand-in (tests/support/kube_standin.py) and the real clients that check it:
   # openssl makes its TLS certificate, python3-kubernetes is the official Python client.
   openssl python3-kubernetes

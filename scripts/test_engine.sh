@@ -225,7 +225,15 @@ launch_service() {
     setsid podman system service --time=0 "unix://$SOCK" >"$LOGFILE" 2>&1 </dev/null &
   else
     mkdir -p "$DIR/docker-data" "$DIR/docker-exec"
+    # gVisor as a second runtime (docs/runtimes.md): Debian's runsc runs here only with the
+    # host's network stack, which inside a container is the container's own namespace.
+    local runtimes='{}'
+    if [ -x /usr/bin/runsc ]; then
+      runtimes='{"runtimes": {"runsc": {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=host"]}}}'
+    fi
+    printf '%s\n' "$runtimes" >"$DIR/docker-daemon.json"
     setsid dockerd --host "unix://$SOCK" --data-root "$DIR/docker-data" \
+      --config-file "$DIR/docker-daemon.json" \
       --exec-root "$DIR/docker-exec" --pidfile "$DIR/dockerd-own.pid" \
       --exec-opt native.cgroupdriver=cgroupfs --iptables=false --ip6tables=false \
       >"$LOGFILE" 2>&1 </dev/null &

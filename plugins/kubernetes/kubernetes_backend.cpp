@@ -154,7 +154,13 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     objects_.memory_request = options.get_string("memory_request", "256Mi");
     objects_.cpu_limit = options.get_string("cpu_limit", "1");
     objects_.memory_limit = options.get_string("memory_limit", "1Gi");
-    objects_.runtime_class = options.get_string("runtime_class_name", "");
+    // `runtime` is the key every backend spells the sandbox's runtime with (local_docker's is
+    // an engine runtime, here a RuntimeClass); `runtime_class_name` is Kubernetes' own word.
+    if (options.has("runtime") && options.has("runtime_class_name")) {
+      options.reject("runtime", "and runtime_class_name name one thing: give one of them");
+    }
+    objects_.runtime_class = options.has("runtime") ? options.get_string("runtime", "")
+                                                    : options.get_string("runtime_class_name", "");
     objects_.active_deadline = options.get_integer("active_deadline_seconds", 0);
     objects_.termination_grace = options.get_integer("termination_grace_seconds", 5);
     if (objects_.termination_grace < 0 || objects_.termination_grace > 3600) {

@@ -346,6 +346,21 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
     if (opt == "no-new-privileges" && no_new_privileges) continue;
     s.security_opt.push_back(opt);
   }
+  // ── the kernel a sandbox meets: the engine's OCI runtime (runc, or runsc: gVisor) ──
+  s.runtime = trimmed(options.get_string("runtime", ""));
+  if (!s.runtime.empty() &&
+      s.runtime.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") !=
+          std::string::npos) {
+    options.reject("runtime", "must be an OCI runtime's name as the engine declares it (runsc, runc, "
+                              "kata…), got \"" + s.runtime + "\"");
+  }
+  shown(s.runtime.empty()
+            ? std::string("runtime: the engine's default (runc here: every sandbox shares the "
+                          "host's kernel)")
+            : "runtime " + s.runtime +
+                  " (checked against the engine's runtimes before the first sandbox, and read back "
+                  "from every container: one made with another is removed)",
+        options.has("runtime") ? options.path_of("runtime") : "default");
   shown(std::string("no-new-privileges ") + (no_new_privileges ? "on" : "off"),
         options.has("no_new_privileges") ? options.path_of("no_new_privileges") : "default");
 

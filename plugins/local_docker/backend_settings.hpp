@@ -37,6 +37,10 @@ struct Settings {
   long long memory_bytes = 0;  // 0: no limit
   double cpus = 0;             // 0: no limit
   long long pids_limit = 0;    // 0: no limit
+  // The OCI runtime every container is made with ("runsc": gVisor); "": the engine's default.
+  // Checked against the engine's runtimes before the first create and read back from each
+  // container (docs/runtimes.md).
+  std::string runtime;
   long long stop_timeout_seconds = 10;
   // Engine security options: no-new-privileges unless turned off, the seccomp profile's JSON
   // when one is given (the Engine API takes the profile itself, not its path), then the

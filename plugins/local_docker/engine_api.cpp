@@ -126,6 +126,10 @@ std::string to_json(const ContainerCreateBody& body) {
   if (!body.cap_add.empty()) strings(w, "CapAdd", body.cap_add);
   w.Key("Init");
   w.Bool(body.init);
+  if (!body.runtime.empty()) {
+    w.Key("Runtime");
+    write_json_string(w, body.runtime);
+  }
   if (body.memory_bytes > 0) {
     w.Key("Memory");
     w.Int64(body.memory_bytes);

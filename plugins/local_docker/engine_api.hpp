@@ -49,6 +49,7 @@ struct ContainerCreateBody {
   std::vector<std::string> cap_drop;
   std::vector<std::string> cap_add;
   bool init = true;
+  std::string runtime;         // HostConfig.Runtime; "": the engine's default
   long long memory_bytes = 0;  // 0: unset
   long long nano_cpus = 0;     // 0: unset
   long long pids_limit = 0;    // <= 0: unset

@@ -67,6 +67,7 @@ ContainerCreateBody LocalContainerBackend::create_body(const ContainerSpec& spec
   body.cap_drop = settings_.cap_drop;
   body.cap_add = settings_.cap_add;
   body.init = settings_.init;
+  body.runtime = settings_.runtime;
   body.memory_bytes = settings_.memory_bytes;
   body.nano_cpus = settings_.cpus > 0 ? static_cast<long long>(settings_.cpus * 1e9) : 0;
   body.pids_limit = settings_.pids_limit;
@@ -123,6 +124,7 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     }
   }
   if (open) ensure_network();
+  check_runtime_known();  // before any container exists
 
   log(LogLevel::info,
       "Starting container " + name + " using the engine API at " + settings_.endpoint.display +
@@ -212,6 +214,8 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
         if (!keep) backend->remove_quietly(id);
       }
     } created_container{this, id};
+    // Made with the runtime asked for, or not started at all (podman 4.3 ignores the field).
+    check_runtime_of(id, name);
 
     const EngineApi::Started started = api_.start_container(id);
     bool running_anyway = false;
@@ -528,6 +532,70 @@ std::optional<std::uint64_t> LocalContainerBackend::writable_layer_bytes(const S
   if (target.empty()) return std::nullopt;
   // A layer's size is walked by the engine: its own bound, longer than an inspect's.
   return api_.container_writable_bytes(target, std::max(settings_.request_timeout_seconds, 30.0));
+}
+
+void LocalContainerBackend::check_runtime_known() {
+  if (settings_.runtime.empty()) return;
+  {
+    MutexLock lock(network_mutex_);
+    if (runtime_checked_) return;
+  }
+  std::string body;
+  const Outcome asked = api_.info(&body);
+  rapidjson::Document doc;
+  doc.Parse(body.c_str(), body.size());
+  const auto runtimes = doc.IsObject() ? doc.FindMember("Runtimes") : doc.MemberEnd();
+  if (!asked.ok() || runtimes == doc.MemberEnd() || !runtimes->value.IsObject()) {
+    throw std::runtime_error("runtime " + settings_.runtime + " was asked (" + kLogPrefix +
+                             "runtime) but the engine at " + settings_.endpoint.display +
+                             " does not list its runtimes (GET /info): refusing to make a "
+                             "sandbox that may run under another");
+  }
+  std::string known;
+  for (const auto& runtime : runtimes->value.GetObject()) {
+    if (settings_.runtime == runtime.name.GetString()) {
+      MutexLock lock(network_mutex_);
+      runtime_checked_ = true;
+      return;
+    }
+    known += (known.empty() ? "" : ", ") + std::string(runtime.name.GetString());
+  }
+  throw std::runtime_error("runtime " + settings_.runtime + " is not one the engine at " +
+                           settings_.endpoint.display + " knows (it knows: " + known +
+                           "); declare it first (Docker: \"runtimes\" in daemon.json; podman: "
+                           "[engine.runtimes] in containers.conf) - no sandbox was made");
+}
+
+void LocalContainerBackend::check_runtime_of(const std::string& id, const std::string& name) {
+  if (settings_.runtime.empty()) return;
+  // podman's own inspect names the OCI runtime a container really got; its Docker-compatible
+  // one answers "oci" whatever was asked, and Docker's echoes the runtime it honours.
+  std::string made;
+  const HttpResponse libpod =
+      client_.call("GET", "/libpod/containers/" + url_encode(id) + "/json", kInspectTimeoutSeconds);
+  rapidjson::Document doc;
+  if (libpod.status == 200 && (doc.Parse(libpod.body.c_str()), doc.IsObject()) &&
+      doc.HasMember("OCIRuntime") && doc["OCIRuntime"].IsString()) {
+    made = doc["OCIRuntime"].GetString();
+  } else {
+    const HttpResponse docker =
+        client_.call("GET", "/containers/" + url_encode(id) + "/json", kInspectTimeoutSeconds);
+    rapidjson::Document inspected;
+    inspected.Parse(docker.body.c_str());
+    if (docker.status == 200 && inspected.IsObject() && inspected.HasMember("HostConfig") &&
+        inspected["HostConfig"].IsObject() && inspected["HostConfig"].HasMember("Runtime") &&
+        inspected["HostConfig"]["Runtime"].IsString()) {
+      made = inspected["HostConfig"]["Runtime"].GetString();
+    }
+  }
+  if (made == settings_.runtime) return;
+  throw std::runtime_error(
+      "the engine made sandbox container " + name + " with runtime " +
+      (made.empty() ? std::string("(unknown)") : made) + ", not " + settings_.runtime +
+      " as asked; it was removed. podman 4.3 ignores the runtime asked through its "
+      "Docker-compatible API: run its service with that runtime as its default (declare it in "
+      "containers.conf [engine.runtimes] and start `podman --runtime " +
+      settings_.runtime + " system service`) - docs/runtimes.md");
 }
 
 }  // namespace sandboxd::local_docker

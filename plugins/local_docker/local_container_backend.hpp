@@ -222,6 +222,12 @@ class LocalContainerBackend final : public SandboxBackend,
   // open mode with isolation: the started container's bridge port isolated, or throws
   // (PortOnNoBridge when the network's bridge went away under it).
   void isolate(const std::string& container_id, const std::string& name);
+  // The configured runtime (settings_.runtime) is one the engine lists in /info; throws naming
+  // what it knows otherwise. Asked once.
+  void check_runtime_known();
+  // Container `id` was made with the configured runtime (read back: podman's libpod inspect, or
+  // Docker's HostConfig.Runtime); throws otherwise (the caller removes it).
+  void check_runtime_of(const std::string& id, const std::string& name);
   // How readiness reaches `info`: through its namespace when it is namespaced.
   SandboxRoute route_to(const SandboxInfo& info);
 
@@ -301,6 +307,8 @@ class LocalContainerBackend final : public SandboxBackend,
   bool network_touched_ GUARDED_BY(network_mutex_) = false;
   std::string network_target_ GUARDED_BY(network_mutex_);
   std::optional<std::string> namespace_reason_ GUARDED_BY(network_mutex_);
+  // The configured runtime was found among the engine's (asked once).
+  bool runtime_checked_ GUARDED_BY(network_mutex_) = false;
   std::unique_ptr<EngineSlots> slot_engine_;  // the pool's engine; outlives the pool
   // Last member: its refill thread calls the engine through this object, so it stops first.
   std::unique_ptr<SlotPool> slots_;

@@ -187,6 +187,24 @@ TEST_F(KubernetesBackendTest, EachUrlModeGivesItsUrlAndTheOtherCallsAgreeWithIt)
   }
 }
 
+// Issue 45 item 5: `runtime` is the one spelling of a sandbox's runtime across backends; here it
+// is the pod's RuntimeClass (runtime_class_name, Kubernetes' own word, is read too; both at once
+// are refused, naming them).
+TEST_F(KubernetesBackendTest, RuntimeIsThePodsRuntimeClassAndOneSpellingOnly) {
+  auto backend = load(R"(, "url_mode": "pod_ip", "runtime": "gvisor")");
+  backend->create(request_for("cccc000000000001"));
+  const auto pod = standin.get("/api/v1/namespaces/sandboxes/pods/sandbox-cccc000000000001");
+  ASSERT_EQ(pod.status, 200) << pod.body;
+  EXPECT_NE(pod.body.find("\"runtimeClassName\": \"gvisor\""), std::string::npos) << pod.body;
+  try {
+    load(R"(, "url_mode": "pod_ip", "runtime": "gvisor", "runtime_class_name": "kata")");
+    FAIL() << "two spellings of one setting were taken";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("one of them"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(KubernetesBackendTest, PvcMountsAreSubPathsUnderTheBaseDirAndOthersAreRefused) {
   auto backend = load(R"(, "url_mode": "pod_ip", "volumes": "pvc", "pvc_name": "deer-flow-data")");
   CreateRequest request = request_for("bbbb000000000001");

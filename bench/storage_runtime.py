@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Issue 45's figures, on one engine (root; the engine of scripts/test_engine.sh):
+
+  1. a cold acquire of a new conversation with each conversation's storage bounded (the state
+     directory on a loop-mounted btrfs, disk_limit 10g: a subvolume and its quota limit made per
+     conversation) beside the same with disk_limit 0 on the same filesystem, rounds interleaved;
+  2. with --runtime runsc (Docker, where scripts/test_engine.sh declares it): a cold acquire and
+     an idle sandbox's memory (the engine's stats, page cache excluded) under runsc beside runc.
+
+Each acquire is `sandboxctl acquire` for a new conversation, timed from outside (one process per
+command, as an operator's script would), then destroyed. Prints medians and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str) -> None:
+        super().__init__("localhost", timeout=60)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(self.path)
+
+
+def engine_get(sock: str, path: str) -> dict:
+    conn = UnixConnection(sock)
+    conn.request("GET", path)
+    return json.loads(conn.getresponse().read())
+
+
+def sandboxctl(binary: str, config: Path, *args: str) -> dict:
+    done = subprocess.run([binary, "--config", str(config), *args, "--json"], capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0:
+        raise RuntimeError(f"sandboxctl {' '.join(args)}: {done.stderr.strip()}")
+    return json.loads(done.stdout)
+
+
+def write_config(path: Path, base_dir: Path, sock: str, image: str, prefix: str,
+                 disk_limit: str, runtime: str = "") -> None:
+    backend = {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{sock}",
+               "image": image, "container_prefix": prefix, "memory": "512m"}
+    if runtime:
+        backend["runtime"] = runtime
+    path.write_text(json.dumps({"sandbox": {
+        "backend": backend, "base_dir": str(base_dir), "disk_limit": disk_limit,
+        "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore",
+                      "path": str(base_dir / "leases.db")}}}))
+
+
+def cold(binary: str, config: Path, thread: str) -> tuple[float, str]:
+    started = time.monotonic()
+    got = sandboxctl(binary, config, "acquire", "--user", "bench", "--thread", thread)
+    return (time.monotonic() - started) * 1000, got["sandbox_id"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sandboxctl", required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--image", default="localhost/sandboxd-test-sandbox:latest")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--runtime", default="")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="sandboxd-storage-bench-") as tmp:
+        work = Path(tmp)
+        image, mount = work / "btrfs.img", work / "btrfs"
+        mount.mkdir()
+        subprocess.run(f"truncate -s 4G {image} && mkfs.btrfs -q {image} && "
+                       f"mount -o loop {image} {mount}", shell=True, check=True,
+                       stdout=subprocess.DEVNULL)
+        try:
+            rows: dict[str, list[float]] = {"bounded": [], "unbounded": []}
+            configs = {}
+            for kind, limit in (("bounded", "10g"), ("unbounded", "0")):
+                base = mount / kind
+                base.mkdir(mode=0o700)
+                configs[kind] = work / f"{kind}.json"
+                write_config(configs[kind], base, args.socket, args.image, f"sbxbench{kind[:2]}",
+                             limit)
+            for round_ in range(args.rounds):
+                for kind in (("bounded", "unbounded") if round_ % 2 == 0
+                             else ("unbounded", "bounded")):
+                    ms, sandbox = cold(args.sandboxctl, configs[kind], f"r{round_}")
+                    rows[kind].append(ms)
+                    sandboxctl(args.sandboxctl, configs[kind], "destroy", sandbox)
+            b, u = statistics.median(rows["bounded"]), statistics.median(rows["unbounded"])
+            print(f"cold acquire, storage bounded (btrfs subvolume + quota): median {b:.1f} ms")
+            print(f"cold acquire, unbounded, same filesystem:               median {u:.1f} ms")
+            print(f"bounded / unbounded: {b / u:.2f}")
+        finally:
+            subprocess.run(["umount", "-l", str(mount)], check=False)
+        if not args.runtime:
+            return 0
+        rows = {args.runtime: [], "runc": []}
+        memory: dict[str, list[int]] = {args.runtime: [], "runc": []}
+        configs = {}
+        for runtime in rows:
+            base = work / f"state-{runtime}"
+            base.mkdir(mode=0o700)
+            configs[runtime] = work / f"{runtime}.json"
+            write_config(configs[runtime], base, args.socket, args.image, f"sbxrt{runtime[:4]}",
+                         "0", "" if runtime == "runc" else runtime)
+        for round_ in range(args.rounds):
+            for runtime in (list(rows) if round_ % 2 == 0 else list(rows)[::-1]):
+                ms, sandbox = cold(args.sandboxctl, configs[runtime], f"r{round_}")
+                rows[runtime].append(ms)
+                time.sleep(2)  # idle
+                stats = engine_get(args.socket, f"/containers/sbxrt{runtime[:4]}-{sandbox}/stats"
+                                                "?stream=false&one-shot=true")
+                usage = stats["memory_stats"].get("usage", 0)
+                inactive = stats["memory_stats"].get("stats", {}).get(
+                    "total_inactive_file", stats["memory_stats"].get("stats", {}).get(
+                        "inactive_file", 0))
+                memory[runtime].append(usage - inactive)
+                sandboxctl(args.sandboxctl, configs[runtime], "destroy", sandbox)
+        for runtime in rows:
+            print(f"cold acquire under {runtime}: median {statistics.median(rows[runtime]):.1f} ms;"
+                  f" idle memory median {statistics.median(memory[runtime]) / 2**20:.1f} MiB")
+        print(f"{args.runtime} / runc cold acquire: "
+              f"{statistics.median(rows[args.runtime]) / statistics.median(rows['runc']):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
