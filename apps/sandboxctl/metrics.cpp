@@ -150,6 +150,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
       {"sandboxd_resumes_total", events.resumes},
       {"sandboxd_capacity_waits_total", events.capacity_waits},
       {"sandboxd_capacity_bursts_total", events.bursts},
+      {"sandboxd_disk_limit_stops_total", events.disk_limit_stops},
   };
   const char* provider_help[] = {
       "Warm sandboxes stopped to stay within replicas.",
@@ -163,6 +164,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
       "Paused sandboxes thawed and handed out (acquire path resumed).",
       "Creations that queued for a slot (overflow_policy wait).",
       "Creations beyond replicas within burst_limit (overflow_policy burst).",
+      "Sandboxes stopped because their writable layer passed disk_limit.",
   };
   for (std::size_t i = 0; i < std::size(provider_counters); ++i) {
     header(out, provider_counters[i].first, "counter", provider_help[i]);

@@ -118,6 +118,7 @@ TEST_F(ProviderStorageTest, ALayerPastTheBoundIsStoppedWithItsReason) {
   EXPECT_EQ(page.events.back().kind, core::LifecycleEventKind::over_disk_limit);
   EXPECT_EQ(page.events.back().sandbox_id, big);
   EXPECT_EQ(page.events.back().reason, "its writable layer holds 30 MiB, past disk_limit 20 MiB");
+  EXPECT_EQ(provider->event_counts().disk_limit_stops, 1u);
 }
 
 }  // namespace

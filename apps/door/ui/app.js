@@ -99,7 +99,8 @@ function renderSandboxes() {
       cell(sandbox.thread_id || ''),
       cell(sandbox.since == null ? '' : duration(now - sandbox.since)),
       cell(sandbox.last_acquire || '', 'path'),
-      ...usageCells(sandbox));
+      ...usageCells(sandbox),
+      cell(diskText(sandbox), 'disk'));
     body.appendChild(row);
   }
   element('sandboxes-empty').hidden = listing.sandboxes.length !== 0;
@@ -110,6 +111,14 @@ function bytes(n) {
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
   return (i === 0 ? String(n) : n.toFixed(1)) + ' ' + units[i];
+}
+
+// The conversation's storage against its bound (docs/storage.md): "unbounded" where serve
+// says there is none, empty where the daemon does not say (the provisioner, an orphan).
+function diskText(sandbox) {
+  if (sandbox.disk === undefined || sandbox.tracked === false) return '';
+  if (sandbox.disk === null) return 'unbounded';
+  return bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit);
 }
 
 // CPU, memory and processes of one sandbox from the last sample; empty where the daemon

@@ -243,6 +243,8 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     browser.wait_for(f"/iB \\/ [0-9.]+ [KMG]iB$/.test({row}?.querySelector('.memory')?.textContent)",
                      "alice's memory against its limit", timeout=30)
     assert int(browser.evaluate(f"{row}.querySelector('.pids').textContent")) >= 1
+    # Its conversation's storage: this test's state directory is not on btrfs, so unbounded.
+    assert browser.evaluate(f"{row}.querySelector('.disk').textContent") == "unbounded"
     browser.wait_for(f"/^[0-9.]+ %$/.test({row}?.querySelector('.cpu')?.textContent)",
                      "alice's CPU from two readings", timeout=30)
     planted_row = f"document.querySelector('#sandboxes tr[data-sandbox=\"{planted['sandbox_id']}\"]')"

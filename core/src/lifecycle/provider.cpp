@@ -402,6 +402,7 @@ ProviderEventCounts Provider::Impl::event_counts() const {
   counts.rejections_wait_timeout = events_.rejections_wait_timeout.load(relaxed);
   counts.rejections_queue_full = events_.rejections_queue_full.load(relaxed);
   counts.rejections_min_free_disk = events_.rejections_min_free_disk.load(relaxed);
+  counts.disk_limit_stops = events_.disk_limit_stops.load(relaxed);
   counts.bursts = events_.bursts.load(relaxed);
   counts.slot_claims = events_.slot_claims.load(relaxed);
   counts.slot_claim_seconds =

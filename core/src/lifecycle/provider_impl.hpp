@@ -388,7 +388,8 @@ struct Provider::Impl {
         lease_lapses{0}, lease_losses{0}, pauses{0}, pause_failures{0}, resumes{0},
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
         rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
-        rejections_queue_full{0}, rejections_min_free_disk{0}, bursts{0}, slot_claims{0},
+        rejections_queue_full{0}, rejections_min_free_disk{0}, disk_limit_stops{0}, bursts{0},
+        slot_claims{0},
         slot_claim_microseconds{0};
     std::array<std::atomic<std::uint64_t>, 5> slot_misses{};  // by PreStartedSlots::Miss
     std::array<std::atomic<std::uint64_t>, ProviderEventCounts::kCapacityWaitBounds.size() + 1>

@@ -101,6 +101,7 @@ void Provider::Impl::stop_layers_past_bound() {
     };
     try {
       if (destroy_tracked(sandbox.id, same_container) == DestroyOutcome::destroyed) {
+        events_.disk_limit_stops.fetch_add(1, std::memory_order_relaxed);
         note(LifecycleEventKind::over_disk_limit, sandbox.id, sandbox.conversation, why);
       }
     } catch (const std::exception& e) {

@@ -247,6 +247,7 @@ struct ProviderEventCounts {
   std::uint64_t rejections_wait_timeout = 0;
   std::uint64_t rejections_queue_full = 0;
   std::uint64_t rejections_min_free_disk = 0;  // the host's free-space floor (min_free_disk)
+  std::uint64_t disk_limit_stops = 0;  // sandboxes stopped with a writable layer past disk_limit
   std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
   // Pre-started slots (issue 22): creations served by a claim, the time the claims took, and
   // creations that asked for a slot and missed, indexed by PreStartedSlots::Miss (none_ready,
