@@ -21,6 +21,8 @@ inline int http_status(core::ErrorKind kind) {
     case core::ErrorKind::config:
     case core::ErrorKind::internal:
       return 500;
+    case core::ErrorKind::unsupported:
+      return 501;
   }
   return 500;
 }

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "route_table.hpp"
 #include "sandboxd/core/service_errors.hpp"
 #include "sandboxd/core/service_json.hpp"
 #include "ui_page.hpp"
@@ -26,25 +27,6 @@ std::uint64_t event_number(const std::string& value, const std::string& source) 
         source + ": expected an event number >= 0, got \"" + value.substr(0, 32) + "\"");
   }
   return number;
-}
-
-// The query's name=value pairs in order (a pair without '=' has an empty value).
-std::vector<std::pair<std::string, std::string>> query_parameters(const std::string& target) {
-  std::vector<std::pair<std::string, std::string>> pairs;
-  const std::size_t mark = target.find('?');
-  if (mark == std::string::npos) return pairs;
-  const std::string query = target.substr(mark + 1);
-  std::size_t at = 0;
-  while (at < query.size()) {
-    const std::size_t end = std::min(query.find('&', at), query.size());
-    const std::string pair = query.substr(at, end - at);
-    at = end + 1;
-    if (pair.empty()) continue;
-    const std::size_t equals = pair.find('=');
-    pairs.emplace_back(pair.substr(0, equals),
-                       equals == std::string::npos ? "" : pair.substr(equals + 1));
-  }
-  return pairs;
 }
 
 }  // namespace

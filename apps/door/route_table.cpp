@@ -144,4 +144,23 @@ std::vector<std::string> RouteTable::patterns() const {
   return out;
 }
 
+// The query's name=value pairs in order (a pair without '=' has an empty value).
+std::vector<std::pair<std::string, std::string>> query_parameters(const std::string& target) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  const std::size_t mark = target.find('?');
+  if (mark == std::string::npos) return pairs;
+  const std::string query = target.substr(mark + 1);
+  std::size_t at = 0;
+  while (at < query.size()) {
+    const std::size_t end = std::min(query.find('&', at), query.size());
+    const std::string pair = query.substr(at, end - at);
+    at = end + 1;
+    if (pair.empty()) continue;
+    const std::size_t equals = pair.find('=');
+    pairs.emplace_back(pair.substr(0, equals),
+                       equals == std::string::npos ? "" : pair.substr(equals + 1));
+  }
+  return pairs;
+}
+
 }  // namespace sandboxd::door

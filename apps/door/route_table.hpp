@@ -79,4 +79,8 @@ class RouteTable {
   std::vector<Route> routes_;
 };
 
+// A request target's query as name=value pairs in order (a pair without '=' has an empty value;
+// nothing is decoded).
+std::vector<std::pair<std::string, std::string>> query_parameters(const std::string& target);
+
 }  // namespace sandboxd::door

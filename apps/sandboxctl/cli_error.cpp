@@ -19,6 +19,8 @@ int exit_code(sandboxd::core::ErrorKind kind) {
       return kCapacity;
     case ErrorKind::internal:
       return kInternal;
+    case ErrorKind::unsupported:
+      return kUnsupported;
   }
   return kInternal;
 }

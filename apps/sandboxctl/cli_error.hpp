@@ -16,6 +16,7 @@ enum ExitCode : int {
   kNotFound = 5,          // the sandbox id is not tracked by this state directory
   kOwnershipRefused = 6,  // a peer's lease (or teardown) refused it, or the store cannot answer
   kCapacity = 7,          // a capacity ceiling refused it; try again later
+  kUnsupported = 8,       // the backend does not offer it (snapshots on kubernetes)
 };
 
 // The one table: kind → exit code.

@@ -204,6 +204,15 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   const bool can_pause = backend_capability<SandboxPausing>(*plugins.backend) != nullptr;
   if (can_pause) capabilities.emplace_back("pause");
   if (backend_capability<SandboxUsage>(*plugins.backend)) capabilities.emplace_back("usage");
+  if (backend_capability<SandboxSnapshots>(*plugins.backend)) {
+    capabilities.emplace_back("snapshots");
+  }
+  if (backend_capability<IsolationKeeping>(*plugins.backend)) {
+    capabilities.emplace_back("isolation_keeping");
+  }
+  if (backend_capability<WritableLayerUsage>(*plugins.backend)) {
+    capabilities.emplace_back("writable_layer_usage");
+  }
   // Whether slots can work here (root in the engine's mount namespace) is probed when a
   // long-lived host starts them; a reason they are off goes to its log and /metrics.
   std::optional<std::pair<std::size_t, std::string>> slots;  // configured, preflight
@@ -337,18 +346,26 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
 
 int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
   const CommandHelp help{
-      "sandboxctl [--config FILE] acquire [--user U] [--thread T] [--json]",
+      "sandboxctl [--config FILE] acquire [--user U] [--thread T] [--from-snapshot NAME\n"
+      "           [--snapshot-user V --allow-other-user]] [--json]",
       "Gets the sandbox of conversation (U, T): reuses the active one, reclaims it from the warm\n"
       "pool, discovers its running container, or creates one, then prints its id, URL and which\n"
       "of those it did (--json: {sandbox_id, sandbox_url, path}). Without --thread it creates an\n"
       "anonymous sandbox. The sandbox keeps running after this process exits; release or\n"
       "destroy it from any later sandboxctl on the same state directory.\n"
+      "With --from-snapshot the conversation's sandbox is made from U's snapshot NAME (path\n"
+      "restored): its current sandbox is destroyed and its directories replaced by the\n"
+      "snapshot's; another user's snapshot needs --snapshot-user V --allow-other-user.\n"
       "Exit 4 when the engine fails, 6 when a peer is tearing the sandbox down.\n\n"
-      "Example:\n  sandboxctl acquire --user alice --thread t-1\n"};
+      "Example:\n  sandboxctl acquire --user alice --thread t-1\n"
+      "  sandboxctl acquire --user alice --thread t-2 --from-snapshot before-upgrade\n"};
   po::options_description options("Options");
   options.add_options()("user,u", po::value<std::string>(),
                         "user id (letters, digits, '_', '-'); default: default")(
-      "thread,t", po::value<std::string>(), "thread id (1-64 of letters, digits, '_', '-')");
+      "thread,t", po::value<std::string>(), "thread id (1-64 of letters, digits, '_', '-')")(
+      "from-snapshot", po::value<std::string>(), "make it from this snapshot (docs/snapshots.md)")(
+      "snapshot-user", po::value<std::string>(), "whose snapshot (default: the conversation's)")(
+      "allow-other-user", po::bool_switch(), "allow a snapshot of another user");
   const auto vm = parse_args(help, options, args);
   std::optional<std::string> user, thread;
   if (vm.count("user")) user = vm["user"].as<std::string>();
@@ -362,7 +379,15 @@ int cmd_acquire(GlobalContext& context, const std::vector<std::string>& args) {
   };
   Session session(load_command_config(context.config_file), context.logger, std::move(hooks));
   progress->start("acquiring a sandbox for " + who);
-  const core::Acquired acquired = session.service().acquire({user, thread, "--user", "--thread"});
+  core::AcquireRequest request{user, thread, "--user", "--thread"};
+  if (vm.count("from-snapshot")) {
+    core::Provider::RestoreFrom from;
+    from.name = vm["from-snapshot"].as<std::string>();
+    if (vm.count("snapshot-user")) from.user_id = vm["snapshot-user"].as<std::string>();
+    from.allow_other_user = vm["allow-other-user"].as<bool>();
+    request.from_snapshot = from;
+  }
+  const core::Acquired acquired = session.service().acquire(request);
   progress->stop();
   session.commit();
   if (json_output(context, vm)) {
@@ -610,6 +635,10 @@ const std::vector<Command>& commands() {
       {"serve", "host one provider and answer an HTTP/JSON control API", cmd_serve},
       {"egress", "an allowlist sandbox's way out: allowed names, pending requests, grants",
        cmd_egress},
+      {"snapshot", "save a sandbox: its filesystem changes and its conversation's directories",
+       cmd_snapshot},
+      {"snapshots", "list the snapshots (of one user)", cmd_snapshots},
+      {"snapshot-rm", "delete a snapshot and its image", cmd_snapshot_rm},
       {"plugins", "list the plugin classes found on the plugin path", cmd_plugins},
       {"check-config", "validate the config and print it with secrets redacted", cmd_check_config},
   };

@@ -28,7 +28,7 @@ namespace {
 ErrorKind kind_named(const std::string& name) {
   for (const ErrorKind kind :
        {ErrorKind::invalid_argument, ErrorKind::not_found, ErrorKind::conflict, ErrorKind::capacity,
-        ErrorKind::unavailable, ErrorKind::config, ErrorKind::internal}) {
+        ErrorKind::unavailable, ErrorKind::config, ErrorKind::internal, ErrorKind::unsupported}) {
     if (name == core::kind_name(kind)) return kind;
   }
   return ErrorKind::internal;

@@ -118,7 +118,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
 
   header(out, "sandboxd_acquires_total", "counter",
          "Acquisitions that returned a sandbox, by how it was obtained.");
-  for (const char* path : {"reused", "reclaimed", "resumed", "discovered", "created", "claimed"}) {
+  for (const char* path :
+       {"reused", "reclaimed", "resumed", "discovered", "created", "claimed", "restored"}) {
     const auto it = acquires_by_path_.find(path);
     out << "sandboxd_acquires_total{path=\"" << path << "\"} "
         << (it == acquires_by_path_.end() ? 0 : it->second) << "\n";
@@ -304,7 +305,7 @@ std::string ServeMetrics::flow_json(const sandboxd::core::Provider& provider,
     w.Key("acquires");
     w.StartObject();
     for (const char* path :
-         {"reused", "reclaimed", "resumed", "discovered", "created", "claimed"}) {
+         {"reused", "reclaimed", "resumed", "discovered", "created", "claimed", "restored"}) {
       const auto it = acquires_by_path_.find(path);
       w.Key(path);
       w.Uint64(it == acquires_by_path_.end() ? 0 : it->second);

@@ -131,14 +131,14 @@ Response error_response(core::ErrorKind kind, const std::string& message) {
 }
 
 // The body of an acquire: {"user_id"?: string, "thread_id"?: string}.
-void parse_acquire_body(const std::string& body, std::optional<std::string>& user,
-                        std::optional<std::string>& thread) {
+void parse_acquire_body(const std::string& body, core::AcquireRequest& request) {
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) return;
   rapidjson::Document doc;
   if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
     throw CliError(ErrorKind::invalid_argument, "the request body is not a JSON object");
   }
-  for (auto& [key, target] : {std::pair{"user_id", &user}, std::pair{"thread_id", &thread}}) {
+  for (auto& [key, target] :
+       {std::pair{"user_id", &request.user_id}, std::pair{"thread_id", &request.thread_id}}) {
     auto it = doc.FindMember(key);
     if (it == doc.MemberEnd() || it->value.IsNull()) continue;
     if (!it->value.IsString()) {
@@ -146,6 +146,62 @@ void parse_acquire_body(const std::string& body, std::optional<std::string>& use
     }
     *target = std::string(it->value.GetString(), it->value.GetStringLength());
   }
+  // from_snapshot: a name, or {name, user_id, allow_other_user} (docs/snapshots.md).
+  const auto from = doc.FindMember("from_snapshot");
+  if (from == doc.MemberEnd() || from->value.IsNull()) return;
+  core::Provider::RestoreFrom restore;
+  if (from->value.IsString()) {
+    restore.name = from->value.GetString();
+  } else if (from->value.IsObject()) {
+    const auto name = from->value.FindMember("name");
+    if (name == from->value.MemberEnd() || !name->value.IsString()) {
+      throw CliError(ErrorKind::invalid_argument, "from_snapshot.name: must be a string");
+    }
+    restore.name = name->value.GetString();
+    const auto owner = from->value.FindMember("user_id");
+    if (owner != from->value.MemberEnd() && !owner->value.IsNull()) {
+      if (!owner->value.IsString()) {
+        throw CliError(ErrorKind::invalid_argument, "from_snapshot.user_id: must be a string");
+      }
+      restore.user_id = owner->value.GetString();
+    }
+    const auto allow = from->value.FindMember("allow_other_user");
+    if (allow != from->value.MemberEnd()) {
+      if (!allow->value.IsBool()) {
+        throw CliError(ErrorKind::invalid_argument,
+                       "from_snapshot.allow_other_user: must be true or false");
+      }
+      restore.allow_other_user = allow->value.GetBool();
+    }
+  } else {
+    throw CliError(ErrorKind::invalid_argument,
+                   "from_snapshot: a snapshot's name, or {\"name\", \"user_id\", "
+                   "\"allow_other_user\"}");
+  }
+  request.from_snapshot = restore;
+}
+
+// The one string member `key` of a JSON body ("" for an empty body or a null member).
+std::optional<std::string> body_string(const std::string& body, const char* key) {
+  if (body.find_first_not_of(" \t\r\n") == std::string::npos) return std::nullopt;
+  rapidjson::Document doc;
+  if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
+    throw CliError(ErrorKind::invalid_argument, "the request body is not a JSON object");
+  }
+  const auto it = doc.FindMember(key);
+  if (it == doc.MemberEnd() || it->value.IsNull()) return std::nullopt;
+  if (!it->value.IsString()) {
+    throw CliError(ErrorKind::invalid_argument, std::string(key) + ": must be a string");
+  }
+  return std::string(it->value.GetString(), it->value.GetStringLength());
+}
+
+// The query's `user_id`, when given.
+std::optional<std::string> query_user(const std::string& target) {
+  for (const auto& [name, value] : door::query_parameters(target)) {
+    if (name == "user_id" && !value.empty()) return value;
+  }
+  return std::nullopt;
 }
 
 // Request bodies of the control API are small JSON objects.
@@ -253,6 +309,10 @@ class ControlApi {
     route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
     route("POST", "/v1/sandboxes/{id}/egress/deny-pending", &ControlApi::egress_deny_pending);
     route("POST", "/v1/sandboxes/{id}/egress/decide", &ControlApi::egress_decide);
+    // Snapshots (docs/snapshots.md).
+    route("POST", "/v1/sandboxes/{id}/snapshots", &ControlApi::snapshot);
+    route("GET", "/v1/snapshots", &ControlApi::snapshots);
+    route("DELETE", "/v1/snapshots/{name}", &ControlApi::delete_snapshot);
   }
 
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
@@ -375,7 +435,7 @@ class ControlApi {
 
   Response acquire(const Request& request, const RouteParams&) {
     core::AcquireRequest acquire;
-    parse_acquire_body(request.body, acquire.user_id, acquire.thread_id);
+    parse_acquire_body(request.body, acquire);
     acquire.cancellation = request.hung_up;  // a client that hangs up leaves the queue
     const auto start = std::chrono::steady_clock::now();
     core::Acquired acquired;
@@ -403,6 +463,24 @@ class ControlApi {
     const core::Destroyed destroyed = session_.service().destroy(params["id"]);
     metrics_.record_destroy();
     return document(200, core::to_json(destroyed));
+  }
+
+  // Snapshots (docs/snapshots.md).
+  Response snapshot(const Request& request, const RouteParams& params) {
+    return document(201, core::to_json(session_.service().snapshot(
+                             params["id"], body_string(request.body, "name"))));
+  }
+  Response snapshots(const Request& request, const RouteParams&) {
+    return document(200,
+                    core::to_json(session_.service().snapshots(query_user(request.head.target))));
+  }
+  Response delete_snapshot(const Request& request, const RouteParams& params) {
+    const std::optional<std::string> user = query_user(request.head.target);
+    if (!user) {
+      throw CliError(ErrorKind::invalid_argument,
+                     "DELETE /v1/snapshots/{name} needs ?user_id=U (snapshot names are per user)");
+    }
+    return document(200, core::to_json(session_.service().delete_snapshot(*user, params["name"])));
   }
 
   Response release(const Request&, const RouteParams& params) {

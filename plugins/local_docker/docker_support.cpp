@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
+#include <random>
 #include <stdexcept>
 
 namespace sandboxd::local_docker {
@@ -360,6 +361,14 @@ std::string render_mounts(const std::vector<Mount>& mounts) {
     out += m.host_path + ":" + m.container_path + (m.read_only ? ":ro" : "");
   }
   return out.empty() ? "none" : out;
+}
+
+std::string random_token() {
+  std::random_device device;
+  std::uniform_int_distribution<unsigned> digit(0, 15);
+  std::string out;
+  for (int i = 0; i < 8; ++i) out += "0123456789abcdef"[digit(device)];
+  return out;
 }
 
 }  // namespace sandboxd::local_docker

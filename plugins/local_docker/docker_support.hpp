@@ -100,4 +100,8 @@ std::optional<ApiVersion> negotiate_api_version(const EngineApiRange& engine, co
 // "the engine speaks 1.44 to 1.52, this plugin 1.30 to 1.47" and which side must move.
 std::string describe_api_mismatch(const EngineApiRange& engine, const ApiRange& ours);
 
+// Eight random hex characters (std::random_device): names that must not collide between
+// hosts and runs (a slot pool's token, a snapshot image's tag).
+std::string random_token();
+
 }  // namespace sandboxd::local_docker

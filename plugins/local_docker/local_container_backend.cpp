@@ -31,7 +31,7 @@ LocalContainerBackend::~LocalContainerBackend() {
 ContainerCreateBody LocalContainerBackend::create_body(const ContainerSpec& spec,
                                                        int host_port) const {
   ContainerCreateBody body;
-  body.image = settings_.image;
+  body.image = spec.image.empty() ? settings_.image : spec.image;
   body.user = settings_.user;
   const bool through_proxy = settings_.policy.mode == "allowlist";
   static const char* const kProxyVariables[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
@@ -81,6 +81,11 @@ ContainerCreateBody LocalContainerBackend::create_body(const ContainerSpec& spec
 }
 
 SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
+  return create_with_image(request, "");
+}
+
+SandboxInfo LocalContainerBackend::create_with_image(const CreateRequest& request,
+                                                     const std::string& image) {
   retry_pending_removals();
   const std::string name = container_name(request.sandbox_id);
   if (request.sandbox_id.empty() || !is_valid_container_name(name)) {
@@ -92,6 +97,7 @@ SandboxInfo LocalContainerBackend::create(const CreateRequest& request) {
   ContainerSpec spec;
   spec.sandbox_id = request.sandbox_id;
   spec.name = name;
+  spec.image = image;
   spec.mounts = settings_.mounts;
   spec.mounts.insert(spec.mounts.end(), request.extra_mounts.begin(), request.extra_mounts.end());
   spec.labels = {{kLabelManagedBy, kManagedByValue},
@@ -164,6 +170,12 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
     const EngineApi::Created created = api_.create_container(name, create_body(spec, host_port));
     if (created.outcome.status != 201) {
       const std::string& message = created.outcome.message;
+      if (!spec.image.empty() && is_missing_image(created.outcome.status, message)) {
+        throw std::runtime_error("snapshot image " + spec.image + " is gone from the engine at " +
+                                 settings_.endpoint.display +
+                                 " (removed by hand?); its snapshot "
+                                 "cannot be restored: delete it");
+      }
       if (!pulled && is_missing_image(created.outcome.status, message)) {
         pull_image();
         pulled = true;
@@ -596,6 +608,71 @@ void LocalContainerBackend::check_runtime_of(const std::string& id, const std::s
       "Docker-compatible API: run its service with that runtime as its default (declare it in "
       "containers.conf [engine.runtimes] and start `podman --runtime " +
       settings_.runtime + " system service`) - docs/runtimes.md");
+}
+
+SandboxSnapshots::Image LocalContainerBackend::commit_snapshot(const SandboxInfo& info,
+                                                               const std::string& name) {
+  const std::string target = info.container_id && !info.container_id->empty()
+                                 ? *info.container_id
+                                 : info.container_name.value_or("");
+  if (target.empty()) {
+    throw std::runtime_error("sandbox " + info.sandbox_id + " names no container to snapshot");
+  }
+  // An image of ours, never pushed: labelled so it is known for what it is, and tagged with
+  // the snapshot's name and a random part (two hosts never collide on a tag).
+  const std::string repository = "localhost/" + settings_.prefix + "-snapshot";
+  std::string tag = name + "-" + random_token();
+  const std::string labels = "LABEL " + std::string(kLabelManagedBy) + "=" + kManagedByValue + " " +
+                             kLabelSnapshot + "=" + name;
+  const std::string body = "{\"Labels\":{\"" + std::string(kLabelManagedBy) + "\":\"" +
+                           kManagedByValue + "\",\"" + kLabelSnapshot + "\":\"" + name + "\"}}";
+  const HttpResponse committed =
+      client_.call("POST",
+                   "/commit?container=" + url_encode(target) + "&repo=" + url_encode(repository) +
+                       "&tag=" + url_encode(tag) + "&pause=true&changes=" + url_encode(labels),
+                   std::max(settings_.request_timeout_seconds, 120.0), body);
+  rapidjson::Document doc;
+  doc.Parse(committed.body.c_str());
+  if (committed.status != 201 && committed.status != 200) {
+    throw std::runtime_error("the engine could not commit sandbox " + info.sandbox_id +
+                             "'s container: HTTP " + std::to_string(committed.status) + ": " +
+                             committed.body.substr(0, 300));
+  }
+  if (!doc.IsObject() || !doc.HasMember("Id") || !doc["Id"].IsString()) {
+    throw std::runtime_error("the engine's commit answer names no image: " +
+                             committed.body.substr(0, 300));
+  }
+  SandboxSnapshots::Image image;
+  image.image = doc["Id"].GetString();
+  const auto size_of = [this](const std::string& reference) -> std::uint64_t {
+    const HttpResponse inspected = client_.call("GET", "/images/" + url_encode(reference) + "/json",
+                                                settings_.request_timeout_seconds);
+    rapidjson::Document answer;
+    answer.Parse(inspected.body.c_str());
+    if (inspected.status != 200 || !answer.IsObject() || !answer.HasMember("Size") ||
+        !answer["Size"].IsNumber()) {
+      return 0;
+    }
+    return static_cast<std::uint64_t>(std::max(0.0, answer["Size"].GetDouble()));
+  };
+  const std::uint64_t whole = size_of(image.image);
+  const std::uint64_t base = size_of(settings_.image);
+  image.bytes = whole > base ? whole - base : 0;
+  return image;
+}
+
+void LocalContainerBackend::remove_snapshot_image(const std::string& image) {
+  const HttpResponse removed = client_.call("DELETE", "/images/" + url_encode(image),
+                                            std::max(settings_.request_timeout_seconds, 60.0));
+  if (removed.status == 200 || removed.status == 404) return;
+  throw std::runtime_error("the engine could not remove snapshot image " + image + ": HTTP " +
+                           std::to_string(removed.status) + ": " + removed.body.substr(0, 300));
+}
+
+SandboxInfo LocalContainerBackend::create_from_snapshot(const CreateRequest& request,
+                                                        const std::string& image) {
+  if (image.empty()) throw std::invalid_argument("a snapshot image is needed");
+  return create_with_image(request, image);
 }
 
 }  // namespace sandboxd::local_docker

@@ -59,6 +59,7 @@ inline constexpr const char* kLabelThreadId = "sandboxd.thread-id";
 inline constexpr const char* kLabelContract = "sandboxd.mount-contract-version";
 inline constexpr const char* kLabelNetworkPolicy = "sandboxd.network-policy";
 inline constexpr const char* kLabelNetworkFor = "sandboxd.network-for";  // on our own network
+inline constexpr const char* kLabelSnapshot = "sandboxd.snapshot";       // on a snapshot's image
 // Where a sandbox's API listens inside its own network namespace (namespaced sandboxes).
 inline constexpr const char* kNamespacedUrl = "http://127.0.0.1:8080";
 
@@ -90,6 +91,7 @@ inline bool same_container(const std::string& a, const std::string& b) {
 struct ContainerSpec {
   std::string sandbox_id;  // for messages and adoption
   std::string name;
+  std::string image;  // "": the configured one (a snapshot's image otherwise)
   std::vector<Mount> mounts;
   std::size_t rslave_from = SIZE_MAX;  // mounts from this index bind with rslave propagation
   std::map<std::string, std::string> labels;
@@ -104,7 +106,8 @@ class LocalContainerBackend final : public SandboxBackend,
                                     public SandboxUsage,
                                     public IsolationKeeping,
                                     public EngineStorage,
-                                    public WritableLayerUsage {
+                                    public WritableLayerUsage,
+                                    public SandboxSnapshots {
  public:
   explicit LocalContainerBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -139,6 +142,8 @@ class LocalContainerBackend final : public SandboxBackend,
   ~LocalContainerBackend() override;
 
   SandboxInfo create(const CreateRequest& request) override;
+  // create(), from `image` when it is not "" (a snapshot's).
+  SandboxInfo create_with_image(const CreateRequest& request, const std::string& image);
   void destroy(const SandboxInfo& info) override;
   bool is_alive(const SandboxInfo& info) override;
   // The engine's one-shot stats of the sandbox's container (by id, else name); throws when it is
@@ -178,6 +183,11 @@ class LocalContainerBackend final : public SandboxBackend,
   std::string engine_storage_path() override;
   // The engine's SizeRw of the sandbox's container (by id, else name).
   std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) override;
+  // Snapshots (docs/snapshots.md): the engine's commit of the container, paused for it, to
+  // localhost/{prefix}-snapshot:{name}-{random}, labelled ours; never pushed.
+  Image commit_snapshot(const SandboxInfo& info, const std::string& name) override;
+  void remove_snapshot_image(const std::string& image) override;
+  SandboxInfo create_from_snapshot(const CreateRequest& request, const std::string& image) override;
 
  private:
   // Why this host cannot enter the engine's namespaces (setns, bridge flags; `host_mounts`:

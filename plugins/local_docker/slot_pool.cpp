@@ -17,6 +17,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "docker_support.hpp"
 #include "host_mounts.hpp"
 
 namespace sandboxd::local_docker {
@@ -29,14 +30,6 @@ constexpr const char* kProbeMountPoint = "/mnt/.sandboxd-slot-probe";
 // A walk of the slots root or a slot's directory stops here: a slot's directories are empty
 // unless its container wrote into them before it was claimed.
 constexpr std::size_t kMaxWalkEntries = 10000;
-
-std::string random_token() {
-  std::random_device device;
-  std::uniform_int_distribution<unsigned> digit(0, 15);
-  std::string out;
-  for (int i = 0; i < 8; ++i) out += "0123456789abcdef"[digit(device)];
-  return out;
-}
 
 std::vector<Mount> sorted_shape(const std::vector<Mount>& mounts) {
   std::vector<Mount> shape = mounts;

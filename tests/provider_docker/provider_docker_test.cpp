@@ -385,5 +385,57 @@ TEST_F(ProviderOverDockerTest, ASandboxWritingPastItsBoundStopsThereAndItsNeighb
   base_dir_.clear();
 }
 
+// Issue 46: a conversation's sandbox saved to disk and restored: a file in the container's
+// layer and one in the workspace, snapshot, destroy, restore into the same conversation: both
+// files back, the processes started afresh (a process running at the snapshot is not), the path
+// restored. The image the snapshot made goes with it.
+TEST_F(ProviderOverDockerTest, ASnapshotRestoredBringsBackItsLayerAndWorkspace) {
+  make_provider(/*replicas=*/3, /*idle_timeout=*/600);
+  const std::string id = provider_->acquire("t-1", "alice");
+  const std::string box = prefix_ + "-" + id;
+  testing::engine_exec(box,
+                       "echo layer > /etc/from-the-layer; "
+                       "echo workspace > /mnt/user-data/workspace/from-the-workspace; "
+                       "(sleep 10000 &) ; echo started");
+  const std::string before = testing::engine_exec(box, "ps");
+  ASSERT_NE(before.find("sleep 10000"), std::string::npos) << before;
+  const SnapshotRecord made = provider_->snapshot(id, std::string("saved"));
+  EXPECT_GT(made.directory_bytes, 0u);
+  EXPECT_EQ(made.user_id, "alice");
+  // Still running and answering after the snapshot (thawed).
+  EXPECT_TRUE(wait_for_sandbox_ready(provider_->find(id)->info.sandbox_url, 10));
+
+  provider_->destroy(id);
+  const AcquireResult restored =
+      provider_->restore(std::string("t-1"), std::string("alice"), Provider::RestoreFrom{"saved"});
+  EXPECT_EQ(restored.path, AcquirePath::restored);
+  const std::string again = prefix_ + "-" + restored.sandbox_id;
+  EXPECT_EQ(testing::engine_exec(again, "cat /etc/from-the-layer"), "layer\n");
+  EXPECT_EQ(testing::engine_exec(again, "cat /mnt/user-data/workspace/from-the-workspace"),
+            "workspace\n");
+  const std::string after = testing::engine_exec(again, "ps");
+  EXPECT_EQ(after.find("sleep 10000"), std::string::npos) << "memory state is not kept: " << after;
+  EXPECT_TRUE(wait_for_sandbox_ready(provider_->find(restored.sandbox_id)->info.sandbox_url, 10));
+
+  // Deleted while the restored sandbox runs from its image: the image stays until it can go.
+  provider_->delete_snapshot("alice", "saved");
+  EXPECT_EQ(testing::engine_get("/images/" + made.image + "/json").find("\"Id\""), 1u)
+      << "the image was removed from under a running sandbox";
+  provider_->destroy(restored.sandbox_id);
+  // The idle pass removes what is left once the engine has removed the container (AutoRemove
+  // finishes after the stop answers).
+  for (int pass = 0; pass < 20; ++pass) {
+    provider_->delete_expired_snapshots();
+    if (testing::engine_get("/images/" + made.image + "/json").find("\"Id\"") ==
+        std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(testing::engine_get("/images/" + made.image + "/json").find("\"Id\""),
+            std::string::npos)
+      << "the snapshot's image outlived it";
+}
+
 }  // namespace
 }  // namespace sandboxd::core

@@ -44,7 +44,8 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class Acquired:
     sandbox_id: str
     sandbox_url: str
-    path: str  # reused, reclaimed, resumed (thawed from paused), discovered, created or claimed
+    # reused, reclaimed, resumed (thawed from paused), discovered, created, claimed or restored
+    path: str
     # Headers every request to sandbox_url carries (a relay's token, for a sandbox without a
     # host address); DeerFlow's SandboxInfo.request_headers. Empty when none are needed.
     request_headers: dict[str, str] = field(default_factory=dict)
@@ -90,11 +91,20 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/v1/health")
 
-    def acquire(self, thread_id: str | None = None, *, user_id: str | None = None) -> Acquired:
+    def acquire(self, thread_id: str | None = None, *, user_id: str | None = None,
+                from_snapshot: str | None = None, snapshot_user_id: str | None = None,
+                allow_other_user: bool = False) -> Acquired:
+        """The conversation's sandbox; with ``from_snapshot`` made from that snapshot (path
+        ``restored``: its old sandbox and directories replaced; another user's snapshot needs
+        ``snapshot_user_id`` and ``allow_other_user``)."""
         # Naming the conversation makes an acquire idempotent (the same sandbox comes back);
-        # an anonymous one makes a new sandbox each time it is served.
-        answer = self._call("POST", "/v1/sandboxes/acquire", _acquire_body(thread_id, user_id),
-                            idempotent=thread_id is not None)
+        # an anonymous one makes a new sandbox each time it is served. A restore is not.
+        body: dict[str, Any] = _acquire_body(thread_id, user_id)
+        if from_snapshot is not None:
+            body["from_snapshot"] = {"name": from_snapshot, "user_id": snapshot_user_id,
+                                     "allow_other_user": allow_other_user}
+        answer = self._call("POST", "/v1/sandboxes/acquire", body,
+                            idempotent=thread_id is not None and from_snapshot is None)
         return Acquired(answer["sandbox_id"], answer["sandbox_url"], answer["path"],
                         dict(answer.get("request_headers") or {}))
 
@@ -107,6 +117,20 @@ class Client:
 
     def get(self, sandbox_id: str) -> dict[str, Any]:
         return self._call("GET", _sandbox_path(sandbox_id))
+
+    # ── snapshots (docs/snapshots.md) ──
+    def snapshot(self, sandbox_id: str, name: str | None = None) -> dict[str, Any]:
+        """Saves the sandbox (its filesystem changes and its conversation's directories)."""
+        body = {"name": name} if name is not None else None
+        return self._call("POST", _sandbox_path(sandbox_id, "/snapshots"), body)
+
+    def snapshots(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        query = "?user_id=" + quote(user_id, safe="") if user_id is not None else ""
+        return self._call("GET", "/v1/snapshots" + query)["snapshots"]
+
+    def delete_snapshot(self, name: str, *, user_id: str) -> dict[str, Any]:
+        return self._call("DELETE", "/v1/snapshots/" + quote(name, safe="") + "?user_id=" +
+                          quote(user_id, safe=""))
 
     def release(self, sandbox_id: str) -> dict[str, Any]:
         return self._call("POST", _sandbox_path(sandbox_id, "/release"))

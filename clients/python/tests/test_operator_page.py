@@ -360,7 +360,7 @@ def test_the_page_answers_only_with_the_credential_and_under_a_strict_policy(pag
     _, body = request(listen, "GET", "/ui/api/flow", cookie)
     flow = json.loads(body)
     assert set(flow["acquires"]) == {"reused", "reclaimed", "resumed", "discovered", "created",
-                                     "claimed"}
+                                     "claimed", "restored"}
     assert len(flow["latency"]["counts"]) == len(flow["latency"]["bounds"]) + 1
     assert set(flow["capacity_rejections"]) == {"capacity", "per_user", "wait_timeout",
                                                 "queue_full", "min_free_disk"}

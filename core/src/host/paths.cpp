@@ -516,6 +516,16 @@ std::optional<ThreadStorage::Usage> Paths::thread_storage_usage(
   }
 }
 
+host_fs::UniqueFd Paths::open_thread_dir(const std::string& thread_id,
+                                         const std::optional<std::string>& user_id) const {
+  const UniqueFd base = open_base_dir(base_dir_);
+  const UniqueFd path =
+      host_fs::open_dirs(base.get(), thread_parts(thread_id, user_id), base_dir_, {});
+  UniqueFd dir(::openat(path.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir) throw_errno("cannot open", thread_dir(thread_id, user_id), errno);
+  return dir;
+}
+
 void Paths::ensure_dir_below_base(const fs::path& dir, unsigned mode_if_created) const {
   std::vector<std::string> parts;
   for (const auto& part : dir.lexically_relative(base_dir_)) {

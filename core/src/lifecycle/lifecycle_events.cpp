@@ -38,6 +38,10 @@ const char* to_string(LifecycleEventKind kind) {
       return "refused";
     case LifecycleEventKind::over_disk_limit:
       return "over_disk_limit";
+    case LifecycleEventKind::restored:
+      return "restored";
+    case LifecycleEventKind::snapshotted:
+      return "snapshotted";
   }
   return "?";
 }

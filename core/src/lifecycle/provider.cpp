@@ -58,6 +58,8 @@ const char* to_string(AcquirePath path) {
       return "reclaimed";
     case AcquirePath::claimed:
       return "claimed";
+    case AcquirePath::restored:
+      return "restored";
     case AcquirePath::resumed:
       return "resumed";
     case AcquirePath::discovered:
@@ -71,7 +73,7 @@ const char* to_string(AcquirePath path) {
 std::optional<AcquirePath> acquire_path_from(std::string_view word) {
   for (const AcquirePath path :
        {AcquirePath::reused, AcquirePath::reclaimed, AcquirePath::resumed, AcquirePath::discovered,
-        AcquirePath::created, AcquirePath::claimed}) {
+        AcquirePath::created, AcquirePath::claimed, AcquirePath::restored}) {
     if (word == to_string(path)) return path;
   }
   return std::nullopt;
@@ -121,6 +123,7 @@ Provider::Impl::Impl(ProviderDeps deps)
     network_policy_ = backend_capability<SandboxNetworkPolicy>(*backend_);
     isolation_ = backend_capability<IsolationKeeping>(*backend_);
     writable_layers_ = backend_capability<WritableLayerUsage>(*backend_);
+    snapshots_ = backend_capability<SandboxSnapshots>(*backend_);
   }
   if (!hooks_.make_client) {
     hooks_.make_client = [](const std::string& id, const std::string& url) -> ClientPtr {
@@ -140,6 +143,8 @@ Provider::Impl::Impl(ProviderDeps deps)
     composer.logger = logger_;
     planner_ = std::make_shared<HostCreationPlanner>(paths_, composer);
   }
+  snapshot_store_ = std::make_unique<SnapshotStore>(paths_->base_dir());
+  backend_use_ = deps.backend_use;
   async_ = std::make_shared<AsyncAcquisitions>();
   if (!blocking_executor_) blocking_executor_ = std::make_shared<ThreadPoolExecutor>(4);
   if (!lock_wait_executor_) {
@@ -225,6 +230,7 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
 
   ProviderDeps deps;
   deps.backend = std::move(plugins.backend);
+  deps.backend_use = config.backend.use;
   deps.ownership = std::move(plugins.ownership);
   deps.logger = logger;
   deps.clock = services.clock;
@@ -237,6 +243,11 @@ std::unique_ptr<Provider> Provider::from_config(const SandboxConfig& config,
   copy_sandbox_options(config, deps.options);
   deps.options.min_free_disk_bytes =
       bytes_of(config.min_free_disk, kDefaultMinFreeDisk, "min_free_disk");
+  deps.options.snapshot_limits.max_per_user =
+      static_cast<std::size_t>(config.max_snapshots_per_user);
+  deps.options.snapshot_limits.max_bytes_per_user =
+      bytes_of(config.max_snapshot_bytes_per_user, "20g", "max_snapshot_bytes_per_user");
+  deps.options.snapshot_limits.ttl_seconds = config.snapshot_ttl_seconds;
   deps.options.max_waiting = host.max_capacity_waiters;
   deps.events = host.events;
   deps.options.renewal_interval_seconds = config.renewal_interval_seconds;

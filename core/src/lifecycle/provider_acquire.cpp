@@ -103,6 +103,8 @@ LifecycleEventKind lifecycle_event_of(AcquirePath path) {
       return LifecycleEventKind::discovered;
     case AcquirePath::claimed:
       return LifecycleEventKind::claimed;
+    case AcquirePath::restored:
+      return LifecycleEventKind::restored;
     case AcquirePath::created:
       break;
   }
@@ -172,6 +174,11 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
   if (!snapshot && negotiates_contract()) snapshot = acquisition_contract_snapshot();
   std::optional<std::string> expected;
   if (thread_id && snapshot) expected = sandbox_id_for_thread(thread_id, user_id, snapshot);
+  if (restoring_image() != nullptr) {
+    // A restore: the conversation's sandbox is replaced, so nothing below finds an old one.
+    if (!expected) expected = sandbox_id_for_thread(thread_id, user_id, std::nullopt);
+    prepare_restore(thread_id, user_id, *expected);
+  }
 
   if (auto reused = reuse_in_process_sandbox(thread_id, user_id, expected, false, snapshot)) {
     note_acquire_path(AcquirePath::reused);

@@ -74,6 +74,7 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
         reconcile_orphans();
         cleanup_idle_sandboxes(*idle_timeout);
         stop_layers_past_bound();
+        delete_expired_snapshots();
       }
       pause_idle_warm();
     } catch (const std::exception& e) {

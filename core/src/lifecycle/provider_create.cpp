@@ -194,7 +194,11 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   // ever track or stop this one: destroy it now, unless a peer holds its lease.
   InfoPtr info;
   try {
-    if (auto claimed = claim_slot(request)) {
+    if (const std::string* image = restoring_image()) {
+      if (snapshots_ == nullptr) throw std::logic_error("a restore without SandboxSnapshots");
+      info = std::make_shared<const SandboxInfo>(snapshots_->create_from_snapshot(request, *image));
+      note_acquire_path(AcquirePath::restored);
+    } else if (auto claimed = claim_slot(request)) {
       info = std::make_shared<const SandboxInfo>(std::move(*claimed));
       // A slot was ready when the pool last looked; it may have died since (its network
       // deleted, its container killed). Asked briefly, never for the cold create's minute: a

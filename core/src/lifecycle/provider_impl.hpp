@@ -34,6 +34,7 @@
 
 #include "async_acquisitions.hpp"
 #include "capacity_queue.hpp"
+#include "host/snapshot_store.hpp"
 #include "sandbox_registry.hpp"
 #include "sandboxd/capabilities.hpp"
 #include "sandboxd/core/creation_planner.hpp"
@@ -85,6 +86,17 @@ struct Provider::Impl {
 
   // ── the public API (provider.hpp), one to one ──
   void start();
+  // A restore in progress on this thread (provider_snapshots.cpp): the conversation's old
+  // sandbox is replaced and its directories restored before the acquisition looks for one, and
+  // the create makes it from the snapshot's image.
+  void prepare_restore(const std::optional<std::string>& thread_id, const std::string& user_id,
+                       const std::string& sandbox_id) EXCLUDES(mutex_);
+  // Snapshots (provider_snapshots.cpp): one deleted with its image (not_found when none);
+  // every one past its time deleted (the idle checker's pass); how many.
+  SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
+  std::size_t delete_expired_snapshots();
+  // The image the create of this thread's acquisition makes the sandbox from, or nullptr.
+  static const std::string* restoring_image();
   // The host's free-space floor (options_.min_free_disk_bytes) under the state directory and
   // the engine's storage: a new sandbox is refused below it, as a capacity refusal
   // (provider_storage.cpp).
@@ -337,6 +349,15 @@ struct Provider::Impl {
   IsolationKeeping* isolation_ = nullptr;
   // backend_'s WritableLayerUsage capability, or nullptr; set once by the constructor.
   WritableLayerUsage* writable_layers_ = nullptr;
+  std::string backend_use_;  // for messages that name the backend; set by the constructor
+  // backend_'s SandboxSnapshots capability, or nullptr; set once by the constructor.
+  SandboxSnapshots* snapshots_ = nullptr;
+  // Where snapshots live (host/snapshot_store.hpp); made once by the constructor.
+  std::unique_ptr<SnapshotStore> snapshot_store_;
+  // One snapshot taken (or deleted) at a time per process: the ceilings are counted and the new
+  // one published under it. Guards no field; a leaf taken after the conversation's lock, with
+  // file and engine work under it, never with the registry mutex.
+  Mutex snapshot_mutex_;
   // Where the last writable-layer pass stopped (it looks at a bounded number each time);
   // touched by the idle checker thread only.
   std::string next_layer_to_check_;

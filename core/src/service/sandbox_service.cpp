@@ -101,6 +101,9 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
         "embeds the core and runs its Relay");
   }
   const AcquireResult result = typed([&] {
+    if (request.from_snapshot) {
+      return provider_.restore(request.thread_id, request.user_id, *request.from_snapshot);
+    }
     return request.cancellation
                ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
                : provider_.acquire_traced(request.thread_id, request.user_id);
@@ -232,6 +235,21 @@ Listing SandboxService::list() {
   listing.owner_id = provider_.owner_id();
   listing.wall_clock_leases = store.supports_cross_process();
   return listing;
+}
+
+SnapshotRecord SandboxService::snapshot(const std::string& id,
+                                        const std::optional<std::string>& name) {
+  validate_id(id);
+  return typed([&] { return provider_.snapshot(id, name); });
+}
+
+std::vector<SnapshotRecord> SandboxService::snapshots(const std::optional<std::string>& user_id) {
+  return typed([&] { return provider_.snapshots(user_id); });
+}
+
+SnapshotRecord SandboxService::delete_snapshot(const std::string& user_id,
+                                               const std::string& name) {
+  return typed([&] { return provider_.delete_snapshot(user_id, name); });
 }
 
 ReconcileReport SandboxService::reconcile() {

@@ -24,6 +24,8 @@ const char* kind_name(ErrorKind kind) {
       return "config";
     case ErrorKind::internal:
       return "internal";
+    case ErrorKind::unsupported:
+      return "unsupported";
   }
   return "internal";
 }

@@ -37,7 +37,50 @@ void members(Writer& w, const SandboxView& s) {
       s.last_acquire ? std::optional<std::string>(to_string(*s.last_acquire)) : std::nullopt);
 }
 
+void members(Writer& w, const SnapshotRecord& s) {
+  write_json_member(w, "name", s.name);
+  write_json_member(w, "user_id", s.user_id);
+  write_json_member(w, "thread_id", s.thread_id);
+  write_json_member(w, "sandbox_id", s.sandbox_id);
+  write_json_member(w, "network_policy", s.network_policy);
+  w.Key("created_at");
+  w.Double(s.created_at);
+  w.Key("expires_at");
+  if (s.expires_at > 0) {
+    w.Double(s.expires_at);
+  } else {
+    w.Null();
+  }
+  w.Key("directory_bytes");
+  w.Uint64(s.directory_bytes);
+  w.Key("image_bytes");
+  w.Uint64(s.image_bytes);
+  w.Key("bytes");
+  w.Uint64(s.bytes());
+}
+
 }  // namespace
+
+std::string to_json(const SnapshotRecord& snapshot) {
+  return document([&](Writer& w) { members(w, snapshot); });
+}
+
+std::string to_json(const std::vector<SnapshotRecord>& snapshots) {
+  return document([&](Writer& w) {
+    w.Key("snapshots");
+    w.StartArray();
+    std::uint64_t bytes = 0;
+    for (const SnapshotRecord& snapshot : snapshots) {
+      w.StartObject();
+      members(w, snapshot);
+      w.EndObject();
+      bytes += snapshot.bytes();
+    }
+    w.EndArray();
+    w.Key("bytes");
+    w.Uint64(bytes);
+  });
+}
 
 std::string to_json(const Acquired& a) {
   return document([&](Writer& w) {

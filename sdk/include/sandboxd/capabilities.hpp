@@ -239,6 +239,31 @@ class WritableLayerUsage {
   virtual std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) = 0;
 };
 
+// Snapshots of a sandbox (docs/snapshots.md): what it wrote outside its mounts, kept as an image
+// of the backend's own (never pushed anywhere), from which new sandboxes are made. The host
+// copies the conversation's directories itself; the backend keeps the filesystem changes.
+// Process memory is not kept: a sandbox made from a snapshot starts its processes afresh. A
+// backend that could checkpoint memory would say so in Image::memory (none here can).
+class SandboxSnapshots {
+ public:
+  virtual ~SandboxSnapshots() = default;
+  struct Image {
+    std::string image;        // the backend's reference to it (an engine image id)
+    std::uint64_t bytes = 0;  // what it holds beyond the sandbox's own image, when known
+    bool memory = false;      // process memory kept too
+  };
+  // `info`'s filesystem changes kept as an image for snapshot `name`, the sandbox frozen for
+  // the instant it takes where the engine can. Throws std::runtime_error naming why; nothing
+  // is left behind on failure.
+  virtual Image commit_snapshot(const SandboxInfo& info, const std::string& name) = 0;
+  // Removes an image commit_snapshot made; one already gone is no error.
+  virtual void remove_snapshot_image(const std::string& image) = 0;
+  // As create(), but the sandbox is made from `image` (a commit_snapshot's) instead of the
+  // configured one; everything else (mounts, limits, network policy) as create() does it.
+  virtual SandboxInfo create_from_snapshot(const CreateRequest& request,
+                                           const std::string& image) = 0;
+};
+
 // Every reason a claim can miss, in the order metrics list them.
 inline constexpr PreStartedSlots::Miss kSlotMissReasons[] = {
     PreStartedSlots::Miss::none_ready, PreStartedSlots::Miss::key_mismatch,

@@ -55,6 +55,10 @@ struct SandboxConfig {
   // The free space kept under the state directory and the engine's storage ("2g"; "0": none);
   // below it new sandboxes are refused (a capacity refusal). Unset → kDefaultMinFreeDisk.
   std::optional<std::string> min_free_disk;
+  // Snapshots (docs/snapshots.md): each user's ceilings and how long one is kept.
+  int max_snapshots_per_user = 10;                         // 0: no count ceiling
+  std::optional<std::string> max_snapshot_bytes_per_user;  // a size; unset: "20g"
+  double snapshot_ttl_seconds = 30 * 24 * 3600.0;          // 0: kept until deleted
   int replicas = 3;                        // > 0
   int idle_timeout = 600;                  // seconds; 0 disables the idle checker
   std::optional<bool> thread_data_mounts;  // null / true / false carried through unchanged

@@ -39,6 +39,8 @@ enum class LifecycleEventKind {
   refused,    // a creation refused by a ceiling (its reason says which)
   // stopped because what it wrote outside its mounts (its writable layer) passed disk_limit
   over_disk_limit,
+  restored,     // made from a snapshot (its reason names the snapshot)
+  snapshotted,  // a snapshot taken of it (its reason names the snapshot)
 };
 const char* to_string(LifecycleEventKind kind);
 

@@ -7,14 +7,15 @@
 #pragma once
 
 #include <filesystem>
-#include <memory>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "sandboxd/core/thread_storage.hpp"
+#include "sandboxd/host_fs.hpp"
 
 namespace sandboxd::core {
 
@@ -93,6 +94,10 @@ class Paths {
   // is not bounded, or the filesystem would not say. Never follows a link.
   std::optional<ThreadStorage::Usage> thread_storage_usage(
       const std::string& thread_id, const std::optional<std::string>& user_id) const;
+  // The conversation's directory, opened (a descriptor that lists and takes *at calls), every
+  // component without following a link; throws when it does not exist.
+  host_fs::UniqueFd open_thread_dir(const std::string& thread_id,
+                                    const std::optional<std::string>& user_id) const;
 
   // ── container-visible (under B); user == nullopt selects the legacy layout ──
   std::filesystem::path user_dir(const std::string& user_id) const;  // users/{u}

@@ -33,11 +33,12 @@
 #include "sandboxd/core/lifecycle_policy.hpp"
 #include "sandboxd/core/mounts.hpp"
 #include "sandboxd/core/overflow_policy.hpp"
-#include "sandboxd/core/thread_storage.hpp"
 #include "sandboxd/core/paths.hpp"
 #include "sandboxd/core/sandbox_client.hpp"
 #include "sandboxd/core/sandbox_endpoint.hpp"
 #include "sandboxd/core/sandbox_state.hpp"
+#include "sandboxd/core/snapshots.hpp"
+#include "sandboxd/core/thread_storage.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/logger.hpp"
 #include "sandboxd/ownership.hpp"
@@ -94,6 +95,8 @@ struct ProviderOptions {
   // (EngineStorage): below it a new sandbox is refused as a capacity refusal, reason
   // min_free_disk. 0: no floor. From the config key min_free_disk (docs/storage.md).
   std::uint64_t min_free_disk_bytes = 0;
+  // The ceilings on each user's snapshots (snapshots.hpp; docs/snapshots.md).
+  SnapshotLimits snapshot_limits;
   // Background work starts in start(); tests that drive it by hand leave these off.
   bool run_background_threads = true;
   bool reconcile_on_start = true;
@@ -140,6 +143,8 @@ struct ProviderDeps {
   std::shared_ptr<Executor> lock_wait_executor;
   // Where what happens to sandboxes is recorded (lifecycle_events.hpp); none when null.
   std::shared_ptr<LifecycleEventLog> events;
+  // The backend's use string, for messages that name it ("local_docker:LocalContainerBackend").
+  std::string backend_use = "the backend";
 };
 
 // The result of acquire_async. get() blocks; wait_for() polls; cancel() abandons the wait
@@ -374,6 +379,33 @@ class Provider final {
   // Pauses warm sandboxes released at least pause_after_seconds ago (issue 23); returns how
   // many. Nothing when the option is 0 or the backend cannot pause.
   int pause_idle_warm();
+  // ── snapshots (docs/snapshots.md): provider_snapshots.cpp ──
+  // A snapshot of conversation sandbox `sandbox_id` (tracked here): its filesystem changes
+  // (the backend's SandboxSnapshots) and its conversation's directories, taken while it is
+  // frozen for the instant (when the backend can pause); named `name` or a generated name.
+  // Throws ServiceError: not_found (not tracked, or anonymous), unsupported (the backend cannot),
+  // capacity (the user's count or bytes ceiling), conflict (the name is taken), invalid_argument
+  // (a bad name). A failure leaves the sandbox and its conversation as they were.
+  SnapshotRecord snapshot(const std::string& sandbox_id,
+                          const std::optional<std::string>& name = std::nullopt);
+  // Every snapshot (of `user_id` only when given), oldest first.
+  std::vector<SnapshotRecord> snapshots(const std::optional<std::string>& user_id) const;
+  // Deletes one, and its image; throws not_found.
+  SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
+  // Deletes every snapshot past snapshot_ttl; how many. Run by the idle checker.
+  std::size_t delete_expired_snapshots();
+  struct RestoreFrom {
+    std::string name;
+    std::optional<std::string> user_id;  // whose snapshot: the conversation's user by default
+    bool allow_other_user = false;       // the operator's word, per call, for another user's
+  };
+  // The conversation's sandbox made from snapshot `from` (path restored): its current sandbox,
+  // if any, is destroyed; its directories are emptied and the snapshot's copied in; the sandbox
+  // is made from the snapshot's image under the configured options. Throws like acquire, and
+  // not_found / invalid_argument (another user's snapshot without allow_other_user).
+  AcquireResult restore(const std::optional<std::string>& thread_id,
+                        const std::optional<std::string>& user_id, const RestoreFrom& from);
+
   // One pass of the writable-layer bound (docs/storage.md): up to 256 sandboxes' layers asked
   // of the backend (WritableLayerUsage), and one past disk_limit destroyed with an
   // over_disk_limit event. Run by the idle checker every pass.

@@ -41,6 +41,8 @@ struct AcquireRequest {
   // Cancelled when the caller gives up (serve: its client hung up): a creation queued for a
   // slot leaves the queue at once. Optional.
   std::shared_ptr<Cancellation> cancellation;
+  // Made from this snapshot (path restored; docs/snapshots.md) instead of acquired as usual.
+  std::optional<Provider::RestoreFrom> from_snapshot;
 };
 
 struct Acquired {
@@ -146,6 +148,11 @@ class SandboxService {
   ReconcileReport reconcile();
   Reaped reap(int idle_timeout);
   Health health();
+  // Snapshots (docs/snapshots.md): of a tracked conversation sandbox; listed (of one user when
+  // given); deleted. Errors are typed as Provider's.
+  SnapshotRecord snapshot(const std::string& id, const std::optional<std::string>& name);
+  std::vector<SnapshotRecord> snapshots(const std::optional<std::string>& user_id);
+  SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
 
   Provider& provider() { return provider_; }
 

@@ -19,10 +19,12 @@ enum class ErrorKind {
   unavailable,       // the backend (engine, provisioner, cluster) failed or is unreachable
   config,            // the config, a plugin or the state directory is unusable
   internal,          // a bug or an unexpected failure of this machine
+  unsupported,       // the backend does not offer what was asked (snapshots on kubernetes)
 };
 
 // The kind's name on the wire ("usage", "not_found", "ownership", "capacity", "backend",
-// "config", "internal"): what `--json` errors and HTTP error bodies carry as "kind".
+// "config", "internal", "unsupported"): what `--json` errors and HTTP error bodies carry as
+// "kind".
 const char* kind_name(ErrorKind kind);
 
 class ServiceError : public std::runtime_error {

@@ -38,6 +38,11 @@ std::string to_json(const LifecycleEventPage& page);
 std::string to_json(const LifecycleEvent& event);
 // {status: "ok", owner_id, active, warm, uses_thread_data_mounts}
 std::string to_json(const Health& health);
+// {name, user_id, thread_id, sandbox_id, network_policy, created_at, expires_at (null: never),
+//  directory_bytes, image_bytes, bytes}
+std::string to_json(const SnapshotRecord& snapshot);
+// {snapshots: [as above], bytes}
+std::string to_json(const std::vector<SnapshotRecord>& snapshots);
 // The operator page's usage figures (GET /ui/api/usage).
 std::string to_json(const UsageView& view);
 // {"error": {"code"?, "kind", "message"}}: `code` is the CLI's exit code, absent over HTTP.

@@ -1,0 +1,102 @@
+"""Issue 46: a conversation's sandbox saved and restored through every door: serve's routes
+and the Python client (snapshot, list, acquire from_snapshot, delete), and the one-shot CLI
+(`sandboxctl snapshot`, `snapshots`, `acquire --from-snapshot`, `snapshot-rm`), on the engine.
+A file written in the container's layer and one in the workspace come back; another user's
+snapshot is refused unless allowed; the user's ceiling answers 429 / exit 7."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, engine_containers
+from test_egress_allowlist import engine_exec
+
+import sandboxd
+
+
+def write_both(container: str, tag: str) -> None:
+    code, out = engine_exec(container, ["sh", "-c",
+                                        f"echo {tag} > /etc/layer-file && "
+                                        f"echo {tag} > /mnt/user-data/workspace/ws-file"])
+    assert code == 0, out
+
+
+def read_both(container: str) -> tuple[str, str]:
+    _, layer = engine_exec(container, ["cat", "/etc/layer-file"])
+    _, workspace = engine_exec(container, ["cat", "/mnt/user-data/workspace/ws-file"])
+    return layer.strip(), workspace.strip()
+
+
+def test_serve_and_the_client_save_and_restore_a_conversation(engine_required, make_serve,
+                                                               prefix):
+    served = make_serve("state", "--on-exit", "destroy")
+    client = served.client()
+    box = client.acquire("t-1", user_id="alice")
+    name = f"{prefix}-{box.sandbox_id}"
+    write_both(name, "saved")
+    made = client.snapshot(box.sandbox_id, "before")
+    assert made["name"] == "before" and made["user_id"] == "alice" and made["bytes"] > 0
+    write_both(name, "changed-after")
+    client.destroy(box.sandbox_id)
+
+    restored = client.acquire("t-1", user_id="alice", from_snapshot="before")
+    assert restored.path == "restored" and restored.sandbox_id == box.sandbox_id
+    assert read_both(f"{prefix}-{restored.sandbox_id}") == ("saved", "saved")
+    listed = client.snapshots("alice")
+    assert [s["name"] for s in listed] == ["before"]
+    assert client.snapshots("bob") == []
+
+    # Another user's snapshot: refused unless allowed, then made into bob's conversation.
+    try:
+        client.acquire("t-9", user_id="bob", from_snapshot="before", snapshot_user_id="alice")
+        raise AssertionError("bob got alice's snapshot unasked")
+    except sandboxd.SandboxdError as error:
+        assert error.status == 400 and "allow_other_user" in str(error)
+    bobs = client.acquire("t-9", user_id="bob", from_snapshot="before",
+                          snapshot_user_id="alice", allow_other_user=True)
+    assert read_both(f"{prefix}-{bobs.sandbox_id}") == ("saved", "saved")
+
+    metrics = client.metrics()
+    assert 'sandboxd_acquires_total{path="restored"} 2' in metrics, metrics
+    client.delete_snapshot("before", user_id="alice")
+    assert client.snapshots() == []
+
+
+def test_the_cli_saves_lists_restores_and_deletes(engine_required, make_serve, tmp_path, prefix):
+    state = tmp_path / "cli-state"
+    state.mkdir(mode=0o700)
+    config = tmp_path / "cli.json"
+    config.write_text(json.dumps({"sandbox": {
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix},
+        "base_dir": str(state), "max_snapshots_per_user": 1}}))
+
+    def cli(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SANDBOXCTL, "--config", str(config), *words],
+                              capture_output=True, text=True, timeout=180)
+
+    got = cli("acquire", "--user", "carol", "--thread", "t-1", "--json")
+    assert got.returncode == 0, got.stderr
+    sandbox = json.loads(got.stdout)["sandbox_id"]
+    write_both(f"{prefix}-{sandbox}", "cli")
+    made = cli("snapshot", sandbox, "--name", "one", "--json")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["name"] == "one"
+    again = cli("snapshot", sandbox, "--name", "two")
+    assert again.returncode == 7 and "max_snapshots_per_user" in again.stderr, again.stderr
+    listed = cli("snapshots")
+    assert listed.returncode == 0 and "one" in listed.stdout and "carol/t-1" in listed.stdout
+    assert cli("destroy", sandbox).returncode == 0
+    restored = cli("acquire", "--user", "carol", "--thread", "t-1", "--from-snapshot", "one",
+                   "--json")
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout)["path"] == "restored"
+    assert read_both(f"{prefix}-{sandbox}") == ("cli", "cli")
+    missing = cli("snapshot-rm", "nosuch", "--user", "carol")
+    assert missing.returncode == 5, missing.stderr
+    gone = cli("snapshot-rm", "one", "--user", "carol")
+    assert gone.returncode == 0, gone.stderr
+    assert cli("destroy", sandbox).returncode == 0
+    assert engine_containers(prefix) == []
