@@ -639,6 +639,7 @@ const std::vector<Command>& commands() {
        cmd_snapshot},
       {"snapshots", "list the snapshots (of one user)", cmd_snapshots},
       {"snapshot-rm", "delete a snapshot and its image", cmd_snapshot_rm},
+      {"fork", "make new conversations, each a copy of one sandbox's state", cmd_fork},
       {"plugins", "list the plugin classes found on the plugin path", cmd_plugins},
       {"check-config", "validate the config and print it with secrets redacted", cmd_check_config},
   };

@@ -51,10 +51,11 @@ void emit(const rapidjson::StringBuffer& buffer);  // one JSON document on stdou
 int cmd_serve(GlobalContext& context, const std::vector<std::string>& args);
 // `sandboxctl egress` (egress_command.cpp).
 int cmd_egress(GlobalContext& context, const std::vector<std::string>& args);
-// `sandboxctl snapshot`, `snapshots`, `snapshot-rm` (snapshot_commands.cpp).
+// `sandboxctl snapshot`, `snapshots`, `snapshot-rm`, `fork` (snapshot_commands.cpp).
 int cmd_snapshot(GlobalContext& context, const std::vector<std::string>& args);
 int cmd_snapshots(GlobalContext& context, const std::vector<std::string>& args);
 int cmd_snapshot_rm(GlobalContext& context, const std::vector<std::string>& args);
+int cmd_fork(GlobalContext& context, const std::vector<std::string>& args);
 
 // Every subcommand, in the order `sandboxctl --help` lists them.
 const std::vector<Command>& commands();

@@ -181,6 +181,35 @@ void parse_acquire_body(const std::string& body, core::AcquireRequest& request) 
   request.from_snapshot = restore;
 }
 
+// The body of a fork: {"thread_ids": [string, …]} or {"count": n}.
+void parse_fork_body(const std::string& body, std::vector<std::string>& thread_ids,
+                     std::optional<std::size_t>& count) {
+  rapidjson::Document doc;
+  if (!sandboxd::parse_json(doc, body) || !doc.IsObject()) {
+    throw CliError(ErrorKind::invalid_argument,
+                   "a fork's body is a JSON object: {\"thread_ids\": [...]} or {\"count\": n}");
+  }
+  const auto ids = doc.FindMember("thread_ids");
+  if (ids != doc.MemberEnd() && !ids->value.IsNull()) {
+    if (!ids->value.IsArray()) {
+      throw CliError(ErrorKind::invalid_argument, "thread_ids: must be an array of strings");
+    }
+    for (const auto& id : ids->value.GetArray()) {
+      if (!id.IsString()) {
+        throw CliError(ErrorKind::invalid_argument, "thread_ids: must be an array of strings");
+      }
+      thread_ids.emplace_back(id.GetString(), id.GetStringLength());
+    }
+  }
+  const auto n = doc.FindMember("count");
+  if (n != doc.MemberEnd() && !n->value.IsNull()) {
+    if (!n->value.IsUint()) {
+      throw CliError(ErrorKind::invalid_argument, "count: must be a whole number");
+    }
+    count = n->value.GetUint();
+  }
+}
+
 // The one string member `key` of a JSON body ("" for an empty body or a null member).
 std::optional<std::string> body_string(const std::string& body, const char* key) {
   if (body.find_first_not_of(" \t\r\n") == std::string::npos) return std::nullopt;
@@ -313,6 +342,7 @@ class ControlApi {
     route("POST", "/v1/sandboxes/{id}/snapshots", &ControlApi::snapshot);
     route("GET", "/v1/snapshots", &ControlApi::snapshots);
     route("DELETE", "/v1/snapshots/{name}", &ControlApi::delete_snapshot);
+    route("POST", "/v1/sandboxes/{id}/fork", &ControlApi::fork);
   }
 
   // On the I/O thread, with the head only: the token is checked before any body byte is read.
@@ -463,6 +493,26 @@ class ControlApi {
     const core::Destroyed destroyed = session_.service().destroy(params["id"]);
     metrics_.record_destroy();
     return document(200, core::to_json(destroyed));
+  }
+
+  // A fork (docs/snapshots.md): new conversations made from sandbox {id}'s state, each counted
+  // as an acquisition (path restored).
+  Response fork(const Request& request, const RouteParams& params) {
+    std::vector<std::string> thread_ids;
+    std::optional<std::size_t> count;
+    parse_fork_body(request.body, thread_ids, count);
+    const auto start = std::chrono::steady_clock::now();
+    core::Forked forked;
+    try {
+      forked = session_.service().fork(params["id"], thread_ids, count);
+    } catch (const std::exception& e) {
+      metrics_.record_acquire_failure(core::kind_name(core::as_service_error(e).kind()));
+      throw;
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    for (const core::Acquired& made : forked.sandboxes) metrics_.record_acquire(made.path, seconds);
+    return document(201, core::to_json(forked));
   }
 
   // Snapshots (docs/snapshots.md).

@@ -1,6 +1,7 @@
-// `sandboxctl snapshot`, `snapshots` and `snapshot-rm` (docs/snapshots.md): a conversation's
-// sandbox saved (its filesystem changes and its conversation's directories), listed, deleted.
-// A sandbox is made from one with `sandboxctl acquire --from-snapshot NAME`.
+// `sandboxctl snapshot`, `snapshots`, `snapshot-rm` and `fork` (docs/snapshots.md): a
+// conversation's sandbox saved (its filesystem changes and its conversation's directories),
+// listed, deleted, or forked into new conversations. A sandbox is made from a snapshot with
+// `sandboxctl acquire --from-snapshot NAME`.
 #include <boost/program_options.hpp>
 #include <cstdio>
 #include <iostream>
@@ -131,6 +132,63 @@ int cmd_snapshot_rm(GlobalContext& context, const std::vector<std::string>& args
     std::cout << "deleted snapshot " << gone.name << " of user " << gone.user_id << " ("
               << core::show_size(gone.bytes()) << ")\n";
   }
+  return kOk;
+}
+
+int cmd_fork(GlobalContext& context, const std::vector<std::string>& args) {
+  const CommandHelp help{
+      "sandboxctl [--config FILE] fork ID (--thread T [--thread T2 ...] | --count N) [--json]",
+      "Makes new conversations of sandbox ID's user, each with a sandbox made from ID's state\n"
+      "as it is now (its filesystem changes and its conversation's directories, each new\n"
+      "conversation with its own copy): the named threads, or N of them named fork-{16 hex};\n"
+      "1 to 32. ID is snapshotted once (paused for the instant) and the snapshot restored into\n"
+      "each new conversation in parallel under the usual ceilings, then deleted. All or none:\n"
+      "when one cannot be made, none is kept. Prints each new sandbox (path restored); release\n"
+      "or destroy each as usual. Exit 5 when ID is not tracked, 6 when a named conversation\n"
+      "exists already, 7 past a ceiling, 8 when the backend cannot take snapshots.\n\n"
+      "Example:\n  sandboxctl fork 0123456789abcdef --count 3\n"
+      "  sandboxctl fork 0123456789abcdef --thread try-a --thread try-b\n"};
+  po::options_description options("Options");
+  options.add_options()("sandbox-id", po::value<std::string>(), "the sandbox to fork")(
+      "thread,t", po::value<std::vector<std::string>>(), "a new conversation's thread id")(
+      "count,n", po::value<std::size_t>(), "how many new conversations, named for you");
+  po::positional_options_description positional;
+  positional.add("sandbox-id", 1);
+  const auto vm = parse_args(help, options, args, &positional);
+  if (!vm.count("sandbox-id")) {
+    throw CliError(ErrorKind::invalid_argument,
+                   "fork needs a sandbox id (sandboxctl fork ID --count N; sandboxctl list shows "
+                   "them)");
+  }
+  std::vector<std::string> threads;
+  if (vm.count("thread")) threads = vm["thread"].as<std::vector<std::string>>();
+  std::optional<std::size_t> count;
+  if (vm.count("count")) count = vm["count"].as<std::size_t>();
+  if (threads.empty() && !count) {
+    throw CliError(ErrorKind::invalid_argument,
+                   "fork needs the new conversations: --thread T (repeated) or --count N");
+  }
+  const std::string id = vm["sandbox-id"].as<std::string>();
+  Session session(load_command_config(context.config_file), context.logger);
+  context.progress->start("forking sandbox " + id + " into " +
+                          std::to_string(threads.empty() ? *count : threads.size()) +
+                          " conversations");
+  const core::Forked forked = session.service().fork(id, threads, count);
+  context.progress->stop();
+  session.commit();
+  if (json_output(context, vm)) {
+    std::cout << core::to_json(forked) << "\n";
+    return kOk;
+  }
+  std::printf("%-18s %-28s %-9s %s\n", "SANDBOX", "CONVERSATION", "PATH", "URL");
+  for (const core::Acquired& made : forked.sandboxes) {
+    std::printf("%-18s %-28s %-9s %s\n", made.sandbox_id.c_str(),
+                (made.user_id.value_or("") + "/" + made.thread_id.value_or("")).c_str(),
+                core::to_string(made.path), made.sandbox_url.c_str());
+  }
+  std::cout << forked.sandboxes.size()
+            << (forked.sandboxes.size() == 1 ? " conversation" : " conversations")
+            << " forked from sandbox " << forked.from_sandbox_id << "\n";
   return kOk;
 }
 

@@ -4,10 +4,12 @@
 // is paused, a restore replaces them and makes the sandbox from the image (path restored), the
 // ceilings refuse the N+1th, another user's snapshot needs the operator's word, a failure
 // halfway leaves the sandbox and the conversation as they were, and a link the sandbox planted
-// is copied as a link, never followed.
+// is copied as a link, never followed. A fork makes new conversations from one state, each with
+// its own copy, and keeps none of them when one cannot be made.
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "provider_fixtures.hpp"
 
@@ -46,6 +48,12 @@ class SnapshotBackend final : public SandboxBackend,
   void remove_snapshot_image(const std::string& image) override {
     std::lock_guard lock(mutex_);
     calls.push_back("remove " + image);
+    if (refuse_images_in_use) {
+      for (const auto& [id, made_from] : live_) {
+        // As an engine does: an image a container runs from is not removed.
+        if (made_from == image) throw std::runtime_error("image is in use by " + id);
+      }
+    }
     images.erase(image);
   }
   SandboxInfo create_from_snapshot(const CreateRequest& request,
@@ -68,15 +76,24 @@ class SnapshotBackend final : public SandboxBackend,
     std::lock_guard lock(mutex_);
     return live_.at(id);
   }
+  std::size_t live_count() {
+    std::lock_guard lock(mutex_);
+    return live_.size();
+  }
 
   std::mutex mutex_;
   std::vector<std::string> calls;
   std::set<std::string> images;
   bool fail_commit = false;
+  bool refuse_images_in_use = false;
+  std::string fail_create_of_thread;  // a create for this thread fails
 
  private:
   SandboxInfo made(const CreateRequest& request, const std::string& image) {
     std::lock_guard lock(mutex_);
+    if (!fail_create_of_thread.empty() && request.thread_id == fail_create_of_thread) {
+      throw std::runtime_error("the engine refused the create");
+    }
     calls.push_back("create " + request.sandbox_id + " from " + image);
     live_[request.sandbox_id] = image;
     SandboxInfo info = make_info(request.sandbox_id, "http://" + request.sandbox_id);
@@ -250,6 +267,77 @@ TEST_F(ProviderSnapshotTest, ALinkTheSandboxPlantedIsCopiedAsALinkNeverFollowed)
   provider->restore(std::string("t-1"), std::string("alice"), Provider::RestoreFrom{"linked"});
   EXPECT_TRUE(std::filesystem::is_symlink(workspace("alice", "t-1") / "planted"));
   EXPECT_EQ(read(outside.path() / "host-secret"), "the host's");
+}
+
+TEST_F(ProviderSnapshotTest, AForkMakesNewConversationsEachWithItsOwnCopy) {
+  snapshots->refuse_images_in_use = true;
+  provider = make_provider(snapshots, &store);
+  const std::string id = provider->acquire("t-1", "alice");
+  write(workspace("alice", "t-1") / "state.txt", "prepared");
+  const Provider::Forked forked = provider->fork(id, {"try-a", "try-b", "try-c"}, std::nullopt);
+  ASSERT_EQ(forked.sandboxes.size(), 3u);
+  std::set<std::string> ids;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const core::AcquireResult& made = forked.sandboxes[i];
+    EXPECT_EQ(made.path, AcquirePath::restored);
+    ASSERT_TRUE(made.conversation);
+    EXPECT_EQ(made.conversation->user_id, "alice");
+    EXPECT_EQ(made.conversation->thread_id, std::string("try-") + char('a' + i)) << "in order";
+    ids.insert(made.sandbox_id);
+    EXPECT_NE(made.sandbox_id, id);
+    EXPECT_EQ(snapshots->image_of(made.sandbox_id).rfind("img-fork-", 0), 0u);
+  }
+  EXPECT_EQ(ids.size(), 3u) << "one sandbox per new conversation";
+  // Each has its own copy: one's write is not another's, nor the source's.
+  write(workspace("alice", "try-a") / "state.txt", "changed in a");
+  EXPECT_EQ(read(workspace("alice", "try-b") / "state.txt"), "prepared");
+  EXPECT_EQ(read(workspace("alice", "t-1") / "state.txt"), "prepared");
+  EXPECT_FALSE(snapshots->paused(id)) << "the source was left frozen";
+  // The fork's snapshot is gone; its image stays while sandboxes run from it.
+  EXPECT_TRUE(provider->snapshots(std::string("alice")).empty());
+  EXPECT_EQ(snapshots->images.size(), 1u);
+  for (const auto& made : forked.sandboxes) provider->destroy(made.sandbox_id);
+  provider->delete_expired_snapshots();  // the idle checker's pass
+  EXPECT_TRUE(snapshots->images.empty()) << "the image outlived the sandboxes made from it";
+
+  // Named for the caller; an existing conversation, a duplicate or a bad count is refused.
+  const Provider::Forked counted = provider->fork(id, {}, 2);
+  ASSERT_EQ(counted.sandboxes.size(), 2u);
+  EXPECT_EQ(counted.sandboxes[0].conversation->thread_id.rfind("fork-", 0), 0u);
+  const auto refused = [&](const std::vector<std::string>& threads,
+                           std::optional<std::size_t> count) -> core::ErrorKind {
+    try {
+      provider->fork(id, threads, count);
+    } catch (const core::ServiceError& e) {
+      return e.kind();
+    }
+    return core::ErrorKind::internal;
+  };
+  EXPECT_EQ(refused({"try-a"}, std::nullopt), core::ErrorKind::conflict);
+  EXPECT_EQ(refused({"t-1"}, std::nullopt), core::ErrorKind::conflict);
+  EXPECT_EQ(refused({"n-1", "n-1"}, std::nullopt), core::ErrorKind::invalid_argument);
+  EXPECT_EQ(refused({}, 0), core::ErrorKind::invalid_argument);
+  EXPECT_EQ(refused({}, Provider::kMaxForkCount + 1), core::ErrorKind::invalid_argument);
+  EXPECT_EQ(refused({"n-1"}, 2), core::ErrorKind::invalid_argument);
+  EXPECT_FALSE(std::filesystem::exists(workspace("alice", "n-1"))) << "a refusal made something";
+}
+
+TEST_F(ProviderSnapshotTest, AForkThatFailsHalfwayKeepsNoneOfItsConversations) {
+  provider = make_provider(snapshots, &store);
+  const std::string id = provider->acquire("t-1", "alice");
+  write(workspace("alice", "t-1") / "state.txt", "prepared");
+  snapshots->fail_create_of_thread = "try-b";
+  EXPECT_THROW(provider->fork(id, {"try-a", "try-b", "try-c"}, std::nullopt), std::exception);
+  EXPECT_EQ(snapshots->live_count(), 1u) << "a sandbox of the failed fork was kept";
+  for (const char* thread : {"try-a", "try-b", "try-c"}) {
+    EXPECT_FALSE(std::filesystem::exists(tmp.path() / "users" / "alice" / "threads" / thread))
+        << thread << "'s directory was left";
+  }
+  EXPECT_TRUE(provider->snapshots(std::string("alice")).empty()) << "the fork's snapshot stayed";
+  EXPECT_EQ(read(workspace("alice", "t-1") / "state.txt"), "prepared");
+  // The same fork goes through once the engine does.
+  snapshots->fail_create_of_thread.clear();
+  EXPECT_EQ(provider->fork(id, {"try-a", "try-b", "try-c"}, std::nullopt).sandboxes.size(), 3u);
 }
 
 TEST_F(ProviderSnapshotTest, ABackendWithoutSnapshotsSaysSoNamingIt) {

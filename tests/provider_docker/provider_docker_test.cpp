@@ -437,5 +437,64 @@ TEST_F(ProviderOverDockerTest, ASnapshotRestoredBringsBackItsLayerAndWorkspace) 
       << "the snapshot's image outlived it";
 }
 
+// The address of container `name` on the engine's network, from its inspect answer.
+std::string address_of(const std::string& name) {
+  rapidjson::Document doc;
+  doc.Parse(testing::engine_get("/containers/" + name + "/json").c_str());
+  if (!doc.IsObject() || !doc.HasMember("NetworkSettings")) return "";
+  const auto& settings = doc["NetworkSettings"];
+  if (settings.HasMember("Networks") && settings["Networks"].IsObject()) {
+    for (const auto& network : settings["Networks"].GetObject()) {
+      if (network.value.IsObject() && network.value.HasMember("IPAddress") &&
+          network.value["IPAddress"].IsString() && network.value["IPAddress"].GetStringLength()) {
+        return network.value["IPAddress"].GetString();
+      }
+    }
+  }
+  return "";
+}
+
+// Issue 46: a fork of a conversation's sandbox into three new conversations, on the engine:
+// each fork has the source's file in its layer and in its workspace, a write in one fork is in
+// no other, and no fork reaches another over the engine's network (a bounded probe from inside
+// one fork to another's address, which answers the same probe on its own address).
+TEST_F(ProviderOverDockerTest, AForkMakesIsolatedConversationsEachWithItsOwnCopy) {
+  make_provider(/*replicas=*/6, /*idle_timeout=*/600);
+  const std::string id = provider_->acquire("t-1", "alice");
+  testing::engine_exec(prefix_ + "-" + id,
+                       "echo prepared > /etc/prepared; "
+                       "echo prepared > /mnt/user-data/workspace/prepared");
+  const Provider::Forked forked = provider_->fork(id, {"try-a", "try-b", "try-c"}, std::nullopt);
+  ASSERT_EQ(forked.sandboxes.size(), 3u);
+  std::vector<std::string> boxes;
+  for (const AcquireResult& made : forked.sandboxes) {
+    EXPECT_EQ(made.path, AcquirePath::restored);
+    const std::string box = prefix_ + "-" + made.sandbox_id;
+    boxes.push_back(box);
+    EXPECT_EQ(testing::engine_exec(box, "cat /etc/prepared"), "prepared\n");
+    EXPECT_EQ(testing::engine_exec(box, "cat /mnt/user-data/workspace/prepared"), "prepared\n");
+    EXPECT_TRUE(wait_for_sandbox_ready(made.info->sandbox_url, 10));
+  }
+  testing::engine_exec(boxes[0], "echo mine > /mnt/user-data/workspace/only-in-a");
+  EXPECT_EQ(testing::engine_exec(boxes[1], "ls /mnt/user-data/workspace"), "prepared\n");
+  EXPECT_EQ(testing::engine_exec(prefix_ + "-" + id, "ls /mnt/user-data/workspace"), "prepared\n");
+  // The network: a probe that answers on the fork's own address gets nothing from another's.
+  const std::string probe =
+      "for i in 1 2 3; do r=$(printf 'GET /v1/sandbox HTTP/1.0\\r\\n\\r\\n' | timeout 3 nc -w 2 "
+      "ADDRESS 8080 2>/dev/null | head -1); [ -n \"$r\" ] && { echo reached; exit 0; }; "
+      "sleep 0.3; done; echo nothing";
+  const auto probe_to = [&](const std::string& from, const std::string& to) {
+    std::string script = probe;
+    script.replace(script.find("ADDRESS"), 7, address_of(to));
+    return testing::engine_exec(from, script);
+  };
+  ASSERT_FALSE(address_of(boxes[1]).empty());
+  EXPECT_EQ(probe_to(boxes[1], boxes[1]), "reached\n") << "the probe itself does not work";
+  EXPECT_EQ(probe_to(boxes[0], boxes[1]), "nothing\n") << "one fork reached another";
+  EXPECT_EQ(probe_to(boxes[2], prefix_ + "-" + id), "nothing\n") << "a fork reached its source";
+  for (const AcquireResult& made : forked.sandboxes) provider_->destroy(made.sandbox_id);
+  EXPECT_TRUE(provider_->snapshots(std::string("alice")).empty()) << "the fork's snapshot stayed";
+}
+
 }  // namespace
 }  // namespace sandboxd::core

@@ -132,6 +132,21 @@ class Client:
         return self._call("DELETE", "/v1/snapshots/" + quote(name, safe="") + "?user_id=" +
                           quote(user_id, safe=""))
 
+    def fork(self, sandbox_id: str, thread_ids: list[str] | None = None, *,
+             count: int | None = None) -> list[Acquired]:
+        """New conversations of the sandbox's user, each with a sandbox made from its state as
+        it is now (its own copy of the directories): ``thread_ids``, or ``count`` of them named
+        for you. All or none; each comes back acquired (path ``restored``)."""
+        body: dict[str, Any] = {}
+        if thread_ids is not None:
+            body["thread_ids"] = list(thread_ids)
+        if count is not None:
+            body["count"] = count
+        answer = self._call("POST", _sandbox_path(sandbox_id, "/fork"), body)
+        return [Acquired(made["sandbox_id"], made["sandbox_url"], made["path"],
+                         dict(made.get("request_headers") or {}))
+                for made in answer["sandboxes"]]
+
     def release(self, sandbox_id: str) -> dict[str, Any]:
         return self._call("POST", _sandbox_path(sandbox_id, "/release"))
 

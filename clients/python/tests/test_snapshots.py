@@ -100,3 +100,68 @@ def test_the_cli_saves_lists_restores_and_deletes(engine_required, make_serve, t
     assert gone.returncode == 0, gone.stderr
     assert cli("destroy", sandbox).returncode == 0
     assert engine_containers(prefix) == []
+
+
+def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_required, make_serve,
+                                                                  tmp_path, prefix):
+    """A fork through serve and the Python client (named threads, then a count), each fork with
+    the source's files and its own copy; an existing conversation answers 409; the one-shot CLI's
+    fork prints the new sandboxes (--json) and refuses an existing conversation with exit 6."""
+    served = make_serve("state", "--on-exit", "destroy")
+    client = served.client()
+    source = client.acquire("t-1", user_id="alice")
+    write_both(f"{prefix}-{source.sandbox_id}", "forked")
+    made = client.fork(source.sandbox_id, ["try-a", "try-b"])
+    assert [m.path for m in made] == ["restored", "restored"]
+    assert len({m.sandbox_id for m in made} | {source.sandbox_id}) == 3
+    for fork in made:
+        assert read_both(f"{prefix}-{fork.sandbox_id}") == ("forked", "forked")
+    engine_exec(f"{prefix}-{made[0].sandbox_id}",
+                ["sh", "-c", "echo only-a > /mnt/user-data/workspace/ws-file"])
+    assert read_both(f"{prefix}-{made[1].sandbox_id}") == ("forked", "forked")
+    counted = client.fork(source.sandbox_id, count=2)
+    assert len(counted) == 2
+    try:
+        client.fork(source.sandbox_id, ["try-a"])
+        raise AssertionError("a fork replaced an existing conversation")
+    except sandboxd.SandboxdError as error:
+        assert error.status == 409 and "exists already" in str(error)
+    assert 'sandboxd_acquires_total{path="restored"} 4' in client.metrics()
+    assert client.snapshots("alice") == [], "the fork's snapshot stayed"
+    for fork in made + counted:
+        client.destroy(fork.sandbox_id)
+    client.destroy(source.sandbox_id)
+
+    state = tmp_path / "cli-state"
+    state.mkdir(mode=0o700)
+    config = tmp_path / "cli.json"
+    config.write_text(json.dumps({"sandbox": {
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix},
+        "base_dir": str(state)}}))
+
+    def cli(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SANDBOXCTL, "--config", str(config), *words],
+                              capture_output=True, text=True, timeout=180)
+
+    got = cli("acquire", "--user", "carol", "--thread", "t-1", "--json")
+    assert got.returncode == 0, got.stderr
+    sandbox = json.loads(got.stdout)["sandbox_id"]
+    write_both(f"{prefix}-{sandbox}", "cli-fork")
+    forked = cli("fork", sandbox, "--thread", "c-a", "--thread", "c-b", "--json")
+    assert forked.returncode == 0, forked.stderr
+    answer = json.loads(forked.stdout)
+    assert answer["from_sandbox_id"] == sandbox
+    assert [m["thread_id"] for m in answer["sandboxes"]] == ["c-a", "c-b"]
+    for fork in answer["sandboxes"]:
+        assert read_both(f"{prefix}-{fork['sandbox_id']}") == ("cli-fork", "cli-fork")
+    again = cli("fork", sandbox, "--thread", "c-a")
+    assert again.returncode == 6 and "exists already" in again.stderr, again.stderr
+    text = cli("fork", sandbox, "--count", "1")
+    assert text.returncode == 0 and "1 conversation forked from sandbox" in text.stdout, text
+    listed = cli("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    for tracked in json.loads(listed.stdout)["sandboxes"]:
+        assert cli("destroy", tracked["sandbox_id"]).returncode == 0
+    assert engine_containers(prefix) == []

@@ -95,6 +95,9 @@ struct Provider::Impl {
   // every one past its time deleted (the idle checker's pass); how many.
   SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
   std::size_t delete_expired_snapshots();
+  // A failed fork's new conversation directory, emptied and removed (provider_fork.cpp); a
+  // failure is logged, never thrown.
+  void remove_new_conversation_dir(const std::string& thread_id, const std::string& user_id);
   // The image the create of this thread's acquisition makes the sandbox from, or nullptr.
   static const std::string* restoring_image();
   // The host's free-space floor (options_.min_free_disk_bytes) under the state directory and

@@ -83,6 +83,34 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
   } catch (const std::invalid_argument& e) {
     throw ServiceError(ErrorKind::invalid_argument, request.thread_label + ": " + e.what());
   }
+  refuse_unservable_modes();
+  const AcquireResult result = typed([&] {
+    if (request.from_snapshot) {
+      return provider_.restore(request.thread_id, request.user_id, *request.from_snapshot);
+    }
+    return request.cancellation
+               ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
+               : provider_.acquire_traced(request.thread_id, request.user_id);
+  });
+  return acquired_of(result);
+}
+
+Acquired SandboxService::acquired_of(const AcquireResult& result) {
+  Acquired acquired;
+  acquired.sandbox_id = result.sandbox_id;
+  acquired.path = result.path;
+  if (result.info) {
+    address(*result.info, acquired.sandbox_url, acquired.request_headers);
+    if (egress_ != nullptr) egress_->attach_if_needed(*result.info);
+  }
+  if (result.conversation) {
+    acquired.user_id = result.conversation->user_id;
+    acquired.thread_id = result.conversation->thread_id;
+  }
+  return acquired;
+}
+
+void SandboxService::refuse_unservable_modes() const {
   // Refused before anything is made, with the sentence of the mode configured.
   if (egress_ == nullptr && provider_.configured_network_policy() == "allowlist") {
     throw ServiceError(
@@ -100,26 +128,17 @@ Acquired SandboxService::acquire(const AcquireRequest& request) {
         "long-running host; use `sandboxctl serve`, sandboxd-provisioner or a gateway that "
         "embeds the core and runs its Relay");
   }
-  const AcquireResult result = typed([&] {
-    if (request.from_snapshot) {
-      return provider_.restore(request.thread_id, request.user_id, *request.from_snapshot);
-    }
-    return request.cancellation
-               ? provider_.acquire_traced(request.thread_id, request.user_id, *request.cancellation)
-               : provider_.acquire_traced(request.thread_id, request.user_id);
-  });
-  Acquired acquired;
-  acquired.sandbox_id = result.sandbox_id;
-  acquired.path = result.path;
-  if (result.info) {
-    address(*result.info, acquired.sandbox_url, acquired.request_headers);
-    if (egress_ != nullptr) egress_->attach_if_needed(*result.info);
-  }
-  if (result.conversation) {
-    acquired.user_id = result.conversation->user_id;
-    acquired.thread_id = result.conversation->thread_id;
-  }
-  return acquired;
+}
+
+Forked SandboxService::fork(const std::string& id, const std::vector<std::string>& thread_ids,
+                            std::optional<std::size_t> count) {
+  refuse_unservable_modes();
+  const Provider::Forked made = typed([&] { return provider_.fork(id, thread_ids, count); });
+  Forked forked;
+  forked.from_sandbox_id = made.from_sandbox_id;
+  for (const AcquireResult& result : made.sandboxes)
+    forked.sandboxes.push_back(acquired_of(result));
+  return forked;
 }
 
 void SandboxService::address(const SandboxInfo& info, std::string& url,

@@ -59,6 +59,20 @@ void members(Writer& w, const SnapshotRecord& s) {
   w.Uint64(s.bytes());
 }
 
+void members(Writer& w, const Acquired& a) {
+  write_json_member(w, "sandbox_id", a.sandbox_id);
+  write_json_member(w, "sandbox_url", a.sandbox_url);
+  write_json_member(w, "path", to_string(a.path));
+  write_json_optional(w, "user_id", a.user_id);
+  write_json_optional(w, "thread_id", a.thread_id);
+  if (!a.request_headers.empty()) {
+    w.Key("request_headers");
+    w.StartObject();
+    for (const auto& [name, value] : a.request_headers) write_json_member(w, name.c_str(), value);
+    w.EndObject();
+  }
+}
+
 }  // namespace
 
 std::string to_json(const SnapshotRecord& snapshot) {
@@ -83,18 +97,20 @@ std::string to_json(const std::vector<SnapshotRecord>& snapshots) {
 }
 
 std::string to_json(const Acquired& a) {
+  return document([&](Writer& w) { members(w, a); });
+}
+
+std::string to_json(const Forked& forked) {
   return document([&](Writer& w) {
-    write_json_member(w, "sandbox_id", a.sandbox_id);
-    write_json_member(w, "sandbox_url", a.sandbox_url);
-    write_json_member(w, "path", to_string(a.path));
-    write_json_optional(w, "user_id", a.user_id);
-    write_json_optional(w, "thread_id", a.thread_id);
-    if (!a.request_headers.empty()) {
-      w.Key("request_headers");
+    write_json_member(w, "from_sandbox_id", forked.from_sandbox_id);
+    w.Key("sandboxes");
+    w.StartArray();
+    for (const Acquired& a : forked.sandboxes) {
       w.StartObject();
-      for (const auto& [name, value] : a.request_headers) write_json_member(w, name.c_str(), value);
+      members(w, a);
       w.EndObject();
     }
+    w.EndArray();
   });
 }
 

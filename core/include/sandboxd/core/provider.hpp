@@ -405,6 +405,20 @@ class Provider final {
   // not_found / invalid_argument (another user's snapshot without allow_other_user).
   AcquireResult restore(const std::optional<std::string>& thread_id,
                         const std::optional<std::string>& user_id, const RestoreFrom& from);
+  // At most this many conversations made by one fork.
+  static constexpr std::size_t kMaxForkCount = 32;
+  struct Forked {
+    std::string from_sandbox_id;
+    std::vector<AcquireResult> sandboxes;  // in the order of the thread ids (path restored)
+  };
+  // New conversations of sandbox `sandbox_id`'s user, each with a sandbox made from one state
+  // of it (provider_fork.cpp): one snapshot, taken once, restored into each conversation in
+  // parallel under the usual ceilings, then deleted. The conversations are `thread_ids`, or
+  // `count` of them named fork-{16 hex} (1..kMaxForkCount either way); one that exists already
+  // is refused (conflict) before anything is made. All or none: when one fails, the sandboxes
+  // made are destroyed and the new conversations' directories removed, and its error is thrown.
+  Forked fork(const std::string& sandbox_id, const std::vector<std::string>& thread_ids,
+              std::optional<std::size_t> count);
 
   // One pass of the writable-layer bound (docs/storage.md): up to 256 sandboxes' layers asked
   // of the backend (WritableLayerUsage), and one past disk_limit destroyed with an

@@ -56,6 +56,12 @@ struct Acquired {
   std::map<std::string, std::string> request_headers;
 };
 
+// What a fork made (docs/snapshots.md): the new conversations' sandboxes, each acquired.
+struct Forked {
+  std::string from_sandbox_id;
+  std::vector<Acquired> sandboxes;
+};
+
 // Where a host's relay serves the sandboxes no host address reaches (relay.hpp): their URL and
 // the headers a client sends with each request.
 class SandboxAddressing {
@@ -153,6 +159,11 @@ class SandboxService {
   SnapshotRecord snapshot(const std::string& id, const std::optional<std::string>& name);
   std::vector<SnapshotRecord> snapshots(const std::optional<std::string>& user_id);
   SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
+  // New conversations of sandbox `id`'s user made from its state (Provider::fork): the named
+  // thread ids, or `count` generated ones. Refused like an acquire in a mode this host cannot
+  // serve; all or none.
+  Forked fork(const std::string& id, const std::vector<std::string>& thread_ids,
+              std::optional<std::size_t> count);
 
   Provider& provider() { return provider_; }
 
@@ -170,6 +181,11 @@ class SandboxService {
   void address(const SandboxInfo& info, std::string& url,
                std::map<std::string, std::string>& headers) const;
   SandboxView view_of(const TrackedSandbox& tracked) const;
+  // Throws config when the configured network mode needs a relay or an egress proxy this host
+  // does not run, before anything is made.
+  void refuse_unservable_modes() const;
+  // An acquisition's result as the doors show it (its URL and headers; egress attached).
+  Acquired acquired_of(const AcquireResult& result);
 
   TrackedSandbox require_tracked(const std::string& id) const;
   std::string lease_holder(const std::string& id) const;

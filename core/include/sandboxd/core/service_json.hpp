@@ -15,6 +15,8 @@ namespace sandboxd::core {
 
 // {sandbox_id, sandbox_url, path, user_id, thread_id}
 std::string to_json(const Acquired& acquired);
+// {from_sandbox_id, sandboxes: [as above, one per new conversation]}
+std::string to_json(const Forked& forked);
 // {sandbox_id, sandbox_url, state, user_id, thread_id, last_activity|released_at,
 //  container_name}
 std::string to_json(const SandboxView& sandbox);
