@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang, ASan and UBSan into ./build-fuzz and runs each for a
+# Builds the libFuzzer targets with clang, ASan and UBSan into ./build-asan (the tree
+# scripts/asan.sh runs the suite from; scripts/configure_asan.sh) and runs each for a
 # bounded time (FUZZ_SECONDS, default 20) from its seed corpus in tests/fuzz/corpus/<target>,
 # on a scratch copy, so the repository's corpora only change by hand. A crash, leak, sanitizer
-# report or timeout fails the run and leaves the input in build-fuzz/findings/<target>/; turn
+# report or timeout fails the run and leaves the input in build-asan/findings/<target>/; turn
 # each into a regression test (and a corpus file) before fixing it.
 #   scripts/fuzz.sh                      every target, 20 s each
 #   FUZZ_SECONDS=300 scripts/fuzz.sh config
@@ -13,31 +14,28 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] ||
   targets=(config plugin_config engine_strings engine_answers provisioner_answers ids_and_paths
            plugin_metadata deerflow_yaml relay_answers)
-cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-  -DSANDBOXD_FUZZ=ON -DSANDBOXD_BUILD_TESTS=OFF -DSANDBOXD_SANITIZER="address,undefined" \
-  -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=undefined -fsanitize-recover=pointer-overflow -O1" \
-  >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
+bash scripts/configure_asan.sh
+cmake --build build-asan -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1"
 # pointer-overflow stays recoverable so the one RapidJSON finding can be suppressed by file;
 # halt_on_error still stops on every report that is not suppressed.
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/fuzz/ubsan.supp"
 failed=0
 for target in "${targets[@]}"; do
-  scratch="build-fuzz/corpus/$target"
-  findings="build-fuzz/findings/$target"
+  scratch="build-asan/corpus/$target"
+  findings="build-asan/findings/$target"
   rm -rf "$scratch" && mkdir -p "$scratch" "$findings"
   cp tests/fuzz/corpus/"$target"/* "$scratch"/
-  if build-fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  if build-asan/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -artifact_prefix="$findings/" -print_final_stats=1 "$scratch" \
-    >"build-fuzz/$target.log" 2>&1; then
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build-fuzz/$target.log")
-    cov=$(grep -o 'cov: [0-9]*' "build-fuzz/$target.log" | tail -1)
+    >"build-asan/$target.log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build-asan/$target.log")
+    cov=$(grep -o 'cov: [0-9]*' "build-asan/$target.log" | tail -1)
     echo "fuzz: $target: ${runs:-?} inputs in ${seconds}s, $cov, no finding"
   else
     failed=$((failed + 1))
-    echo "fuzz: $target: FINDING (log build-fuzz/$target.log, input in $findings/)"
-    tail -40 "build-fuzz/$target.log"
+    echo "fuzz: $target: FINDING (log build-asan/$target.log, input in $findings/)"
+    tail -40 "build-asan/$target.log"
   fi
 done
 [ "$failed" -eq 0 ]

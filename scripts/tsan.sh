@@ -13,6 +13,8 @@ targets+=(provisioner_service_test provisioner_config_test relay_test egress_pro
           door_event_stream_test)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_SANITIZER=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"
+# --build-only: .ci/run builds while other stages run, and runs later.
+if [ "${1:-}" = --build-only ]; then exit 0; fi
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
 SANDBOXD_SKIP_ENGINE=1 BUILD_DIR=build-tsan bash scripts/test.sh -L "loader|ownership|provider|provisioner_service|proxy"
 # Once more on a single CPU: there a worker thread tends to run on after the thread it served

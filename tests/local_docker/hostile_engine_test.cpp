@@ -138,8 +138,11 @@ class HostileEngineTest : public ::testing::Test {
   std::string create_error() {
     CreateRequest request;
     request.sandbox_id = "hostile01";
+    // Held outside the try: the exception's type lives in the plugin, which must stay loaded
+    // until the handler has read it (a temporary backend unloads it during unwinding).
+    const std::shared_ptr<SandboxBackend> loaded = backend();
     try {
-      backend()->create(request);
+      loaded->create(request);
     } catch (const std::exception& error) {
       return error.what();
     }
@@ -220,8 +223,9 @@ TEST_F(HostileEngineTest, GarbageAndWrongTypesInInspectAreNotAlive) {
     info.sandbox_id = "hostile01";
     info.container_name = "hostile-hostile01";
     bool alive = true;
+    const std::shared_ptr<SandboxBackend> loaded = backend();  // loaded while the handler runs
     try {
-      alive = backend()->is_alive(info);
+      alive = loaded->is_alive(info);
     } catch (const std::exception&) {
       alive = false;
     }
