@@ -46,6 +46,15 @@ Session::Session(const core::SandboxConfig& config, std::shared_ptr<Logger> logg
   // A daemon starts its background work only once what it inherited is in place, so the first
   // reconciliation does not adopt its own sandboxes as orphans.
   if (kind == SessionKind::daemon) provider_->start();
+  // A one-shot command takes the idle pass's turn with snapshots (no daemon may run here):
+  // those past snapshot_ttl_seconds go, and the images of deleted ones nothing runs from now.
+  if (kind == SessionKind::one_shot) {
+    try {
+      provider_->delete_expired_snapshots();
+    } catch (const std::exception& e) {
+      logger_->warning(std::string("Snapshots past their time could not be deleted: ") + e.what());
+    }
+  }
 }
 
 Session::~Session() {

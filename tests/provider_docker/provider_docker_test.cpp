@@ -492,8 +492,19 @@ TEST_F(ProviderOverDockerTest, AForkMakesIsolatedConversationsEachWithItsOwnCopy
   EXPECT_EQ(probe_to(boxes[1], boxes[1]), "reached\n") << "the probe itself does not work";
   EXPECT_EQ(probe_to(boxes[0], boxes[1]), "nothing\n") << "one fork reached another";
   EXPECT_EQ(probe_to(boxes[2], prefix_ + "-" + id), "nothing\n") << "a fork reached its source";
-  for (const AcquireResult& made : forked.sandboxes) provider_->destroy(made.sandbox_id);
   EXPECT_TRUE(provider_->snapshots(std::string("alice")).empty()) << "the fork's snapshot stayed";
+  const std::string fork_image = prefix_ + "-snapshot:fork-";
+  EXPECT_NE(testing::engine_get("/images/json").find(fork_image), std::string::npos)
+      << "the image went from under the forked sandboxes";
+  for (const AcquireResult& made : forked.sandboxes) provider_->destroy(made.sandbox_id);
+  // Once they are gone (AutoRemove finishes after the stop answers), the idle pass removes it.
+  for (int pass = 0; pass < 20; ++pass) {
+    provider_->delete_expired_snapshots();
+    if (testing::engine_get("/images/json").find(fork_image) == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_EQ(testing::engine_get("/images/json").find(fork_image), std::string::npos)
+      << "the fork's image outlived the sandboxes made from it";
 }
 
 }  // namespace

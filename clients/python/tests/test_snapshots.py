@@ -9,10 +9,20 @@ from __future__ import annotations
 import json
 import subprocess
 
-from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, engine_containers
+import time
+
+from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, engine_containers
 from test_egress_allowlist import engine_exec
 
 import sandboxd
+
+
+def snapshot_images(prefix: str) -> list[str]:
+    """The engine's image tags made by snapshots of containers named ``prefix``-…."""
+    conn = EngineConnection()
+    conn.request("GET", "/images/json")
+    return [tag for image in json.loads(conn.getresponse().read())
+            for tag in image.get("RepoTags") or [] if f"{prefix}-snapshot:" in tag]
 
 
 def write_both(container: str, tag: str) -> None:
@@ -131,6 +141,7 @@ def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_require
     for fork in made + counted:
         client.destroy(fork.sandbox_id)
     client.destroy(source.sandbox_id)
+    served.stop()  # serve removes the images nothing runs from as it stops
 
     state = tmp_path / "cli-state"
     state.mkdir(mode=0o700)
@@ -165,3 +176,11 @@ def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_require
     for tracked in json.loads(listed.stdout)["sandboxes"]:
         assert cli("destroy", tracked["sandbox_id"]).returncode == 0
     assert engine_containers(prefix) == []
+    # The forks' images went with their last sandbox: each command removes the ones nothing
+    # runs from any more (the engine finishes a removal just after the stop answers).
+    for _ in range(20):
+        if not snapshot_images(prefix):
+            break
+        cli("snapshots")
+        time.sleep(0.3)
+    assert snapshot_images(prefix) == []

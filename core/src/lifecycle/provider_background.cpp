@@ -11,6 +11,7 @@
 namespace sandboxd::core {
 void Provider::Impl::start() {
   if (options_.reconcile_on_start) reconcile_orphans();
+  remove_remembered_images();
   if (options_.run_background_threads) start_background_threads();
 }
 

@@ -95,6 +95,10 @@ struct Provider::Impl {
   // every one past its time deleted (the idle checker's pass); how many.
   SnapshotRecord delete_snapshot(const std::string& user_id, const std::string& name);
   std::size_t delete_expired_snapshots();
+  // The images of deleted snapshots a sandbox still ran from, removed where nothing does now
+  // (the engine refuses the others; they stay remembered). Run at start (so each one-shot
+  // command takes its turn), by the idle pass and at shutdown.
+  void remove_remembered_images();
   // A failed fork's new conversation directory, emptied and removed (provider_fork.cpp); a
   // failure is logged, never thrown.
   void remove_new_conversation_dir(const std::string& thread_id, const std::string& user_id);

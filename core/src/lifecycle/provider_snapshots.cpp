@@ -217,22 +217,28 @@ SnapshotRecord Provider::Impl::delete_snapshot(const std::string& user_id,
   return *record;
 }
 
-std::size_t Provider::Impl::delete_expired_snapshots() {
-  // Images of deleted snapshots that were still in use: removed once nothing runs from them.
-  if (snapshots_ != nullptr) {
-    std::vector<std::string> removed;
+void Provider::Impl::remove_remembered_images() {
+  if (snapshots_ == nullptr) return;
+  std::vector<std::string> removed;
+  try {
     for (const std::string& image : snapshot_store_->remembered_images()) {
       try {
         snapshots_->remove_snapshot_image(image);
         removed.push_back(image);
       } catch (const std::exception&) {
+        // Still in use (or the engine is away): the next pass tries again.
       }
     }
-    try {
-      snapshot_store_->forget_images(removed);
-    } catch (const std::exception&) {
-    }
+    if (!removed.empty()) snapshot_store_->forget_images(removed);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        std::string("The images of deleted snapshots could not be ") + "looked at: " + e.what());
   }
+}
+
+std::size_t Provider::Impl::delete_expired_snapshots() {
+  // Images of deleted snapshots that were still in use: removed once nothing runs from them.
+  remove_remembered_images();
   const double now = clock_->wall_now();
   std::size_t deleted = 0;
   for (const SnapshotRecord& record : snapshot_store_->list(std::nullopt)) {

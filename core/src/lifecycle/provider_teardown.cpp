@@ -190,6 +190,7 @@ void Provider::Impl::shutdown() {
   // An async creation that finishes now finds its install refused and destroys its container
   // itself (A.3); it still needs the store, so the store closes after it.
   async_->wait_idle();
+  remove_remembered_images();
   try {
     ownership_->close();
   } catch (const std::exception& e) {
