@@ -9,7 +9,7 @@
 # file (tests/fuzz/ubsan.supp); halt_on_error still stops on every report not suppressed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DSANDBOXD_WERROR=ON \
   -DSANDBOXD_FUZZ=ON -DSANDBOXD_SANITIZER="address,undefined" \
   -DCMAKE_CXX_FLAGS="-fno-sanitize-recover=undefined -fsanitize-recover=pointer-overflow -O0" \
   >/dev/null

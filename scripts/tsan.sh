@@ -11,7 +11,7 @@ targets=(loader_test ownership_store_test ownership_cross_process_test ownership
 [ -f tests/provider/CMakeLists.txt ] && targets+=(provider_test)
 targets+=(provisioner_service_test provisioner_config_test relay_test egress_proxy_test egress_decisions_test
           door_event_stream_test)
-cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_SANITIZER=thread >/dev/null
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_WERROR=ON -DSANDBOXD_SANITIZER=thread >/dev/null
 cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"
 # --build-only: .ci/run builds while other stages run, and runs later.
 if [ "${1:-}" = --build-only ]; then exit 0; fi

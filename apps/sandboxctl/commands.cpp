@@ -130,6 +130,7 @@ int cmd_plugins(GlobalContext& context, const std::vector<std::string>& args) {
                 c.problem.empty() ? to_string(c.kind) : "unusable", c.abi_version,
                 c.version.empty() ? "unknown" : c.version.c_str(), c.path.c_str(),
                 c.problem.empty() ? "" : ("  (" + c.problem + ")").c_str());
+    if (!c.description.empty()) std::printf("    %s\n", c.description.c_str());
   }
   return kOk;
 }

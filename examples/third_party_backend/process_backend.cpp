@@ -297,17 +297,8 @@ pid_t ProcessSandboxBackend::spawn_httpd(const fs::path& dir, int port) const {
   posix_spawn_file_actions_addopen(&setup.actions, STDOUT_FILENO, log_path.c_str(),
                                    O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO);
-  // The child must die on SIGTERM even when the host blocks or ignores it.
-  sigset_t empty;
-  sigemptyset(&empty);
-  posix_spawnattr_setsigmask(&setup.attributes, &empty);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int signal_number : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD}) {
-    sigaddset(&defaults, signal_number);
-  }
-  posix_spawnattr_setsigdefault(&setup.attributes, &defaults);
-  posix_spawnattr_setflags(&setup.attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  // The child must die on SIGTERM even when the host blocks or ignores it (the daemons do).
+  sandboxd::set_child_signal_defaults(setup.attributes);
 
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, httpd_path_.c_str(), &setup.actions, &setup.attributes,

@@ -24,6 +24,8 @@ for line in 'ownership_memory:MemoryOwnershipStore +ownership +abi=3 +version=[0
             'process_backend:ProcessSandboxBackend +backend +abi=3 +version=0\.1\.0 +.*process_backend.so'; do
   contains "$out" "$line"; check "plugins lists /$line/" $? "$out"
 done
+# Each with its description on the line below, as README promises (it was left out of the text).
+contains "$out" '^    sandboxes as containers of a local Docker-compatible engine'; check "plugins shows each description" $? "$out"
 # Listing reads the libraries' own metadata: a plugin whose static initialiser writes a file is
 # listed, and the file never appears (no plugin code runs).
 out=$(SANDBOXD_TEST_STATIC_INIT_MARKER="$work/static-init-ran" SANDBOXD_PLUGIN_PATH="$static_init_dir" \

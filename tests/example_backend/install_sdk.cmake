@@ -36,3 +36,20 @@ if(NOT core_libraries OR NOT core_targets OR NOT core_pc
                       "${PREFIX}")
 endif()
 message(STATUS "sandboxd installed into ${PREFIX}: ${configs}")
+
+# The SDK alone, as a plugin author installs it (README): component "sdk" into its own prefix
+# holds the headers and the CMake package, and nothing of the core.
+set(sdk_prefix "${PREFIX}-sdk-only")
+file(REMOVE_RECURSE "${sdk_prefix}")
+execute_process(
+  COMMAND "${CMAKE_COMMAND}" --install "${BINARY_DIR}" --component sdk --prefix "${sdk_prefix}"
+  RESULT_VARIABLE result)
+if(NOT result EQUAL 0)
+  message(FATAL_ERROR "cmake --install ${BINARY_DIR} --component sdk failed (${result})")
+endif()
+file(GLOB_RECURSE sdk_configs "${sdk_prefix}/*/sandboxdConfig.cmake")
+file(GLOB_RECURSE sdk_core "${sdk_prefix}/*/libsandboxd_core.so*")
+if(NOT EXISTS "${sdk_prefix}/include/sandboxd/backend.hpp" OR NOT sdk_configs OR sdk_core)
+  message(FATAL_ERROR "--component sdk did not install the SDK alone into ${sdk_prefix}")
+endif()
+file(REMOVE_RECURSE "${sdk_prefix}")

@@ -4,6 +4,7 @@
 #include "sandboxd/abi.hpp"
 #include "sandboxd/backend.hpp"
 #include "sandboxd/capabilities.hpp"
+#include "sandboxd/child_process.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/errors.hpp"
 #include "sandboxd/json.hpp"
