@@ -1,5 +1,5 @@
 // The one HTTP/1.1 server of both daemons (`sandboxctl serve`, `sandboxd-provisioner`),
-// on Boost.Beast/Asio, built for clients that are slow, silent or hostile (DESIGN.md "The
+// on Boost.Beast/Asio, built for clients that are slow, silent or hostile (design "The
 // doors' HTTP server").
 //
 // Thread model: one I/O thread (the one that calls run()) owns every socket, timer and parser;

@@ -1,4 +1,4 @@
-// The body of POST /api/sandboxes (SPEC §10.8's request model), read and checked before any of
+// The body of POST /api/sandboxes (design §10.8's request model), read and checked before any of
 // it reaches a path, a container name or the backend. Unknown keys are ignored, as FastAPI does.
 #pragma once
 

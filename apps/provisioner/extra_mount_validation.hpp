@@ -1,4 +1,4 @@
-// The provisioner service's validation of extra mounts in a create request (SPEC §10.8).
+// The provisioner service's validation of extra mounts in a create request (design §10.8).
 // The service itself (Kubernetes Pods and Services) is not built yet; its validation is, so
 // the gateway's payload (remote_provisioner plugin) is checked against the same rules.
 #pragma once

@@ -62,7 +62,7 @@ class ProvisionerHttpServer {
   std::shared_ptr<door::UiSessions> ui_sessions_;
 };
 
-// The provisioner's routes (SPEC §10.8: /health open; /metrics, /api/capabilities,
+// The provisioner's routes (design §10.8: /health open; /metrics, /api/capabilities,
 // /api/sandboxes, /api/sandboxes/{id}, /api/sandboxes/{id}/instance behind the key), each
 // answered by the service; what matches none is FastAPI's 404 "Not Found" or 405 "Method Not
 // Allowed" with Allow.

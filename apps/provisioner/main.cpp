@@ -1,4 +1,4 @@
-// sandboxd-provisioner: DeerFlow's provisioner HTTP API (SPEC §10.8) in front of any sandbox
+// sandboxd-provisioner: DeerFlow's provisioner HTTP API (design §10.8) in front of any sandbox
 // backend plugin, so gateways on several hosts can share one container host. Gateways reach it
 // with the remote_provisioner plugin (`provisioner_url`, `provisioner_api_key`).
 #include <pthread.h>

@@ -1,4 +1,4 @@
-// DeerFlow's provisioner API (SPEC §10.8) over any SandboxBackend: what each route answers,
+// DeerFlow's provisioner API (design §10.8) over any SandboxBackend: what each route answers,
 // independent of the HTTP server that carries it (http_binding.hpp). Sandboxes are the
 // backend's; the service keeps no state of its own, so a restart loses nothing.
 //

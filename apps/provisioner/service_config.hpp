@@ -1,4 +1,4 @@
-// What sandboxd-provisioner runs with: its own JSON section, SPEC §10.7's environment variables
+// What sandboxd-provisioner runs with: its own JSON section, design §10.7's environment variables
 // where they make sense without Kubernetes, and command-line flags, resolved once at start-up.
 //
 //   {"provisioner": {

@@ -1,7 +1,7 @@
 // An example third-party sandbox backend, built only against the installed sandboxd SDK.
 //
 // Each sandbox is a local child process: `busybox httpd` serving the readiness endpoint
-// (GET /v1/sandbox → 200, SPEC §5.17) on 127.0.0.1 from a per-sandbox directory. It has no
+// (GET /v1/sandbox → 200, design §5.17) on 127.0.0.1 from a per-sandbox directory. It has no
 // isolation at all; it exists to show the shape of a real plugin (options with key-path
 // errors, logging through the host, a lock story, children that never outlive the backend).
 //

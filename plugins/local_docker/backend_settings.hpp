@@ -57,7 +57,7 @@ struct Settings {
   std::string network;
   bool own_network = true;
   bool init = true;
-  std::string bind_host;     // as SPEC §9.4 renders it ("[::1]" for IPv6 loopback)
+  std::string bind_host;     // as design §9.4 renders it ("[::1]" for IPv6 loopback)
   std::string sandbox_host;  // host part of sandbox URLs
   double request_timeout_seconds = 30;
   double pull_timeout_seconds = 600;

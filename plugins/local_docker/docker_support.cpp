@@ -149,7 +149,7 @@ double parse_docker_timestamp(const std::string& raw) {
     double scale = 0.1;
     int kept = 0;
     while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) {
-      if (kept < 6) {  // SPEC §9.9: truncate to microseconds
+      if (kept < 6) {  // design §9.9: truncate to microseconds
         fraction += (text[pos] - '0') * scale;
         scale /= 10;
         ++kept;

@@ -27,17 +27,17 @@ struct EngineEndpoint {
 long long parse_memory_bytes(const std::string& text);
 
 // Docker/RFC 3339 timestamps ("2026-04-08T01:22:50.123456789Z", offsets allowed) to epoch
-// seconds; empty or unparsable → 0.0 (SPEC §9.9).
+// seconds; empty or unparsable → 0.0 (design §9.9).
 double parse_docker_timestamp(const std::string& text);
 
-// SPEC §9.4: the host address `-p` binds to. `reason` receives the debug-log wording.
+// design §9.4: the host address `-p` binds to. `reason` receives the debug-log wording.
 std::string resolve_bind_host(const std::optional<std::string>& explicit_bind_host,
                               const std::string& sandbox_host, std::string* reason);
 
 // "http://{host}:{port}", with IPv6 literals bracketed.
 std::string sandbox_url(const std::string& host, int port);
 
-// The engine refused a host port because something else holds it (SPEC §9.2).
+// The engine refused a host port because something else holds it (design §9.2).
 bool is_port_conflict_message(const std::string& message);
 
 // The engine refused a container name that is taken. Docker answers 409 "Conflict. The container
@@ -45,7 +45,7 @@ bool is_port_conflict_message(const std::string& message);
 // is already in use by <id> … that name is already in use".
 bool is_name_conflict(long status, const std::string& message);
 
-// SPEC §9.6 "does not exist": 404, or a message saying "no such container" / "no such object",
+// design §9.6 "does not exist": 404, or a message saying "no such container" / "no such object",
 // or "not found" together with the container's name, "container" or "object". podman 4.3
 // answers an inspect racing an auto-removal with HTTP 500 "container … does not exist in
 // database: no such container", which this counts as gone too.

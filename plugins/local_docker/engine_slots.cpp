@@ -8,8 +8,8 @@
 namespace sandboxd::local_docker {
 namespace {
 
-constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
-constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
+constexpr double kListTimeoutSeconds = 10.0;    // design §9.8
+constexpr double kInspectTimeoutSeconds = 5.0;  // design §9.6
 
 std::string short_id(const std::string& id) {
   return id.size() > 12 ? id.substr(0, 12) : id;

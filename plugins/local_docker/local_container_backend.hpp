@@ -1,5 +1,5 @@
 // local_docker:LocalContainerBackend — sandboxes as containers of a local engine, driven
-// through the Docker Engine REST API (Docker, or `podman system service`), SPEC §9. Its options
+// through the Docker Engine REST API (Docker, or `podman system service`), design §9. Its options
 // are in backend_settings.hpp and plugins/local_docker/README.md.
 //
 // The class is split by concern: local_container_backend.cpp (construction, create with its
@@ -63,10 +63,10 @@ inline constexpr const char* kLabelSnapshot = "sandboxd.snapshot";       // on a
 // Where a sandbox's API listens inside its own network namespace (namespaced sandboxes).
 inline constexpr const char* kNamespacedUrl = "http://127.0.0.1:8080";
 
-inline constexpr int kMaxStartAttempts = 10;           // SPEC §9.2
-inline constexpr double kInspectTimeoutSeconds = 5.0;  // SPEC §9.6
-inline constexpr double kListTimeoutSeconds = 10.0;    // SPEC §9.8
-inline constexpr double kDiscoveryReadySeconds = 5.0;  // SPEC §5.17
+inline constexpr int kMaxStartAttempts = 10;           // design §9.2
+inline constexpr double kInspectTimeoutSeconds = 5.0;  // design §9.6
+inline constexpr double kListTimeoutSeconds = 10.0;    // design §9.8
+inline constexpr double kDiscoveryReadySeconds = 5.0;  // design §5.17
 // Pause and unpause freeze or thaw a cgroup: milliseconds (11–38 ms measured); 10 s bounds a
 // stuck engine.
 inline constexpr double kFreezeTimeoutSeconds = 10.0;

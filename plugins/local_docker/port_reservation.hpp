@@ -1,4 +1,4 @@
-// Host ports this process is starting containers on, when a base port is configured (SPEC
+// Host ports this process is starting containers on, when a base port is configured (design
 // §9.2): two threads never offer the engine the same port at once. Process-wide, like the
 // reference's allocator. Lock story: one process-wide mutex guards the set of reserved ports;
 // held only to add or remove one.

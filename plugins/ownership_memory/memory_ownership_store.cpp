@@ -1,4 +1,4 @@
-// ownership_memory:MemoryOwnershipStore — the in-process lease store (SPEC §7.4). Peers in
+// ownership_memory:MemoryOwnershipStore — the in-process lease store (design §7.4). Peers in
 // other processes cannot see these leases, so it only suits a single gateway instance.
 #include <mutex>
 #include <optional>
@@ -72,7 +72,7 @@ class MemoryOwnershipStore final : public OwnershipStore {
     return it->second.owner_id;
   }
 
-  // The test-only view SPEC §7.4 asks for; expires_at is on the monotonic clock.
+  // The test-only view design §7.4 asks for; expires_at is on the monotonic clock.
   std::optional<LeaseRecord> inspect(const std::string& sandbox_id) override {
     MutexLock lock(mutex_);
     require_open("inspect", sandbox_id);

@@ -1,11 +1,11 @@
 // ownership_redis:RedisOwnershipStore — leases in Redis, shared by gateways on many hosts, on
-// the wire exactly as DeerFlow's Redis store writes them (SPEC §7.5): key
+// the wire exactly as DeerFlow's Redis store writes them (design §7.5): key
 // "{key_prefix}:{sandbox_id}", value "own:{owner}" or "del:{owner}", TTL in milliseconds
 // max(1, int(ttl × 1000)). Every read-modify-write is one server-side Lua script (loaded once,
 // called by SHA, reloaded on NOSCRIPT), so a C++ gateway and a Python DeerFlow gateway can share
 // one Redis without either destroying the other's sandboxes.
 //
-// One deviation from DeerFlow's script, where SPEC §7.2 and the other stores agree: a
+// One deviation from DeerFlow's script, where design §7.2 and the other stores agree: a
 // non-destroy claim never turns our own "del" lease back into "own".
 //
 // Lock story: one hiredis connection per store, guarded by `mutex_`; a call holds it for its
@@ -266,7 +266,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
         given_key = key;
       }
     }
-    // SPEC §7.6's fallback chain when the section names no URL.
+    // design §7.6's fallback chain when the section names no URL.
     for (const char* variable : {"DEER_FLOW_SANDBOX_OWNERSHIP_REDIS_URL",
                                  "DEER_FLOW_STREAM_BRIDGE_REDIS_URL", "REDIS_URL"}) {
       if (!url.empty()) break;

@@ -1,5 +1,5 @@
 // ownership_sqlite:SqliteOwnershipStore — one SQLite file shared by every gateway process on
-// the host (SPEC §7.5, with SQLite in place of Redis). Each read-modify-write is one
+// the host (design §7.5, with SQLite in place of Redis). Each read-modify-write is one
 // `BEGIN IMMEDIATE` transaction: the database's write lock makes it atomic across processes
 // and connections. Expiry uses wall-clock time because it is the only clock that processes
 // agree on.

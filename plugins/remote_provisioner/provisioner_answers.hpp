@@ -1,5 +1,5 @@
 // What the remote_provisioner plugin reads from the provisioner service's JSON answers
-// (SPEC §10.2–§10.5): capabilities, a create, a sandbox, an exact-instance lookup, a listing,
+// (design §10.2–§10.5): capabilities, a create, a sandbox, an exact-instance lookup, a listing,
 // a sandbox's usage.
 // Pure functions over the body, so that unit tests and the `provisioner_answers` fuzz target
 // reach them without a service. Whatever answers in the provisioner's place is untrusted: a

@@ -1,5 +1,5 @@
 // Pieces of the remote provisioner backend that need no plugin context: a small libcurl HTTP
-// client, the extra-mount payload filter (SPEC §10.6) and style-preserving host path helpers.
+// client, the extra-mount payload filter (design §10.6) and style-preserving host path helpers.
 //
 // Thread safety: every request creates and cleans up its own CURL easy handle, so calls run in
 // parallel without shared libcurl state. The free functions are pure.

@@ -1,5 +1,5 @@
 // remote_provisioner:RemoteSandboxBackend — sandboxes run by the DeerFlow provisioner service
-// (SPEC §10). Every call is one HTTP request with its own libcurl handle.
+// (design §10). Every call is one HTTP request with its own libcurl handle.
 //
 // Lock story: `probe_mutex_` (the probe lock) guards the capability state: `version_`,
 // `known_` and `next_probe_at_`. It is held across the capabilities GET (up to 5 s), so
@@ -379,7 +379,7 @@ class RemoteSandboxBackend final : public SandboxBackend,
   std::string base_url_;
   std::string api_key_;  // never logged
 
-  // Lock story (SPEC §10.2): probe_mutex_ is the capability-probe lock. It is held across the
+  // Lock story (design §10.2): probe_mutex_ is the capability-probe lock. It is held across the
   // whole probe (one HTTP GET of up to 5 s) by refresh and by mount_contract_snapshot, so a
   // snapshot blocks while a probe runs; it guards next_probe_at_ and every write of version_
   // and known_. The cached accessors read the two atomics without it and never block.

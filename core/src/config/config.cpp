@@ -1,4 +1,4 @@
-// Loading and validating the `sandbox` section (SPEC.md §11, §7.6; DESIGN.md "Configuration").
+// Loading and validating the `sandbox` section (design §11, §7.6; design "Configuration").
 //
 // Every error is one sentence of the form "{file}: {key path}: expected {what}, got {value}" so
 // an operator knows which line of which file to fix. Secrets never appear in errors or warnings:
@@ -391,7 +391,7 @@ class Parser {
           "' (expected \"memory\", \"sqlite\" or \"redis\")");
   }
 
-  // SPEC §7.6: without an ownership section DeerFlow picks its redis store when the stream
+  // design §7.6: without an ownership section DeerFlow picks its redis store when the stream
   // bridge is redis (with the bridge's URL) or either redis URL variable is set (the store then
   // reads it itself). The reason, for the mapping note; nothing when no redis is implied.
   std::optional<std::string> redis_inference(const Value& root, std::optional<std::string>& url) {

@@ -1,4 +1,4 @@
-// acquire_async's bookkeeping (SPEC §12): the state one AsyncAcquisition shares with the
+// acquire_async's bookkeeping (design §12): the state one AsyncAcquisition shares with the
 // work that serves it, and which acquisitions wait for their conversation's lock or run, so
 // shutdown() and detach() can refuse new ones, fail the queued ones and wait for the running
 // ones before anything they use is closed.

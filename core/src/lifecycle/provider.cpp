@@ -1,5 +1,5 @@
 // Provider: construction, the public API (each a call into Impl), mount mode, ids and mounts,
-// and the registry as data (SPEC §3.6, §4, §5.2, §5.14, §5.19).
+// and the registry as data (design §3.6, §4, §5.2, §5.14, §5.19).
 #include "sandboxd/core/provider.hpp"
 
 #include <fcntl.h>
@@ -451,7 +451,7 @@ bool Provider::Impl::negotiates_contract() const {
   return negotiation_ && backend_->mount_mode_kind() == MountModeKind::contract_negotiated;
 }
 
-// ── mount mode (SPEC §3.6) ───────────────────────────────────────────────────
+// ── mount mode (design §3.6) ───────────────────────────────────────────────────
 
 bool Provider::Impl::uses_thread_data_mounts() const {
   if (options_.thread_data_mounts.has_value()) {
@@ -667,7 +667,7 @@ void Provider::Impl::import_registry(const RegistrySnapshot& snapshot) {
   }
 }
 
-// ── get (SPEC §5.14) ─────────────────────────────────────────────────────────
+// ── get (design §5.14) ─────────────────────────────────────────────────────────
 
 ClientPtr Provider::Impl::get(const std::string& sandbox_id) {
   MutexLock lock(mutex_);
@@ -677,7 +677,7 @@ ClientPtr Provider::Impl::get(const std::string& sandbox_id) {
   return entry->client;
 }
 
-// ── reconciliation reconnect (SPEC §5.19) ────────────────────────────────────
+// ── reconciliation reconnect (design §5.19) ────────────────────────────────────
 
 std::optional<ReconciliationIdentity> Provider::Impl::prepare_sandbox_reconciliation_identity(
     const std::string& sandbox_id) {

@@ -1,4 +1,4 @@
-// Provider: acquisition (SPEC §5.3–§5.11): reuse an active sandbox, reclaim a warm one,
+// Provider: acquisition (design §5.3–§5.11): reuse an active sandbox, reclaim a warm one,
 // discover a running one or create one, under the conversation's locks.
 #include <chrono>
 
@@ -20,7 +20,7 @@ void note_acquire_path(AcquirePath path) {
   if (t_acquire_path) *t_acquire_path = path;
 }
 
-// ── acquire (SPEC §5.3, §5.4) ────────────────────────────────────────────────
+// ── acquire (design §5.3, §5.4) ────────────────────────────────────────────────
 
 namespace {
 
@@ -205,7 +205,7 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
   return create_sandbox(std::nullopt, sandbox_id, user_id, snapshot);
 }
 
-// ── identity guards (SPEC §4.3) ──────────────────────────────────────────────
+// ── identity guards (design §4.3) ──────────────────────────────────────────────
 
 void Provider::Impl::check_identity_locked(const std::string& sandbox_id,
                                            const ThreadKey& key) const {
@@ -216,7 +216,7 @@ void Provider::Impl::check_identity_locked(const std::string& sandbox_id,
   }
 }
 
-// ── revalidation (SPEC §5.7) ─────────────────────────────────────────────────
+// ── revalidation (design §5.7) ─────────────────────────────────────────────────
 
 void Provider::Impl::check_reported_identity(const SandboxInfo& info, const std::string& thread_id,
                                              const std::string& user_id) const {
@@ -261,7 +261,7 @@ void Provider::Impl::install_validated_info(const std::string& sandbox_id, const
   });
 }
 
-// ── reuse (SPEC §5.5) ────────────────────────────────────────────────────────
+// ── reuse (design §5.5) ────────────────────────────────────────────────────────
 
 std::optional<std::string> Provider::Impl::reuse_in_process_sandbox(
     const std::optional<std::string>& thread_id, const std::string& user_id,
@@ -356,7 +356,7 @@ std::optional<std::string> Provider::Impl::reuse_in_process_sandbox_step(
   return sandbox_id;
 }
 
-// ── warm reclaim (SPEC §5.6) ─────────────────────────────────────────────────
+// ── warm reclaim (design §5.6) ─────────────────────────────────────────────────
 
 std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
     const std::optional<std::string>& thread_id, const std::string& sandbox_id,
@@ -439,7 +439,7 @@ std::optional<std::string> Provider::Impl::reclaim_warm_pool_sandbox(
   return sandbox_id;
 }
 
-// ── discover-or-create (SPEC §5.8) ───────────────────────────────────────────
+// ── discover-or-create (design §5.8) ───────────────────────────────────────────
 
 std::optional<std::string> Provider::Impl::recheck_cached_sandbox(const std::string& thread_id,
                                                                   const std::string& sandbox_id,

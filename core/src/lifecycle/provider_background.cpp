@@ -1,5 +1,5 @@
 // Provider: start-up, the two background threads (idle checker, lease renewer) and
-// acquire_async (SPEC §5.2, §6, §7.10, §12).
+// acquire_async (design §5.2, §6, §7.10, §12).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -100,7 +100,7 @@ void Provider::Impl::renewal_loop() {
   }
 }
 
-// ── async acquire (SPEC §12) ─────────────────────────────────────────────────
+// ── async acquire (design §12) ─────────────────────────────────────────────────
 
 void Provider::Impl::run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
                                            const std::optional<std::string>& thread_id,
@@ -161,7 +161,7 @@ AsyncAcquisition Provider::Impl::acquire_async(const std::optional<std::string>&
       state->finish("", shut_down_error());
       return AsyncAcquisition(state);
     }
-    // The wait has its own executor (SPEC §12 item 2), and parks no thread there: the lock
+    // The wait has its own executor (design §12 item 2), and parks no thread there: the lock
     // queues a grant, run by whoever releases it, which hands the work to the blocking pool. So
     // waiters on one stuck conversation, cancelled or not, never hold up another (issue 13 A.5).
     auto grant = [work, state, lock, blocking, run]() -> bool {

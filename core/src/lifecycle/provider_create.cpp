@@ -1,5 +1,5 @@
 // Provider: registering a discovered or created sandbox, and creating one within the replica
-// cap (SPEC §5.9–§5.11).
+// cap (design §5.9–§5.11).
 #include <future>
 #include <system_error>
 
@@ -14,8 +14,7 @@ namespace {
 constexpr double kClaimedSlotReadySeconds = 5.0;
 }  // namespace
 
-
-// ── registration (SPEC §5.9) ─────────────────────────────────────────────────
+// ── registration (design §5.9) ─────────────────────────────────────────────────
 
 std::string Provider::Impl::register_discovered_sandbox(const std::string& thread_id, InfoPtr info,
                                                         const std::string& user_id) {
@@ -98,7 +97,7 @@ std::string Provider::Impl::register_created_sandbox_step(
   return sandbox_id;
 }
 
-// ── create (SPEC §5.10, §5.11) ───────────────────────────────────────────────
+// ── create (design §5.10, §5.11) ───────────────────────────────────────────────
 
 bool Provider::Impl::make_room(const std::string& creating_id) {
   const auto replicas = static_cast<std::size_t>(options_.replicas);
@@ -166,7 +165,7 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
   // On a real engine a stop and a create each take a second or so: the eviction's stops run
   // beside the backend create instead of before it (issue 10). The creating call still waits
   // for them before it registers its sandbox, and on every way out, so the oldest warm
-  // sandbox has been destroyed, once, by the time it returns (SPEC §5.10).
+  // sandbox has been destroyed, once, by the time it returns (design §5.10).
   std::future<bool> room;
   if (over_cap) {
     auto evict = [this, sandbox_id] {

@@ -155,7 +155,7 @@ struct Provider::Impl {
   Provider::Capacity capacity() EXCLUDES(mutex_);
   ProviderEventCounts event_counts() const;
 
-  // ── acquisition (SPEC §5.3–§5.11; provider_acquire.cpp) ──
+  // ── acquisition (design §5.3–§5.11; provider_acquire.cpp) ──
   std::string acquire_with_restarts(const std::optional<std::string>& thread_id,
                                     const std::string& user_id) EXCLUDES(mutex_);
   Snapshot acquisition_contract_snapshot();
@@ -261,7 +261,7 @@ struct Provider::Impl {
   void check_identity_locked(const std::string& sandbox_id, const ThreadKey& key) const
       REQUIRES(mutex_);
 
-  // ── ownership (SPEC §7.7–§7.9; provider_ownership.cpp) ──
+  // ── ownership (design §7.7–§7.9; provider_ownership.cpp) ──
   void publish_ownership(const std::string& sandbox_id) EXCLUDES(mutex_);
   bool claim_ownership(const std::string& sandbox_id, bool for_destroy);
   bool refresh_ownership(const std::string& sandbox_id);
@@ -277,7 +277,7 @@ struct Provider::Impl {
   void forget(const std::string& sandbox_id, std::optional<std::uint64_t> expected_epoch)
       EXCLUDES(mutex_);
 
-  // ── teardown and health (SPEC §5.13, §5.16, §6; provider_teardown.cpp) ──
+  // ── teardown and health (design §5.13, §5.16, §6; provider_teardown.cpp) ──
   DestroyOutcome destroy_tracked(const std::string& sandbox_id, const Predicate& still_reapable)
       EXCLUDES(mutex_);
   DestroyOutcome destroy_tracked_step(const std::string& sandbox_id,

@@ -1,4 +1,4 @@
-// Provider: how it uses the ownership store (SPEC §7.7–§7.10): publishing a lease on every
+// Provider: how it uses the ownership store (design §7.7–§7.10): publishing a lease on every
 // hand-out, claims for teardown, renewal, the local teardown reservation, and dropping what a
 // peer took over.
 #include <cstdio>

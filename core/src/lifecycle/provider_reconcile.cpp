@@ -1,4 +1,4 @@
-// Provider: orphan reconciliation (SPEC §8): running containers of ours that nobody here
+// Provider: orphan reconciliation (design §8): running containers of ours that nobody here
 // tracks, adopted into the warm pool once their lease has been free for one TTL.
 #include <cmath>
 #include <cstdio>

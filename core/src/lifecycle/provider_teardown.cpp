@@ -1,5 +1,5 @@
 // Provider: release, destroy, shutdown, health, the warm pool's expiry and eviction, and the
-// idle reaper (SPEC §5.12–§5.16, §6).
+// idle reaper (design §5.12–§5.16, §6).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -39,7 +39,7 @@ const char* to_string(DestroyOutcome outcome) {
   return "?";
 }
 
-// ── release (SPEC §5.12) ─────────────────────────────────────────────────────
+// ── release (design §5.12) ─────────────────────────────────────────────────────
 
 ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   SandboxRegistry::Parked parked;
@@ -79,7 +79,7 @@ ReleaseOutcome Provider::Impl::release(const std::string& sandbox_id) {
   return outcome;
 }
 
-// ── destroy (SPEC §5.13) ─────────────────────────────────────────────────────
+// ── destroy (design §5.13) ─────────────────────────────────────────────────────
 
 DestroyOutcome Provider::Impl::destroy(const std::string& sandbox_id) {
   std::optional<ThreadKey> conversation;
@@ -135,7 +135,7 @@ DestroyOutcome Provider::Impl::destroy_tracked_step(const std::string& sandbox_i
   return DestroyOutcome::not_tracked;
 }
 
-// ── shutdown (SPEC §5.15) ────────────────────────────────────────────────────
+// ── shutdown (design §5.15) ────────────────────────────────────────────────────
 
 void Provider::Impl::shutdown() {
   MutexLock once(shutdown_mutex_);  // a concurrent second call returns when this one has
@@ -219,7 +219,7 @@ void Provider::Impl::detach() {
                            " warm-pool sandbox(es); they keep running under their leases");
 }
 
-// ── health (SPEC §5.16) ──────────────────────────────────────────────────────
+// ── health (design §5.16) ──────────────────────────────────────────────────────
 
 std::optional<bool> Provider::Impl::check_alive(const std::string& sandbox_id,
                                                 const SandboxInfo& info) {
@@ -270,7 +270,7 @@ void Provider::Impl::drop_unhealthy_sandbox(const std::string& sandbox_id,
   log(LogLevel::warning, "Dropped unhealthy sandbox " + sandbox_id + ": " + reason);
 }
 
-// ── warm pool (SPEC §6.2, §6.3) ──────────────────────────────────────────────
+// ── warm pool (design §6.2, §6.3) ──────────────────────────────────────────────
 
 bool Provider::Impl::destroy_warm_entry(const std::string& sandbox_id, const WarmEntry& entry,
                                         const std::string& reason,
@@ -408,7 +408,7 @@ std::optional<std::string> Provider::Impl::evict_oldest_warm(
   return std::nullopt;
 }
 
-// ── max lifetime (issue 35 item 2), then the idle reaper (SPEC §6.1) ─────────
+// ── max lifetime (issue 35 item 2), then the idle reaper (design §6.1) ─────────
 
 namespace {
 

@@ -1,5 +1,5 @@
 // What one provider instance tracks: one entry per sandbox, with one lifecycle state, and the
-// conversation index (DESIGN.md "Core shape"). Private to the core; never installed.
+// conversation index (design "Core shape"). Private to the core; never installed.
 //
 // Not thread-safe by itself: the provider holds it GUARDED_BY its registry mutex and calls it
 // only with that mutex held. Nothing here blocks, logs or calls out.
@@ -104,7 +104,7 @@ class SandboxRegistry {
   bool held(const std::string& id) const;
   // Active or released with an info: what a find() or export shows.
   bool tracked(const std::string& id) const;
-  // SPEC §4.3: the conversation `id` is tracked for when it is not `key`'s (a collision of
+  // design §4.3: the conversation `id` is tracked for when it is not `key`'s (a collision of
   // ids), else nullopt. An active entry answers its identity, or the one conversation mapped
   // to it when it has none (a seed fixture's); a released one its identity (an adopted orphan
   // has none: no conflict). Nothing tracked, or marks only: nullopt.
@@ -193,7 +193,7 @@ class SandboxRegistry {
   std::size_t teardown_count() const { return teardowns_; }
   std::size_t creating_count() const { return pending_creations_; }  // not yet active
 
-  // ── reconciliation's first sightings of unowned containers (SPEC §8) ──
+  // ── reconciliation's first sightings of unowned containers (design §8) ──
   std::map<std::string, double>& unowned_since() { return unowned_since_; }
   const std::map<std::string, double>& unowned_since() const { return unowned_since_; }
 

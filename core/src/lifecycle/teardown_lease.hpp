@@ -1,4 +1,4 @@
-// A teardown's lease (SPEC §7.8): while a container stop runs, our `del` lease on the sandbox
+// A teardown's lease (design §7.8): while a container stop runs, our `del` lease on the sandbox
 // must not lapse, or a peer could take the sandbox and create under it before the stop is
 // done. A heartbeat refreshes it every renewal interval, and makes the final release itself so
 // that no refresh can land after it. Most stops end within one interval, so the heartbeat is

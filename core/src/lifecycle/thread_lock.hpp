@@ -1,4 +1,4 @@
-// A lock that any thread may release (SPEC §12 item 2): an async acquisition takes it on one
+// A lock that any thread may release (design §12 item 2): an async acquisition takes it on one
 // thread and may release it on another, which std::mutex forbids.
 //
 // Waiters queue in arrival order, synchronous and asynchronous alike, and unlock() hands the

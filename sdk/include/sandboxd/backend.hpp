@@ -1,4 +1,4 @@
-// The interface every sandbox backend plugin implements (SPEC §1.9). The core never calls a
+// The interface every sandbox backend plugin implements (design §1.9). The core never calls a
 // backend while holding its registry mutex, so implementations may block on I/O; they must be
 // safe to call from several threads at once.
 #pragma once

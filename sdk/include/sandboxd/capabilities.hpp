@@ -20,7 +20,7 @@
 
 namespace sandboxd {
 
-// Mount-contract negotiation (SPEC §3.6, §5.7): offered by a backend whose mount_mode_kind()
+// Mount-contract negotiation (design §3.6, §5.7): offered by a backend whose mount_mode_kind()
 // is contract_negotiated (the remote provisioner). refresh and snapshot may block (a network
 // probe under a lock); the two cached accessors must never block.
 class MountContractNegotiation {

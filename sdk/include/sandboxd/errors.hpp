@@ -1,4 +1,4 @@
-// Error kinds that cross the plugin boundary (SPEC §1.7). They are header-only so that the
+// Error kinds that cross the plugin boundary (design §1.7). They are header-only so that the
 // core and a plugin built separately agree on them; GCC matches exception types across shared
 // libraries by name.
 #pragma once

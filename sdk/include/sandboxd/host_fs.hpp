@@ -1,4 +1,4 @@
-// Host filesystem access that never follows a symbolic link (DESIGN.md "Host integrity").
+// Host filesystem access that never follows a symbolic link (design "Host integrity").
 //
 // A sandbox can write parts of the gateway's state directory (its conversation's user data, its
 // user's lark-cli data) and can put a link there at any moment. So the host walks such trees

@@ -1,4 +1,4 @@
-// Host paths in their own style (SPEC §2.6). Mount sources are raw host strings that may be
+// Host paths in their own style (design §2.6). Mount sources are raw host strings that may be
 // Windows paths on a POSIX gateway (Docker-outside-of-Docker on a Windows host), so they are
 // joined lexically and never through std::filesystem. Shared by the core (mount composition)
 // and the remote provisioner plugin (conversion-mount check).
@@ -64,7 +64,7 @@ inline Split split(std::string_view base, const std::vector<std::string_view>& p
 
 }  // namespace host_path_detail
 
-// base + parts in base's style. No parts → base unchanged (SPEC §2.6).
+// base + parts in base's style. No parts → base unchanged (design §2.6).
 inline std::string join_host_path(std::string_view base,
                                   const std::vector<std::string_view>& parts) {
   if (parts.empty()) return std::string(base);

@@ -1,4 +1,4 @@
-// For ownership-store authors (ownership_memory and ownership_sqlite use it): the SPEC §7.2
+// For ownership-store authors (ownership_memory and ownership_sqlite use it): the design §7.2
 // decision table, the TTL options both stores read (§7.3, §11)
 // and owner-id generation (§7.6). Keeping one copy means the two stores cannot drift apart on
 // what a lease means; only how a lease is stored differs.
@@ -94,7 +94,7 @@ inline std::string format_one_decimal(double value) {
 // returns at once, so the renewal loop would spin on store writes; nothing needs more than this.
 inline constexpr double kMaxRenewalIntervalSeconds = 86400.0;
 
-// The TTL inputs (SPEC §7.3, §11). ttl = renewal_interval_seconds × ttl_multiplier.
+// The TTL inputs (design §7.3, §11). ttl = renewal_interval_seconds × ttl_multiplier.
 struct LeaseTiming {
   double renewal_interval_seconds = 30.0;
   double ttl_multiplier = 4.0;
@@ -153,7 +153,7 @@ inline void warn_unread_keys(const PluginConfig& options, Logger& logger) {
   }
 }
 
-// SPEC §7.6: `{hostname}:{32 hex random}`, unique per store instance. Used only when the host
+// design §7.6: `{hostname}:{32 hex random}`, unique per store instance. Used only when the host
 // did not hand us one.
 inline std::string generate_owner_id() {
   std::array<char, 256> host{};

@@ -1,4 +1,4 @@
-// The ownership-lease store interface (SPEC §7.2). A lease names the gateway instance that
+// The ownership-lease store interface (design §7.2). A lease names the gateway instance that
 // must eventually stop a sandbox; "del" marks one that is being torn down. Every call is
 // synchronous and throws OwnershipBackendError when the store cannot answer, so callers fail
 // closed. Implementations must be safe to call from several threads at once.

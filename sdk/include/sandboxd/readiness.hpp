@@ -1,4 +1,4 @@
-// Sandbox readiness probing (SPEC §5.17): a sandbox is ready when GET {url}/v1/sandbox answers
+// Sandbox readiness probing (design §5.17): a sandbox is ready when GET {url}/v1/sandbox answers
 // 200. Header-only; a plugin that includes it links libcurl (CURL::libcurl).
 //
 // Unlike the reference's fixed one-second sleep, the poller probes at once and then backs off
@@ -60,7 +60,7 @@ inline bool ends_with(const std::string& text, const std::string& suffix) {
 
 }  // namespace readiness_detail
 
-// SPEC §5.17 proxy rule: whether an HTTP client for `url` may use the environment's proxies.
+// design §5.17 proxy rule: whether an HTTP client for `url` may use the environment's proxies.
 // Local, loopback, private, link-local and single-label (cluster-internal) hosts never do.
 inline bool trust_env(const std::string& url) {
   using namespace readiness_detail;

@@ -1,4 +1,4 @@
-// Value types shared by the core and every plugin (SPEC.md §1).
+// Value types shared by the core and every plugin (design §1).
 #pragma once
 
 #include <array>
@@ -10,14 +10,14 @@
 
 namespace sandboxd {
 
-// The mount contract sandboxes are created under now (SPEC §1.3). 0 means legacy / unknown.
+// The mount contract sandboxes are created under now (design §1.3). 0 means legacy / unknown.
 inline constexpr int kSandboxMountContractVersion = 2;
 
 // Port the sandbox HTTP API listens on inside every sandbox.
 inline constexpr int kSandboxContainerPort = 8080;
 
 // Container paths a provisioner accepts as extra mounts. The gateway's filter and the
-// provisioner's validation must use this one list (SPEC §10.6).
+// provisioner's validation must use this one list (design §10.6).
 inline constexpr std::array<std::string_view, 8> kProvisionerExtraMountPaths = {
     "/mnt/acp-workspace",
     "/mnt/skills/custom",
@@ -40,7 +40,7 @@ struct Mount {
   bool operator==(const Mount&) const = default;
 };
 
-// What a backend knows about one running sandbox (SPEC §1.1).
+// What a backend knows about one running sandbox (design §1.1).
 struct SandboxInfo {
   std::string sandbox_id;
   std::string sandbox_url;  // e.g. http://127.0.0.1:49152; may be empty for a listed container
@@ -61,7 +61,7 @@ struct SandboxInfo {
   bool operator==(const SandboxInfo&) const = default;
 };
 
-// Arguments of SandboxBackend::create (SPEC §1.9).
+// Arguments of SandboxBackend::create (design §1.9).
 struct CreateRequest {
   std::optional<std::string> thread_id;  // absent for anonymous sandboxes
   std::string sandbox_id;
@@ -79,7 +79,7 @@ struct MountContractSnapshot {
   bool operator==(const MountContractSnapshot&) const = default;
 };
 
-// Exact-instance lookup result used by crash-recovery journals (SPEC §1.4).
+// Exact-instance lookup result used by crash-recovery journals (design §1.4).
 struct SandboxDiscoveryResult {
   enum class Status { found, absent, unknown };
 

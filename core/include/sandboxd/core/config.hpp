@@ -1,4 +1,4 @@
-// The `sandbox` section of a JSON config file (SPEC.md §11, DESIGN.md "Configuration").
+// The `sandbox` section of a JSON config file (design §11, design "Configuration").
 //
 // Nested shape: `backend` and `ownership` sub-sections, each with its `use:` string and the
 // plugin's own options. DeerFlow's flat keys (provisioner_url, provisioner_api_key, image,
@@ -48,7 +48,7 @@ struct SandboxConfig {
   PluginSection backend;
   PluginSection ownership;
 
-  std::optional<std::string> base_dir;     // unset → SPEC §2.1 resolution
+  std::optional<std::string> base_dir;  // unset → design §2.1 resolution
   // Each conversation's storage bound ("10g"; "0": none); unset → kDefaultDiskLimit
   // (thread_storage.hpp). A size string, checked when read.
   std::optional<std::string> disk_limit;

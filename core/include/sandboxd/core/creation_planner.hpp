@@ -1,4 +1,4 @@
-// What a creation asks of the host before the backend runs (SPEC §3, §4.1, §4.2): the sandbox's
+// What a creation asks of the host before the backend runs (design §3, §4.1, §4.2): the sandbox's
 // id for a conversation, the skills projection of its user, and its extra mounts. The provider
 // holds one planner (ProviderDeps::planner); a host's is a HostCreationPlanner over its Paths
 // and MountComposer, and tests give the provider one of their own instead of replacing

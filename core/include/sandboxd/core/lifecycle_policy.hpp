@@ -1,4 +1,4 @@
-// The provider's lifecycle decisions, named (DESIGN.md "Core shape"; LLVM's extension points
+// The provider's lifecycle decisions, named (design "Core shape"; LLVM's extension points
 // are the model: each decision point says exactly when it runs). The default policy is
 // DeerFlow's behaviour; a new behaviour (pause instead of stop, a hard ceiling) is a small
 // subclass handed to the provider in ProviderDeps::policy, not surgery on the provider.

@@ -1,4 +1,4 @@
-// Extra bind mounts for a sandbox (SPEC §3): thread data, skills views, integration skills and
+// Extra bind mounts for a sandbox (design §3): thread data, skills views, integration skills and
 // the lark-cli credential/runtime dirs. Sources are host paths (Paths::host_*); directories are
 // created and checked on the container-visible base dir.
 #pragma once
@@ -34,7 +34,7 @@ struct MountComposerOptions {
   // The host's ambient user (request context). Unset → always "default". Returning nullopt
   // selects the legacy (not user-scoped) thread layout.
   std::function<std::optional<std::string>()> ambient_user;
-  // Rebuilds the user's enabled-only skills views (SPEC §3.7). Best effort: a throw is logged
+  // Rebuilds the user's enabled-only skills views (design §3.7). Best effort: a throw is logged
   // as a warning and swallowed. Unset → nothing to do.
   std::function<void(const std::string& user_id)> skills_projection;
   std::shared_ptr<Logger> logger;  // null → silent
@@ -65,22 +65,22 @@ class MountComposer {
   // `Could not ensure skills projection for user {u}: {err}` on failure.
   void ensure_skills_projection(const std::optional<std::string>& user_id) const;
 
-  // SPEC §3.1: ensure_thread_dirs, then workspace, uploads, outputs (rw), .upload-conversions
+  // design §3.1: ensure_thread_dirs, then workspace, uploads, outputs (rw), .upload-conversions
   // (ro), acp-workspace (ro). Invalid ids throw std::invalid_argument.
   virtual std::vector<Mount> thread_mounts(const std::string& thread_id,
                                            const std::optional<std::string>& user_id) const;
-  // SPEC §3.2: {C}/public, {C}/custom, {C}/legacy, all ro. Failure → warning, empty list.
+  // design §3.2: {C}/public, {C}/custom, {C}/legacy, all ro. Failure → warning, empty list.
   // Every source a composition returns exists (missing views are created 0755): Docker
   // refuses a bind mount whose source is missing.
   virtual std::vector<Mount> skills_mounts(const std::optional<std::string>& user_id) const;
-  // SPEC §3.3: {C}/integrations ro from the user's projection. Failure → warning, empty list.
+  // design §3.3: {C}/integrations ro from the user's projection. Failure → warning, empty list.
   virtual std::vector<Mount> user_skill_mounts(const std::optional<std::string>& user_id) const;
-  // SPEC §3.4: config (ro), data (rw), runtime (ro, only if B/integrations/lark-cli/sandbox-cli
+  // design §3.4: config (ro), data (rw), runtime (ro, only if B/integrations/lark-cli/sandbox-cli
   // is a directory). No config/locks mount. Failure → warning, empty list.
   virtual std::vector<Mount> lark_cli_runtime_mounts(
       const std::optional<std::string>& user_id) const;
 
-  // SPEC §3.5. Without thread-data mounts the read-only conversions entry is dropped (explicit
+  // design §3.5. Without thread-data mounts the read-only conversions entry is dropped (explicit
   // sync writes into the sandbox and a nested ro mount would block it); then de-duplicated.
   std::vector<Mount> compose_extra_mounts(const std::optional<std::string>& thread_id,
                                           const std::optional<std::string>& user_id,

@@ -1,4 +1,4 @@
-// Lease identity of one provider instance (SPEC §7.6): unique per instance, not per host.
+// Lease identity of one provider instance (design §7.6): unique per instance, not per host.
 #pragma once
 
 #include <string>

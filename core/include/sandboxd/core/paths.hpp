@@ -1,4 +1,4 @@
-// Filesystem layout of the gateway's state directory (SPEC §2).
+// Filesystem layout of the gateway's state directory (design §2).
 //
 // Two roots: the container-visible base dir B, where the gateway creates and checks
 // directories, and the host base dir H, a raw string used only to build bind-mount sources
@@ -23,7 +23,7 @@ namespace sandboxd::core {
 inline constexpr std::string_view kVirtualPathPrefix = "/mnt/user-data";
 inline constexpr std::string_view kLarkCliIntegrationId = "lark-cli";
 
-// SPEC §2.1: explicit → $DEER_FLOW_HOME → {$DEER_FLOW_PROJECT_ROOT or cwd}/.deer-flow, resolved
+// design §2.1: explicit → $DEER_FLOW_HOME → {$DEER_FLOW_PROJECT_ROOT or cwd}/.deer-flow, resolved
 // with weakly_canonical. A DEER_FLOW_PROJECT_ROOT that is not an existing directory throws
 // std::invalid_argument naming it. Empty values count as unset. A symbolic link on the way
 // that neither root nor the effective user owns throws host_fs::UntrustedDirectoryError
@@ -37,7 +37,7 @@ std::filesystem::path resolve_base_dir(std::optional<std::string> explicit_dir =
 // std::filesystem::filesystem_error.
 void ensure_private_dir(const std::filesystem::path& dir);
 
-// SPEC §2.2: $DEER_FLOW_HOST_BASE_DIR verbatim if set and non-empty, else base_dir's text.
+// design §2.2: $DEER_FLOW_HOST_BASE_DIR verbatim if set and non-empty, else base_dir's text.
 std::string host_base_dir(const std::filesystem::path& base_dir);
 
 // Python repr of a string ('x', or "x" when it holds a single quote but no double quote), so
@@ -56,7 +56,7 @@ const std::string& validate_user_id(const std::string& user_id);
 const std::string& validate_integration_id(const std::string& integration_id);
 const std::string& validate_sandbox_id(const std::string& sandbox_id);
 
-// SPEC §2.6: joins without touching the filesystem. Windows style (drive letter, leading "\\"
+// design §2.6: joins without touching the filesystem. Windows style (drive letter, leading "\\"
 // or any backslash in base) joins with '\' and turns '/' into '\'; otherwise '/'. Repeated
 // separators collapse and "." segments drop; ".." is kept; a UNC "\\" or a POSIX root stays.
 // No parts → base unchanged.
@@ -159,7 +159,7 @@ class Paths {
                                              const std::string& integration_id) const;
   std::string host_integration_sandbox_cli_dir(const std::string& integration_id) const;
 
-  // SPEC §2.5: creates user-data/{workspace,uploads,outputs,.upload-conversions} and
+  // design §2.5: creates user-data/{workspace,uploads,outputs,.upload-conversions} and
   // acp-workspace, then chmods each to 0777 (mkdir is subject to umask) so a sandbox running
   // under another UID can write. A sandbox can write user-data (all of it through
   // sandboxd-provisioner), so every component from the base dir down is opened without
@@ -177,7 +177,7 @@ class Paths {
   void ensure_dir_below_base(const std::filesystem::path& dir, unsigned mode_if_created) const;
 
   // One acquisition ensures a conversation's directories before it takes the conversation's
-  // file lock (SPEC §5.8 step 1), and composing the new sandbox's mounts would ensure them again
+  // file lock (design §5.8 step 1), and composing the new sandbox's mounts would ensure them again
   // (§3.1): 10 more stat/chmod calls for nothing. The provider opens this scope right after the
   // first call; until it closes, ensure_thread_dirs for that conversation on this thread skips.
   class ThreadDirsEnsured {
@@ -194,7 +194,7 @@ class Paths {
     const ThreadDirsEnsured* outer_;
   };
 
-  // SPEC §2.7: makes users/{u}/integrations/lark-cli owner-only (dirs 0700, files 0600). Throws
+  // design §2.7: makes users/{u}/integrations/lark-cli owner-only (dirs 0700, files 0600). Throws
   // std::runtime_error on a symlink anywhere in the tree or a non-dir/non-file entry. The data
   // directory is the sandbox's to write, so each entry is opened without following a link and
   // its mode changed on that descriptor; the walk stops at kCredentialWalkMaxDepth levels and

@@ -1,6 +1,6 @@
 // The sandbox provider: one sandbox per (user, thread) conversation, kept alive across turns,
 // parked in a warm pool on release, reaped when idle, capped by replicas, adopted after a
-// restart, coordinated with peer processes through ownership leases (SPEC.md §2–§8, §12).
+// restart, coordinated with peer processes through ownership leases (design §2–§8, §12).
 //
 // This header is the embedding API: Provider is final and keeps its state behind a private
 // implementation (core/src/lifecycle/provider_impl.hpp), so an embedding gateway's ABI never
@@ -75,7 +75,7 @@ struct ProviderOptions {
   // that pool, so queued creations never take the threads a release needs to free a slot.
   std::size_t max_waiting = 0;
   int idle_timeout = 600;  // seconds; 0 disables the idle checker (renewal still runs)
-  std::optional<bool> thread_data_mounts;  // SPEC §3.6 override
+  std::optional<bool> thread_data_mounts;  // design §3.6 override
   double renewal_interval_seconds = 30.0;  // lease renewal and teardown heartbeat period
   double idle_check_interval_seconds = kIdleCheckIntervalSeconds;
   double readiness_timeout_seconds = kCreateReadinessTimeoutSeconds;
@@ -102,7 +102,7 @@ struct ProviderOptions {
   bool reconcile_on_start = true;
 };
 
-// A cross-process exclusive file lock, replaceable in tests (SPEC §5.8).
+// A cross-process exclusive file lock, replaceable in tests (design §5.8).
 struct FileLockOps {
   std::function<int(const std::string& path)> open;  // returns a handle
   std::function<void(int handle)> lock;              // exclusive; throws on failure
@@ -139,7 +139,7 @@ struct ProviderDeps {
   std::shared_ptr<LifecyclePolicy> policy;
   // Blocking work of acquire_async; a private pool when null.
   std::shared_ptr<Executor> blocking_executor;
-  // Per-thread lock waits of acquire_async, never shared with other work (SPEC §12 item 2).
+  // Per-thread lock waits of acquire_async, never shared with other work (design §12 item 2).
   std::shared_ptr<Executor> lock_wait_executor;
   // Where what happens to sandboxes is recorded (lifecycle_events.hpp); none when null.
   std::shared_ptr<LifecycleEventLog> events;
@@ -215,7 +215,7 @@ struct RegistrySnapshot {
   bool operator==(const RegistrySnapshot&) const = default;
 };
 
-// The counts of one orphan-reconciliation pass (SPEC §8 step 4).
+// The counts of one orphan-reconciliation pass (design §8 step 4).
 struct ReconcileReport {
   int adopted = 0;
   int skipped = 0;     // a live peer owns it
@@ -262,7 +262,7 @@ struct ProviderEventCounts {
   std::array<std::uint64_t, 5> slot_misses{};
 };
 
-// Identity of the exact instance a crash-recovery journal refers to (SPEC §1.5, §5.19).
+// Identity of the exact instance a crash-recovery journal refers to (design §1.5, §5.19).
 struct ReconciliationIdentity {
   std::string provider_key;
   std::optional<std::string> backend_namespace;
@@ -306,7 +306,7 @@ class Provider final {
                                                const HostOptions& host);
 
   // Orphan reconciliation once, then the renewal thread always and the idle checker when
-  // idle_timeout > 0 (SPEC §5.2 steps 5–7). Called by from_config.
+  // idle_timeout > 0 (design §5.2 steps 5–7). Called by from_config.
   void start();
 
   // The sandbox id for this conversation, reusing, reclaiming, discovering or creating it.
@@ -366,7 +366,7 @@ class Provider final {
   // call: the next acquire health-checks them as usual). Ids already tracked are left alone.
   void import_registry(const RegistrySnapshot& snapshot);
 
-  // SPEC §3.6: whether thread data is bind-mounted. Never blocks.
+  // design §3.6: whether thread data is bind-mounted. Never blocks.
   bool uses_thread_data_mounts() const;
   // Host helpers of §3.6 (may probe the backend: call off any event loop).
   bool provider_uses_thread_data_mounts();
@@ -430,7 +430,7 @@ class Provider final {
   // lock map does not grow with every conversation ever seen.
   void prune_idle_thread_locks();
 
-  // Crash-recovery journal support (SPEC §5.19); backend only, no maps.
+  // Crash-recovery journal support (design §5.19); backend only, no maps.
   static std::string reconciliation_provider_key() { return "aio_sandbox"; }
   std::optional<ReconciliationIdentity> prepare_sandbox_reconciliation_identity(
       const std::string& sandbox_id);

@@ -1,4 +1,4 @@
-// The host's one process-wide provider (SPEC §5.18).
+// The host's one process-wide provider (design §5.18).
 //
 // Lock story: `mutex_` guards `instance_` only. Construction and shutdown of a provider run
 // outside it (plugin code may be slow or re-enter the registry), so get() never waits on them.

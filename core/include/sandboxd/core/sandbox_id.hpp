@@ -1,4 +1,4 @@
-// Sandbox ids (SPEC §4.1, §4.2) and external-id sanitising (SPEC §2.3).
+// Sandbox ids (design §4.1, §4.2) and external-id sanitising (design §2.3).
 #pragma once
 
 #include <string>

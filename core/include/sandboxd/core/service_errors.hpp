@@ -1,4 +1,4 @@
-// Typed failures of the operations every door offers (DESIGN.md "Core shape": typed outcomes).
+// Typed failures of the operations every door offers (design "Core shape": typed outcomes).
 // An error carries a kind; each door maps kinds once: the CLI to exit codes, an HTTP door to
 // statuses. `classify` turns what the provider, a backend or a store throws into a kind, so no
 // door infers outcomes on its own.

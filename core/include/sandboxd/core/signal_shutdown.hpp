@@ -1,4 +1,4 @@
-// Shutdown on SIGTERM, SIGINT and SIGHUP (SPEC §5.2 step 4), for hosts that want it.
+// Shutdown on SIGTERM, SIGINT and SIGHUP (design §5.2 step 4), for hosts that want it.
 //
 // A signal handler may not take locks or log, so the handler only writes the signal number to
 // a pipe; a watcher thread reads it, runs `on_signal` (typically Provider::shutdown), then
