@@ -8,6 +8,7 @@
 
 #include <exception>
 #include <set>
+#include <system_error>
 #include <thread>
 
 #include "host/tree_copy.hpp"
@@ -100,16 +101,23 @@ Provider::Forked Provider::fork(const std::string& sandbox_id,
   std::vector<std::optional<AcquireResult>> made(threads.size());
   std::vector<std::exception_ptr> failed(threads.size());
   {
+    const auto restore_one = [&](std::size_t i) {
+      try {
+        made[i] = restore(threads[i], user, RestoreFrom{taken.name, user, false});
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
+    };
     std::vector<std::thread> workers;
     workers.reserve(threads.size());
     for (std::size_t i = 0; i < threads.size(); ++i) {
-      workers.emplace_back([&, i] {
-        try {
-          made[i] = restore(threads[i], user, RestoreFrom{taken.name, user, false});
-        } catch (...) {
-          failed[i] = std::current_exception();
-        }
-      });
+      try {
+        workers.emplace_back(restore_one, i);
+      } catch (const std::system_error&) {
+        // No thread to be had: this one runs here, so the fork still ends (a throw with
+        // workers unjoined would end the process).
+        restore_one(i);
+      }
     }
     for (std::thread& worker : workers) worker.join();
   }
