@@ -61,6 +61,16 @@ def engine_containers(name_part: str) -> list[dict]:
     return json.loads(conn.getresponse().read())
 
 
+def containers_left(name_part: str, within: float = 15.0) -> list[dict]:
+    """The containers whose name contains ``name_part`` once the engine has had ``within``
+    seconds to finish removing them: Docker removes a stopped container (AutoRemove) just
+    after the stop answers, so a destroy that returned may still be listed for a moment."""
+    deadline = time.monotonic() + within
+    while (left := engine_containers(name_part)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
 class Serve:
     """One ``sandboxctl serve`` child process."""
 
@@ -176,10 +186,7 @@ def serve(engine_required, tmp_path, prefix):
     yield started[0]
     for s in started:
         s.stop()
-    deadline = time.monotonic() + 15
-    while engine_containers(prefix) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_containers(prefix) == [], "the serve under test left containers behind"
+    assert containers_left(prefix) == [], "the serve under test left containers behind"
 
 
 @pytest.fixture

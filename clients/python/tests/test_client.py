@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import sandboxd
-from conftest import engine_containers
+from conftest import containers_left, engine_containers
 
 
 def test_acquire_get_release_reclaim_destroy(serve):
@@ -115,10 +115,7 @@ def test_a_restarted_serve_takes_over_what_the_last_one_left_running(make_serve,
     assert second.info["inherited_active"] == 1
     assert second.client().acquire("t-keep", user_id="carol").path == "reused"
     assert second.stop() == 0
-    deadline = time.monotonic() + 15
-    while engine_containers(prefix) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_containers(prefix) == [], "--on-exit destroy left a container"
+    assert containers_left(prefix) == [], "--on-exit destroy left a container"
 
 
 def test_a_second_serve_on_the_same_state_directory_is_refused(serve):

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import ENGINE_SOCKET, IMAGE, EngineConnection, engine_containers
+from conftest import ENGINE_SOCKET, IMAGE, EngineConnection, containers_left, engine_containers
 
 import sandboxd
 from sandboxd import deerflow as sandboxd_deerflow
@@ -446,12 +446,7 @@ def test_secrets_are_refused_at_config_time_for_https_and_unsafe_files(
     secret_file.chmod(0o600)
     elsewhere = serve_with({"host": "other.test", "header": "Authorization", "scheme": "http"})
     assert elsewhere.returncode == 3 and "not in allow_domains" in elsewhere.stderr
-    assert engine_containers_of(prefix) == []
-
-
-def engine_containers_of(prefix: str) -> list:
-    from conftest import engine_containers
-    return engine_containers(prefix)
+    assert engine_containers(prefix) == []
 
 
 class Provisioner:
@@ -512,13 +507,6 @@ class Provisioner:
             self.process.wait(timeout=30)
 
 
-def wait_for_no_containers(prefix: str) -> None:
-    deadline = time.monotonic() + 15
-    while engine_containers(prefix) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert engine_containers(prefix) == []
-
-
 def test_the_provisioner_runs_allowlist_sandboxes_and_takes_decisions(
         engine_required, tmp_path, prefix, upstream):
     """sandboxd-provisioner in network mode allowlist: its sandboxes' only way out is its egress
@@ -562,7 +550,7 @@ def test_the_provisioner_runs_allowlist_sandboxes_and_takes_decisions(
         assert sandbox_id not in json.dumps(grants), grants
     finally:
         provisioner.stop()
-    wait_for_no_containers(prefix)
+    assert containers_left(prefix) == []
 
 
 def test_a_gateway_serve_over_the_provisioner_forwards_egress_decisions(
@@ -612,4 +600,4 @@ def test_a_gateway_serve_over_the_provisioner_forwards_egress_decisions(
         client.destroy(box.sandbox_id)
     finally:
         provisioner.stop()
-    wait_for_no_containers(prefix)
+    assert containers_left(prefix) == []

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import subprocess
-
 import time
 
-from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, engine_containers
+from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, containers_left
 from test_egress_allowlist import engine_exec
 
 import sandboxd
@@ -36,6 +35,24 @@ def read_both(container: str) -> tuple[str, str]:
     _, layer = engine_exec(container, ["cat", "/etc/layer-file"])
     _, workspace = engine_exec(container, ["cat", "/mnt/user-data/workspace/ws-file"])
     return layer.strip(), workspace.strip()
+
+
+def one_shot_cli(tmp_path, prefix: str, **settings):
+    """A runner of one-shot ``sandboxctl`` commands over the test engine with a private state
+    directory and ``settings`` in the sandbox section."""
+    state = tmp_path / "cli-state"
+    state.mkdir(mode=0o700)
+    config = tmp_path / "cli.json"
+    config.write_text(json.dumps({"sandbox": {
+        "backend": {"use": "local_docker:LocalContainerBackend",
+                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
+                    "container_prefix": prefix},
+        "base_dir": str(state), **settings}}))
+
+    def cli(*words: str) -> subprocess.CompletedProcess:
+        return subprocess.run([SANDBOXCTL, "--config", str(config), *words],
+                              capture_output=True, text=True, timeout=180)
+    return cli
 
 
 def test_serve_and_the_client_save_and_restore_a_conversation(engine_required, make_serve,
@@ -74,18 +91,7 @@ def test_serve_and_the_client_save_and_restore_a_conversation(engine_required, m
 
 
 def test_the_cli_saves_lists_restores_and_deletes(engine_required, make_serve, tmp_path, prefix):
-    state = tmp_path / "cli-state"
-    state.mkdir(mode=0o700)
-    config = tmp_path / "cli.json"
-    config.write_text(json.dumps({"sandbox": {
-        "backend": {"use": "local_docker:LocalContainerBackend",
-                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
-                    "container_prefix": prefix},
-        "base_dir": str(state), "max_snapshots_per_user": 1}}))
-
-    def cli(*words: str) -> subprocess.CompletedProcess:
-        return subprocess.run([SANDBOXCTL, "--config", str(config), *words],
-                              capture_output=True, text=True, timeout=180)
+    cli = one_shot_cli(tmp_path, prefix, max_snapshots_per_user=1)
 
     got = cli("acquire", "--user", "carol", "--thread", "t-1", "--json")
     assert got.returncode == 0, got.stderr
@@ -109,7 +115,7 @@ def test_the_cli_saves_lists_restores_and_deletes(engine_required, make_serve, t
     gone = cli("snapshot-rm", "one", "--user", "carol")
     assert gone.returncode == 0, gone.stderr
     assert cli("destroy", sandbox).returncode == 0
-    assert engine_containers(prefix) == []
+    assert containers_left(prefix) == []
 
 
 def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_required, make_serve,
@@ -143,18 +149,7 @@ def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_require
     client.destroy(source.sandbox_id)
     served.stop()  # serve removes the images nothing runs from as it stops
 
-    state = tmp_path / "cli-state"
-    state.mkdir(mode=0o700)
-    config = tmp_path / "cli.json"
-    config.write_text(json.dumps({"sandbox": {
-        "backend": {"use": "local_docker:LocalContainerBackend",
-                    "socket": f"unix://{ENGINE_SOCKET}", "image": IMAGE,
-                    "container_prefix": prefix},
-        "base_dir": str(state)}}))
-
-    def cli(*words: str) -> subprocess.CompletedProcess:
-        return subprocess.run([SANDBOXCTL, "--config", str(config), *words],
-                              capture_output=True, text=True, timeout=180)
+    cli = one_shot_cli(tmp_path, prefix)
 
     got = cli("acquire", "--user", "carol", "--thread", "t-1", "--json")
     assert got.returncode == 0, got.stderr
@@ -175,7 +170,7 @@ def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_require
     assert listed.returncode == 0, listed.stderr
     for tracked in json.loads(listed.stdout)["sandboxes"]:
         assert cli("destroy", tracked["sandbox_id"]).returncode == 0
-    assert engine_containers(prefix) == []
+    assert containers_left(prefix) == []
     # The forks' images went with their last sandbox: each command removes the ones nothing
     # runs from any more (the engine finishes a removal just after the stop answers).
     for _ in range(20):
