@@ -340,6 +340,27 @@ TEST_F(ProviderSnapshotTest, AForkThatFailsHalfwayKeepsNoneOfItsConversations) {
   EXPECT_EQ(provider->fork(id, {"try-a", "try-b", "try-c"}, std::nullopt).sandboxes.size(), 3u);
 }
 
+TEST_F(ProviderSnapshotTest, AForkOverALinkWhereANewConversationWouldGoIsRefusedBeforeAnyWork) {
+  provider = make_provider(snapshots, &store);
+  const std::string id = provider->acquire("t-1", "alice");
+  // A link where the new conversation's directory would be is neither "new" nor followed: the
+  // fork refuses it before it freezes the source or takes a snapshot.
+  const std::filesystem::path elsewhere = tmp.path() / "elsewhere";
+  std::filesystem::create_directories(elsewhere);
+  std::filesystem::create_directory_symlink(elsewhere,
+                                            tmp.path() / "users" / "alice" / "threads" / "try-a");
+  snapshots->calls.clear();
+  try {
+    provider->fork(id, {"try-a"}, std::nullopt);
+    ADD_FAILURE() << "a fork went ahead over a link";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("try-a"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(snapshots->calls.empty()) << "work began before the refusal: " << snapshots->calls[0];
+  EXPECT_TRUE(std::filesystem::is_empty(elsewhere)) << "the link was followed";
+  EXPECT_EQ(snapshots->live_count(), 1u);
+}
+
 TEST_F(ProviderSnapshotTest, ABackendWithoutSnapshotsSaysSoNamingIt) {
   provider = make_provider(backend, &store);  // the fixture's plain FakeBackend
   const std::string id = provider->acquire("t-1", "alice");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <exception>
+#include <filesystem>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -57,35 +58,28 @@ Provider::Forked Provider::fork(const std::string& sandbox_id,
                                 std::optional<std::size_t> count) {
   Impl& impl = *impl_;
   const std::vector<std::string> threads = fork_thread_ids(thread_ids, count);
-  std::optional<ThreadKey> source;
-  {
-    MutexLock lock(impl.mutex_);
-    const SandboxEntry* entry = impl.registry_.find(sandbox_id);
-    if (entry == nullptr || !entry->info) {
-      throw ServiceError(ErrorKind::not_found, "sandbox " + sandbox_id + " is not tracked here");
-    }
-    source = entry->identity;
-  }
-  if (!source) {
-    throw ServiceError(ErrorKind::invalid_argument,
-                       "sandbox " + sandbox_id +
-                           " serves no conversation (anonymous, or adopted and not acquired "
-                           "since): a fork makes conversations of its user");
-  }
-  const std::string user = source->user_id;
-  // New conversations only: one with directories here has files or a sandbox of its own.
+  const ThreadKey source =
+      impl.served_conversation(sandbox_id, "a fork makes conversations of its user").conversation;
+  const std::string& user = source.user_id;
+  // New conversations only: one with a directory here has files or a sandbox of its own, and
+  // anything there that is not plainly missing (a link a sandbox planted, a file, a directory
+  // the host may not open) is refused too, before any work, never followed.
   for (const std::string& thread : threads) {
-    bool exists = true;
+    std::string found;
     try {
       impl.paths_->open_thread_dir(thread, user);
-    } catch (const std::exception&) {
-      exists = false;
+      found = "exists already";
+    } catch (const std::filesystem::filesystem_error& e) {
+      if (e.code() != std::errc::no_such_file_or_directory) {
+        found = std::string("cannot be a new one (") + e.what() + ")";
+      }
+    } catch (const std::exception& e) {
+      found = std::string("cannot be a new one (") + e.what() + ")";
     }
-    if (exists) {
+    if (!found.empty()) {
       throw ServiceError(ErrorKind::conflict,
-                         "conversation " + user + "/" + thread +
-                             " exists already: a fork makes new conversations (name others, or "
-                             "give a count)");
+                         "conversation " + user + "/" + thread + " " + found +
+                             ": a fork makes new conversations (name others, or give a count)");
     }
   }
   const SnapshotRecord taken = snapshot(sandbox_id, "fork-" + random_hex(6, "a fork's snapshot"));
@@ -133,7 +127,7 @@ Provider::Forked Provider::fork(const std::string& sandbox_id,
     forked.from_sandbox_id = sandbox_id;
     for (auto& result : made) forked.sandboxes.push_back(std::move(*result));
     impl.log(LogLevel::info, "Forked sandbox " + sandbox_id + " (" + user + "/" +
-                                 source->thread_id + ") into " + std::to_string(threads.size()) +
+                                 source.thread_id + ") into " + std::to_string(threads.size()) +
                                  " conversations");
     return forked;
   }

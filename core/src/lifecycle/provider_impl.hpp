@@ -29,6 +29,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -99,6 +100,15 @@ struct Provider::Impl {
   // (the engine refuses the others; they stay remembered). Run at start (so each one-shot
   // command takes its turn), by the idle pass and at shutdown.
   void remove_remembered_images();
+  // The conversation a tracked sandbox serves, with its info (provider_snapshots.cpp), for a
+  // snapshot or a fork of it: not_found when the sandbox is not tracked here, invalid_argument
+  // when it serves no conversation (`purpose` says what needed one).
+  struct ServedConversation {
+    InfoPtr info;
+    ThreadKey conversation;
+  };
+  ServedConversation served_conversation(const std::string& sandbox_id,
+                                         std::string_view purpose) const EXCLUDES(mutex_);
   // A failed fork's new conversation directory, emptied and removed (provider_fork.cpp); a
   // failure is logged, never thrown.
   void remove_new_conversation_dir(const std::string& thread_id, const std::string& user_id);

@@ -39,35 +39,22 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
                                   const std::optional<std::string>& name) {
   Impl& impl = *impl_;
   if (impl.snapshots_ == nullptr) throw unsupported(impl.backend_use_);
-  InfoPtr info;
-  std::optional<ThreadKey> conversation;
-  {
-    MutexLock lock(impl.mutex_);
-    const SandboxEntry* entry = impl.registry_.find(sandbox_id);
-    if (entry == nullptr || !entry->info) {
-      throw ServiceError(ErrorKind::not_found, "sandbox " + sandbox_id + " is not tracked here");
-    }
-    info = entry->info;
-    conversation = entry->identity;
-  }
-  if (!conversation) {
-    throw ServiceError(ErrorKind::invalid_argument,
-                       "sandbox " + sandbox_id +
-                           " serves no conversation (anonymous, or adopted and not acquired "
-                           "since): a snapshot belongs to a conversation's user");
-  }
+  const Impl::ServedConversation served =
+      impl.served_conversation(sandbox_id, "a snapshot belongs to a conversation's user");
+  const InfoPtr& info = served.info;
+  const ThreadKey& conversation = served.conversation;
   const std::string snapshot_name = name.value_or(generated_snapshot_name());
   const SnapshotLimits& limits = impl.options_.snapshot_limits;
   // No acquisition of the conversation, nor another snapshot here, meanwhile.
-  auto conversation_lock = impl.thread_lock(*conversation);
+  auto conversation_lock = impl.thread_lock(conversation);
   std::lock_guard<ThreadLock> held(*conversation_lock);
   MutexLock one_at_a_time(impl.snapshot_mutex_);
   std::uint64_t used = 0;
-  const std::vector<SnapshotRecord> existing = impl.snapshot_store_->list(conversation->user_id);
+  const std::vector<SnapshotRecord> existing = impl.snapshot_store_->list(conversation.user_id);
   for (const SnapshotRecord& record : existing) used += record.bytes();
   if (limits.max_per_user > 0 && existing.size() >= limits.max_per_user) {
     throw ServiceError(ErrorKind::capacity,
-                       "user " + conversation->user_id + " has " + std::to_string(existing.size()) +
+                       "user " + conversation.user_id + " has " + std::to_string(existing.size()) +
                            " snapshots, the ceiling "
                            "max_snapshots_per_user; delete one first",
                        60.0);
@@ -76,12 +63,12 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   const bool bytes_bounded = limits.max_bytes_per_user > 0;
   if (bytes_bounded && used >= limits.max_bytes_per_user) {
     throw ServiceError(ErrorKind::capacity,
-                       "user " + conversation->user_id + "'s snapshots hold " + show_size(used) +
+                       "user " + conversation.user_id + "'s snapshots hold " + show_size(used) +
                            ", the ceiling max_snapshot_bytes_per_user " +
                            show_size(limits.max_bytes_per_user) + "; delete one first",
                        60.0);
   }
-  SnapshotStore::Staged staged = impl.snapshot_store_->stage(conversation->user_id, snapshot_name);
+  SnapshotStore::Staged staged = impl.snapshot_store_->stage(conversation.user_id, snapshot_name);
   std::optional<SandboxSnapshots::Image> image;
   bool frozen = false;
   ScopeExit undo([&] {
@@ -112,7 +99,7 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   if (bytes_bounded && used >= limits.max_bytes_per_user) {
     throw ServiceError(ErrorKind::capacity,
                        "the snapshot of sandbox " + sandbox_id + " would take user " +
-                           conversation->user_id + " past max_snapshot_bytes_per_user " +
+                           conversation.user_id + " past max_snapshot_bytes_per_user " +
                            show_size(limits.max_bytes_per_user) + " (its layer alone is " +
                            show_size(image->bytes) + ")",
                        60.0);
@@ -123,7 +110,7 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   TreeCount copied;
   try {
     const host_fs::UniqueFd thread_dir =
-        impl.paths_->open_thread_dir(conversation->thread_id, conversation->user_id);
+        impl.paths_->open_thread_dir(conversation.thread_id, conversation.user_id);
     for (const char* kept : kKeptDirectories) {
       const host_fs::UniqueFd from(
           ::openat(thread_dir.get(), kept, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -136,7 +123,7 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
       if (!into) host_fs::throw_errno("cannot open", kept, errno);
       const TreeCount part =
           copy_tree(from.get(), into.get(), bounds,
-                    impl.paths_->thread_dir(conversation->thread_id, conversation->user_id) / kept);
+                    impl.paths_->thread_dir(conversation.thread_id, conversation.user_id) / kept);
       copied.bytes += part.bytes;
       copied.entries += part.entries;
       copied.skipped += part.skipped;
@@ -147,7 +134,7 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
     if (what.find("stopped at") != std::string::npos && what.find("bytes") != std::string::npos) {
       throw ServiceError(ErrorKind::capacity,
                          "the snapshot of sandbox " + sandbox_id + " would take user " +
-                             conversation->user_id + " past max_snapshot_bytes_per_user " +
+                             conversation.user_id + " past max_snapshot_bytes_per_user " +
                              show_size(limits.max_bytes_per_user) + " (" + what + ")",
                          60.0);
     }
@@ -159,8 +146,8 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   }
   SnapshotRecord record;
   record.name = snapshot_name;
-  record.user_id = conversation->user_id;
-  record.thread_id = conversation->thread_id;
+  record.user_id = conversation.user_id;
+  record.thread_id = conversation.thread_id;
   record.sandbox_id = sandbox_id;
   record.image = image->image;
   record.network_policy = info->network_policy.empty() ? "open" : info->network_policy;
@@ -171,7 +158,7 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   impl.snapshot_store_->publish(staged, record);
   image.reset();  // published: the image is the snapshot's now
   impl.log(LogLevel::info, "Snapshot " + snapshot_name + " of sandbox " + sandbox_id + " (" +
-                               conversation->user_id + "/" + conversation->thread_id +
+                               conversation.user_id + "/" + conversation.thread_id +
                                "): " + show_size(record.directory_bytes) + " of directories" +
                                (copied.skipped > 0 ? " (" + std::to_string(copied.skipped) +
                                                          " special files or mount points left)"
@@ -179,6 +166,29 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
                                ", image " + record.image.substr(0, 19));
   impl.note(LifecycleEventKind::snapshotted, sandbox_id, conversation, snapshot_name);
   return record;
+}
+
+Provider::Impl::ServedConversation Provider::Impl::served_conversation(
+    const std::string& sandbox_id, std::string_view purpose) const {
+  ServedConversation served;
+  std::optional<ThreadKey> conversation;
+  {
+    MutexLock lock(mutex_);
+    const SandboxEntry* entry = registry_.find(sandbox_id);
+    if (entry == nullptr || !entry->info) {
+      throw ServiceError(ErrorKind::not_found, "sandbox " + sandbox_id + " is not tracked here");
+    }
+    served.info = entry->info;
+    conversation = entry->identity;
+  }
+  if (!conversation) {
+    throw ServiceError(ErrorKind::invalid_argument,
+                       "sandbox " + sandbox_id +
+                           " serves no conversation (anonymous, or adopted and not acquired "
+                           "since): " + std::string(purpose));
+  }
+  served.conversation = std::move(*conversation);
+  return served;
 }
 
 std::vector<SnapshotRecord> Provider::snapshots(const std::optional<std::string>& user_id) const {
