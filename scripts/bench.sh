@@ -38,12 +38,14 @@
 #      windows; 5 s with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
-#   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 3 with --quick)
+#   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 2 with --quick)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
 bench="$build_dir/bench/sandboxd_bench"
 [ -x "$bench" ] || { echo "bench: $bench does not exist; run scripts/setup.sh first" >&2; exit 2; }
+# Each part's header says when it began, so a slow part is found in the log.
+section() { echo "== $* (at ${SECONDS} s)"; }
 quick=()
 probes=1001
 rounds=10
@@ -51,14 +53,14 @@ paused_seconds=60
 engine=""
 while (($#)); do
   case "$1" in
-    --quick) quick=(--quick); probes=101; rounds=3; paused_seconds=5 ;;
+    --quick) quick=(--quick); probes=101; rounds=2; paused_seconds=5 ;;
     --engine) engine="${2:?--engine needs podman or docker}"; shift ;;
     *) echo "bench: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
   shift
 done
 
-echo "== sandboxd_bench ${quick[*]} (rows: $build_dir/bench/rows.jsonl)"
+section "sandboxd_bench ${quick[*]} (rows: $build_dir/bench/rows.jsonl)"
 "$bench" "${quick[@]}" --jsonl "$build_dir/bench/rows.jsonl"
 
 total_calls() {  # the "total" line of strace -c: calls are its 4th field
@@ -104,26 +106,26 @@ kube_fleets=1000,10000
 kube_rounds=3
 kube_ready_rounds=10
 if ((${#quick[@]})); then kube_fleets=1000; kube_rounds=1; kube_ready_rounds=2; fi
-echo "== the kubernetes backend's listing at fleet size (stand-in API server)"
+section "the kubernetes backend's listing at fleet size (stand-in API server)"
 python3 bench/kubernetes_listing.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --pods "$kube_fleets" --rounds "$kube_rounds"
-echo "== from a pod turning Ready to the acquire returning: a watch beside polling (stand-in)"
+section "from a pod turning Ready to the acquire returning: a watch beside polling (stand-in)"
 python3 bench/kubernetes_readiness.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --rounds "$kube_ready_rounds"
 
 relay_requests=2000
 relay_sandboxes=500
 if ((${#quick[@]})); then relay_requests=200; relay_sandboxes=100; fi
-echo "== the relay beside the same sandbox reached directly (in process, 127.0.0.1)"
+section "the relay beside the same sandbox reached directly (in process, 127.0.0.1)"
 "$build_dir/bench/sandboxd_relay_bench" --requests "$relay_requests" --echoes "$relay_requests"
-echo "== $relay_sandboxes isolated sandboxes' relays held by one serve (loopback_backend)"
+section "$relay_sandboxes isolated sandboxes' relays held by one serve (loopback_backend)"
 python3 bench/relay_scale.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --plugin-dir "$build_dir/plugins" --sandboxes "$relay_sandboxes"
-echo "== the egress proxy beside the same upstreams reached directly (in process, 127.0.0.1)"
+section "the egress proxy beside the same upstreams reached directly (in process, 127.0.0.1)"
 "$build_dir/bench/sandboxd_egress_bench" --requests "$relay_requests" --tunnels "$relay_sandboxes"
 ui_seconds=20
 if ((${#quick[@]})); then ui_seconds=5; fi
-echo "== the operator page: 50 open event streams at 100 lifecycle events/s (loopback_backend)"
+section "the operator page: 50 open event streams at 100 lifecycle events/s (loopback_backend)"
 python3 bench/ui_streams.py --sandboxctl "$build_dir/apps/sandboxctl/sandboxctl" \
   --plugin-dir "$build_dir/plugins" --streams 50 --events-per-second 100 --seconds "$ui_seconds"
 
@@ -134,11 +136,11 @@ if [ -n "$engine" ]; then
   # shellcheck disable=SC2064
   trap "rm -rf '$tmp'; ((started)) && scripts/test_engine.sh stop $engine >/dev/null 2>&1 || true" EXIT
   eval "$(scripts/test_engine.sh env "$engine")"
-  echo "== sandboxd_engine_bench on $engine, $rounds rounds"
+  section "sandboxd_engine_bench on $engine, $rounds rounds"
   "$build_dir/bench/sandboxd_engine_bench" --socket "unix://$SANDBOXD_TEST_DOCKER_SOCKET" \
     --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds" \
     --jsonl "$build_dir/bench/engine_rows.jsonl" --paused-sandboxes 5 --paused-seconds "$paused_seconds"
-  echo "== pre-started slots through sandboxd-provisioner on $engine, $rounds rounds"
+  section "pre-started slots through sandboxd-provisioner on $engine, $rounds rounds"
   python3 bench/provisioner_slots.py --provisioner "$build_dir/apps/provisioner/sandboxd-provisioner" \
     --socket "$SANDBOXD_TEST_DOCKER_SOCKET" \
     --image "${SANDBOXD_TEST_IMAGE:-localhost/sandboxd-test-sandbox:latest}" --rounds "$rounds"

@@ -4,7 +4,8 @@
 # bounded time (FUZZ_SECONDS, default 20) from its seed corpus in tests/fuzz/corpus/<target>,
 # on a scratch copy, so the repository's corpora only change by hand. A crash, leak, sanitizer
 # report or timeout fails the run and leaves the input in build-asan/findings/<target>/; turn
-# each into a regression test (and a corpus file) before fixing it.
+# each into a regression test (and a corpus file) before fixing it. Targets run one per CPU at
+# a time.
 #   scripts/fuzz.sh                      every target, 20 s each
 #   FUZZ_SECONDS=300 scripts/fuzz.sh config
 set -euo pipefail
@@ -20,10 +21,10 @@ export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1"
 # pointer-overflow stays recoverable so the one RapidJSON finding can be suppressed by file;
 # halt_on_error still stops on every report that is not suppressed.
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/fuzz/ubsan.supp"
-failed=0
-for target in "${targets[@]}"; do
-  scratch="build-asan/corpus/$target"
-  findings="build-asan/findings/$target"
+# One target per CPU at a time: each is single-threaded, so a two-CPU machine fuzzes two at once
+# in the time of one. Each target's result goes to build-asan/<target>.result, shown in order.
+fuzz_one() {
+  local target=$1 scratch="build-asan/corpus/$1" findings="build-asan/findings/$1"
   rm -rf "$scratch" && mkdir -p "$scratch" "$findings"
   cp tests/fuzz/corpus/"$target"/* "$scratch"/
   if build-asan/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
@@ -31,11 +32,29 @@ for target in "${targets[@]}"; do
     >"build-asan/$target.log" 2>&1; then
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "build-asan/$target.log")
     cov=$(grep -o 'cov: [0-9]*' "build-asan/$target.log" | tail -1)
-    echo "fuzz: $target: ${runs:-?} inputs in ${seconds}s, $cov, no finding"
+    echo "fuzz: $target: ${runs:-?} inputs in ${seconds}s, $cov, no finding" >"build-asan/$target.result"
   else
-    failed=$((failed + 1))
-    echo "fuzz: $target: FINDING (log build-asan/$target.log, input in $findings/)"
-    tail -40 "build-asan/$target.log"
+    { echo "fuzz: $target: FINDING (log build-asan/$target.log, input in $findings/)"
+      tail -40 "build-asan/$target.log"; } >"build-asan/$target.result"
+    return 1
   fi
+}
+jobs_at_once="$(nproc)"
+running=0
+failed=0
+for target in "${targets[@]}"; do
+  if [ "$running" -ge "$jobs_at_once" ]; then
+    wait -n || failed=$((failed + 1))
+    running=$((running - 1))
+  fi
+  fuzz_one "$target" &
+  running=$((running + 1))
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || failed=$((failed + 1))
+  running=$((running - 1))
+done
+for target in "${targets[@]}"; do
+  cat "build-asan/$target.result" 2>/dev/null || echo "fuzz: $target: no result (its set-up failed)"
 done
 [ "$failed" -eq 0 ]

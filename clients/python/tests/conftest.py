@@ -61,6 +61,29 @@ def engine_containers(name_part: str) -> list[dict]:
     return json.loads(conn.getresponse().read())
 
 
+def engine_exec(container: str, command: list[str]) -> tuple[int, str]:
+    """Runs `command` in the container (its environment, HTTP_PROXY included); exit code and
+    output."""
+    conn = EngineConnection(timeout=60)
+    conn.request("POST", f"/containers/{container}/exec",
+                 json.dumps({"Cmd": command, "AttachStdout": True, "AttachStderr": True}),
+                 {"Content-Type": "application/json"})
+    exec_id = json.loads(conn.getresponse().read())["Id"]
+    conn = EngineConnection(timeout=60)
+    conn.request("POST", f"/exec/{exec_id}/start", json.dumps({"Detach": False, "Tty": False}),
+                 {"Content-Type": "application/json"})
+    raw = conn.getresponse().read()
+    output = b""
+    while len(raw) >= 8:  # the engine's multiplexed stream: 8-byte frame headers
+        size = int.from_bytes(raw[4:8], "big")
+        output += raw[8:8 + size]
+        raw = raw[8 + size:]
+    conn = EngineConnection(timeout=60)
+    conn.request("GET", f"/exec/{exec_id}/json")
+    code = json.loads(conn.getresponse().read())["ExitCode"]
+    return code, output.decode(errors="replace")
+
+
 def containers_left(name_part: str, within: float = 15.0) -> list[dict]:
     """The containers whose name contains ``name_part`` once the engine has had ``within``
     seconds to finish removing them: Docker removes a stopped container (AutoRemove) just

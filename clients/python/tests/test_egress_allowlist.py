@@ -17,7 +17,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import ENGINE_SOCKET, IMAGE, EngineConnection, containers_left, engine_containers
+from conftest import (ENGINE_SOCKET, IMAGE, EngineConnection, containers_left, engine_containers,
+                      engine_exec)
 
 import sandboxd
 from sandboxd import deerflow as sandboxd_deerflow
@@ -50,29 +51,6 @@ class Upstream:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def engine_exec(container: str, command: list[str]) -> tuple[int, str]:
-    """Runs `command` in the container (its environment, HTTP_PROXY included); exit code and
-    output."""
-    conn = EngineConnection(timeout=60)
-    conn.request("POST", f"/containers/{container}/exec",
-                 json.dumps({"Cmd": command, "AttachStdout": True, "AttachStderr": True}),
-                 {"Content-Type": "application/json"})
-    exec_id = json.loads(conn.getresponse().read())["Id"]
-    conn = EngineConnection(timeout=60)
-    conn.request("POST", f"/exec/{exec_id}/start", json.dumps({"Detach": False, "Tty": False}),
-                 {"Content-Type": "application/json"})
-    raw = conn.getresponse().read()
-    output = b""
-    while len(raw) >= 8:  # the engine's multiplexed stream: 8-byte frame headers
-        size = int.from_bytes(raw[4:8], "big")
-        output += raw[8:8 + size]
-        raw = raw[8 + size:]
-    conn = EngineConnection(timeout=60)
-    conn.request("GET", f"/exec/{exec_id}/json")
-    code = json.loads(conn.getresponse().read())["ExitCode"]
-    return code, output.decode(errors="replace")
 
 
 def wget(container: str, url: str, *extra: str) -> tuple[int, str]:

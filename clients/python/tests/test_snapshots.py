@@ -10,8 +10,8 @@ import json
 import subprocess
 import time
 
-from conftest import ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, containers_left
-from test_egress_allowlist import engine_exec
+from conftest import (ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, containers_left,
+                      engine_exec)
 
 import sandboxd
 
