@@ -67,7 +67,11 @@ if ((${#missing[@]})); then
 fi
 
 build_type="${BUILD_TYPE:-RelWithDebInfo}"
-cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" -DSANDBOXD_WERROR=ON
+# RelWithDebInfo with line tables only (-g1): a backtrace or a sanitizer report still names each
+# function, file and line, and the build takes about a third less time than with full -g (the
+# variables' debug info). BUILD_TYPE=Debug for a debugger's full view.
+cmake -S . -B build -DCMAKE_BUILD_TYPE="$build_type" -DSANDBOXD_WERROR=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
 cmake --build build -j"$(nproc)"
 echo "setup: built into ./build"
 
