@@ -1,6 +1,7 @@
 // The interface every sandbox backend plugin implements (design §1.9). The core never calls a
 // backend while holding its registry mutex, so implementations may block on I/O; they must be
-// safe to call from several threads at once.
+// safe to call from several threads at once, and from several processes: each verb, who calls
+// it and what the core does with the answer are in docs/writing-a-backend.md.
 #pragma once
 
 #include <optional>

@@ -40,7 +40,8 @@ struct Mount {
   bool operator==(const Mount&) const = default;
 };
 
-// What a backend knows about one running sandbox (design §1.1).
+// What a backend knows about one running sandbox (design §1.1); which fields the core reads, and
+// what for, is in docs/writing-a-backend.md ("create").
 struct SandboxInfo {
   std::string sandbox_id;
   std::string sandbox_url;  // e.g. http://127.0.0.1:49152; may be empty for a listed container
