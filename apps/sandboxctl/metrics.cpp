@@ -62,6 +62,40 @@ void histogram(std::ostringstream& out, const std::string& name, const char* hel
       << name << "_count " << total << "\n";
 }
 
+// Each tracked conversation's storage against its bound (docs/storage.md), read from the
+// filesystem at scrape time: at most kMaxConversationsShown conversations (a gauge says how many
+// more there were), nothing when conversations are not bounded here. One label set per
+// conversation with a sandbox tracked here, so the series come and go with the sandboxes.
+constexpr std::size_t kMaxConversationsShown = 1000;
+
+std::string conversation_disk_lines(const sandboxd::core::Provider& provider) {
+  if (!provider.storage().bounded()) return "";
+  const auto tracked = provider.tracked_infos(kMaxConversationsShown);
+  std::ostringstream used;
+  std::ostringstream limits;
+  for (const auto& info : tracked.infos) {
+    if (!info->user_id || !info->thread_id) continue;  // anonymous: no conversation directory
+    const auto usage = provider.conversation_storage(*info->user_id, *info->thread_id);
+    if (!usage) continue;  // a directory made before the bound, or not readable now
+    const std::string labels = "{user_id=\"" + label_value(*info->user_id) + "\",thread_id=\"" +
+                               label_value(*info->thread_id) + "\",sandbox_id=\"" +
+                               label_value(info->sandbox_id) + "\"}";
+    used << "sandboxd_conversation_disk_bytes" << labels << " " << usage->bytes << "\n";
+    limits << "sandboxd_conversation_disk_limit_bytes" << labels << " " << usage->limit << "\n";
+  }
+  std::ostringstream out;
+  header(out, "sandboxd_conversation_disk_bytes", "gauge",
+         "Bytes a tracked conversation's directory uses (as of the filesystem's last commit).");
+  out << used.str();
+  header(out, "sandboxd_conversation_disk_limit_bytes", "gauge",
+         "The bound on that conversation's directory (disk_limit).");
+  out << limits.str();
+  sample(out, "sandboxd_conversation_disk_unlisted", "gauge",
+         "Tracked sandboxes beyond the first 1000, whose conversations' disk is not listed.",
+         tracked.left_out);
+  return out.str();
+}
+
 }  // namespace
 
 void ServeMetrics::record_acquire(sandboxd::core::AcquirePath path, double seconds) {
@@ -113,6 +147,8 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
                                  const sandboxd::core::EgressStats* egress) const {
   const auto counts = provider.counts();
   const auto events = provider.event_counts();
+  // Reads the filesystem: before the lock, which request threads take to count.
+  const std::string conversation_disk = conversation_disk_lines(provider);
   std::ostringstream out;
   std::lock_guard lock(mutex_);
 
@@ -275,6 +311,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
     sample(out, "sandboxd_egress_sandboxes", "gauge",
            "Allowlist sandboxes the egress proxy listens for.", egress->attached_sandboxes);
   }
+  out << conversation_disk;
   return out.str();
 }
 
