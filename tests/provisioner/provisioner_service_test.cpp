@@ -110,7 +110,7 @@ class RecordingBackend final : public SandboxBackend {
 
 // A RecordingBackend that can also tell what a sandbox uses (SandboxUsage), by composition: the
 // provisioner sees one backend offering the capability.
-class MeteredBackend final : public SandboxBackend, public SandboxUsage {
+class MeteredBackend final : public SandboxBackend, public SandboxUsage, public WritableLayerUsage {
  public:
   explicit MeteredBackend(std::shared_ptr<RecordingBackend> inner) : inner_(std::move(inner)) {}
   SandboxInfo create(const CreateRequest& request) override { return inner_->create(request); }
@@ -126,9 +126,16 @@ class MeteredBackend final : public SandboxBackend, public SandboxUsage {
     if (usage_error) throw std::runtime_error(*usage_error);
     return reading;
   }
+  std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo&) override {
+    std::lock_guard lock(mutex_);
+    if (layer_error) throw std::runtime_error(*layer_error);
+    return layer_bytes;
+  }
 
   std::mutex mutex_;  // guards what follows (handlers run on the server's workers)
   Reading reading;
+  std::optional<std::uint64_t> layer_bytes;  // nullopt: the engine would not say
+  std::optional<std::string> layer_error;
   std::optional<std::string> usage_error;
   std::vector<std::string> asked;
 
@@ -639,6 +646,27 @@ TEST_F(ProvisionerServiceTest, UsageIsTheBackendsReadingOfARunningSandbox) {
   EXPECT_NE(detail_of(failed).find("Failed to read the usage of sandbox 'sb-1': "),
             std::string::npos)
       << detail_of(failed);
+}
+
+TEST_F(ProvisionerServiceTest, UsageCarriesTheWritableLayerWhereTheBackendMeasuresIt) {
+  auto metered = std::make_shared<MeteredBackend>(backend_);
+  metered->reading.pids = 3;
+  metered->layer_bytes = 30u << 20;
+  served_ = metered;
+  start();
+  ASSERT_EQ(create_alice()->status, 200);
+  auto read = get("/api/sandboxes/sb-1/usage");
+  ASSERT_EQ(read->status, 200);
+  EXPECT_EQ(read->body, R"({"pids":3,"writable_layer_bytes":31457280})");
+  {
+    std::lock_guard lock(metered->mutex_);
+    metered->layer_error = "engine: size walk failed";
+  }
+  // The layer is one figure among others: one the engine would not give is left out, and the
+  // rest of the reading still answers.
+  read = get("/api/sandboxes/sb-1/usage");
+  ASSERT_EQ(read->status, 200);
+  EXPECT_EQ(read->body, R"({"pids":3})");
 }
 
 TEST_F(ProvisionerServiceTest, UsageIs501WhenTheBackendCannotTell) {
