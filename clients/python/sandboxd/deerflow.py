@@ -291,6 +291,37 @@ class SandboxdProvider(_ProviderBase):  # type: ignore[misc,valid-type]
         return await asyncio.to_thread(self.decide_network_policy_request, sandbox_id, request_id,
                                        decision)
 
+    # ── snapshots and forks: an extension DeerFlow's own provider does not have ──
+    def snapshot(self, sandbox_id: str, name: str | None = None) -> dict[str, Any]:
+        """Saves the sandbox's state (what it wrote in its container and its conversation's
+        directories) under ``name`` (one is given when omitted); the snapshot's record."""
+        return self._client.snapshot(sandbox_id, name)
+
+    def snapshots(self, user_id: str | None = None) -> list[dict[str, Any]]:
+        return self._client.snapshots(user_id)
+
+    def delete_snapshot(self, name: str, *, user_id: str) -> dict[str, Any]:
+        return self._client.delete_snapshot(name, user_id=user_id)
+
+    def acquire_from_snapshot(self, thread_id: str, name: str, *, user_id: str | None = None,
+                              snapshot_user_id: str | None = None,
+                              allow_other_user: bool = False) -> str:
+        """The conversation's sandbox made from snapshot ``name`` (its old sandbox and files
+        replaced); tracked as ``acquire`` tracks one, so ``get`` answers for it."""
+        self._refuse_relayed_modes_this_deerflow_cannot_use()
+        return self._track(self._client.acquire(
+            thread_id, user_id=user_id, from_snapshot=name, snapshot_user_id=snapshot_user_id,
+            allow_other_user=allow_other_user))
+
+    def fork(self, sandbox_id: str, thread_ids: list[str] | None = None, *,
+             count: int | None = None) -> list[str]:
+        """New conversations of the sandbox's user from its state now, each with its own
+        sandbox and copy of the files (``thread_ids``, or ``count`` named for you); their
+        sandbox ids, each tracked as ``acquire`` tracks one. All or none."""
+        self._refuse_relayed_modes_this_deerflow_cannot_use()
+        return [self._track(made) for made in self._client.fork(sandbox_id, thread_ids,
+                                                                 count=count)]
+
     @property
     def uses_thread_data_mounts(self) -> bool:  # type: ignore[override]
         if self._mounts is None:

@@ -179,3 +179,35 @@ def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_require
         cli("snapshots")
         time.sleep(0.3)
     assert snapshot_images(prefix) == []
+
+
+def test_the_deerflow_provider_snapshots_restores_and_forks(engine_required, make_serve, prefix):
+    """The DeerFlow provider's extension: snapshot, restore into the conversation, fork; every
+    sandbox it hands out is tracked, so DeerFlow's ``get`` answers for it from the cache."""
+    from sandboxd.deerflow import SandboxdProvider
+
+    served = make_serve("state", "--on-exit", "destroy")
+    provider = SandboxdProvider(served.listen[len("unix:"):])
+    source = provider.acquire("t-1", user_id="erin")
+    write_both(f"{prefix}-{source}", "deerflow")
+    made = provider.snapshot(source, "prepared")
+    assert made["name"] == "prepared" and made["user_id"] == "erin"
+    assert [s["name"] for s in provider.snapshots("erin")] == ["prepared"]
+
+    forks = provider.fork(source, ["d-a", "d-b"])
+    assert len(set(forks) | {source}) == 3
+    for fork in forks:
+        assert provider.get(fork) is not None and provider.get(fork).id == fork
+        assert read_both(f"{prefix}-{fork}") == ("deerflow", "deerflow")
+
+    write_both(f"{prefix}-{source}", "changed")
+    provider.destroy(source)
+    assert provider.get(source) is None
+    restored = provider.acquire_from_snapshot("t-1", "prepared", user_id="erin")
+    assert restored == source and provider.get(restored) is not None
+    assert read_both(f"{prefix}-{restored}") == ("deerflow", "deerflow")
+    provider.delete_snapshot("prepared", user_id="erin")
+    assert provider.snapshots("erin") == []
+    for sandbox_id in [*forks, restored]:
+        provider.destroy(sandbox_id)
+    provider.shutdown()
