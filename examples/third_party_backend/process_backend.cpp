@@ -3,7 +3,10 @@
 // Each sandbox is a local child process: `busybox httpd` serving the readiness endpoint
 // (GET /v1/sandbox → 200, design §5.17) on 127.0.0.1 from a per-sandbox directory. It has no
 // isolation at all; it exists to show the shape of a real plugin (options with key-path
-// errors, logging through the host, a lock story, children that never outlive the backend).
+// errors, logging through the host, children started with fresh signals) and the rule most
+// easily missed (docs/writing-a-backend.md): a sandbox outlives the process that made it and
+// any other process finds it again. Each sandbox's state is a record on disk next to it, so
+// `sandboxctl acquire` (one process) and the next command (another) see the same sandbox.
 //
 //   "backend": {
 //     "use": "process_backend:ProcessSandboxBackend",
@@ -16,6 +19,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -25,13 +29,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
+#include <sstream>
 #include <sandboxd/sdk.hpp>
 #include <stdexcept>
 #include <string>
@@ -136,10 +140,26 @@ struct SpawnSetup {
 
 }  // namespace
 
+// Where one sandbox's state lives, so that any process can find it: {work_dir}/{id}.record
+// names the running incarnation (its process, the process's start time, its port, when it was
+// made, whose it is); {work_dir}/{id}-{n} is that incarnation's directory; {work_dir}/{id}.lock
+// serialises the creates and destroys of one id across threads and processes (flock).
+struct Record {
+  pid_t pid = -1;
+  unsigned long long start_ticks = 0;  // /proc/{pid}/stat field 22: tells a reused pid apart
+  int port = 0;
+  double created_at = 0.0;
+  std::string user_id;
+  std::string thread_id;
+  std::string dir;  // the incarnation's directory name under work_dir
+};
+
 class ProcessSandboxBackend final : public sandboxd::SandboxBackend {
  public:
   explicit ProcessSandboxBackend(const sandboxd::PluginContext& context);
-  ~ProcessSandboxBackend() override;
+  // Sandboxes outlive the backend object (and the process that loaded it), as a container
+  // outlives the engine client that made it: the next process finds them by their records.
+  ~ProcessSandboxBackend() override = default;
 
   ProcessSandboxBackend(const ProcessSandboxBackend&) = delete;
   ProcessSandboxBackend& operator=(const ProcessSandboxBackend&) = delete;
@@ -151,43 +171,47 @@ class ProcessSandboxBackend final : public sandboxd::SandboxBackend {
   std::vector<sandboxd::SandboxInfo> list_running() override;
 
  private:
-  struct Child {
-    sandboxd::SandboxInfo info;
-    pid_t pid = -1;
-    fs::path dir;         // this incarnation's own directory; removed when it stops
-    bool exited = false;  // reaped: `pid` may now belong to an unrelated process
+  // Holds {work_dir}/{id}.lock exclusively for its lifetime.
+  class IdLock {
+   public:
+    IdLock(const fs::path& work_dir, const std::string& sandbox_id);
+    ~IdLock() { ::close(fd_); }
+    IdLock(const IdLock&) = delete;
+    IdLock& operator=(const IdLock&) = delete;
+
+   private:
+    int fd_ = -1;
   };
 
-  // true while the child runs; reaps it (exited = true) once it has gone. Requires mutex_.
-  bool refresh_locked(Child& child);
-  // Starts the httpd for one sandbox directory; returns its pid. Does not block.
+  fs::path record_path(const std::string& sandbox_id) const {
+    return work_dir_ / (sandbox_id + ".record");
+  }
+  std::optional<Record> read_record(const std::string& sandbox_id) const;
+  void write_record(const std::string& sandbox_id, const Record& record) const;
+  // Whether the record's process still runs (the same process: its start time matches). Reaps
+  // it when it is a child of this process that has exited, logging how it ended.
+  bool running(const std::string& sandbox_id, const Record& record) const;
+  sandboxd::SandboxInfo info_of(const std::string& sandbox_id, const Record& record) const;
+  // Starts the httpd for one sandbox directory in a session of its own (so destroy stops its
+  // whole process group); returns its pid. Does not block.
   pid_t spawn_httpd(const fs::path& dir, int port) const;
-  // SIGTERM, wait up to stop_timeout_, SIGKILL, wait again; throws if the child still has
-  // not exited. Blocks, so it is only called on a child already taken out of children_.
-  void stop_child(Child& child);
-  // Waits (polling, real time) until `child` is reaped or `timeout` passes; true if reaped.
-  bool await_exit(Child& child, std::chrono::milliseconds timeout);
-  void remove_dir(const fs::path& dir);
+  // SIGTERM to the process group, wait up to stop_timeout_, SIGKILL, wait again; throws if it
+  // still runs.
+  void stop(const std::string& sandbox_id, const Record& record) const;
+  // destroy() once the id's lock is held and its record read.
+  void destroy_locked(const sandboxd::SandboxInfo& info, const Record& record);
+  bool await_exit(const std::string& sandbox_id, const Record& record,
+                  std::chrono::milliseconds timeout) const;
+  void remove_dir(const fs::path& dir) const;
 
+  // Set once in the constructor, read-only after: no lock needed. Every piece of state a
+  // sandbox has is on disk, guarded by its id's lock file.
   std::shared_ptr<sandboxd::Logger> logger_;
   std::shared_ptr<sandboxd::Clock> clock_;
   fs::path work_dir_;
   std::string httpd_command_;  // as configured, for messages
   std::string httpd_path_;     // resolved absolute path
   std::chrono::milliseconds stop_timeout_{5000};
-
-  // Lock story: mutex_ guards children_, next_incarnation_ and every Child::exited in the map,
-  // and every waitpid()/kill() on a child that is still in the map, so exactly one thread
-  // reaps a pid and no signal goes to a pid after it was reaped (and possibly reused). It is
-  // held for bookkeeping and for create()'s short, non-blocking mkdir + spawn (so two creates
-  // of one id start one child), but never while waiting for a child to exit: destroy() and
-  // the destructor first take the child out of children_ under the lock, then signal, wait
-  // and reap without it; a child out of the map belongs to the thread that took it out.
-  // Nothing else is locked while mutex_ is held (the logger is called with it held; loggers
-  // are thread-safe and never call back into a backend).
-  std::mutex mutex_;
-  std::map<std::string, Child> children_;
-  std::uint64_t next_incarnation_ = 0;
 };
 
 ProcessSandboxBackend::ProcessSandboxBackend(const sandboxd::PluginContext& context)
@@ -237,50 +261,117 @@ ProcessSandboxBackend::ProcessSandboxBackend(const sandboxd::PluginContext& cont
                 httpd_path_ + " httpd");
 }
 
-ProcessSandboxBackend::~ProcessSandboxBackend() {
-  std::map<std::string, Child> children;
-  {
-    std::lock_guard lock(mutex_);
-    children.swap(children_);
+namespace {
+
+// The start time of a live process, in clock ticks since boot; nullopt when it is gone or a
+// zombie (exited, not yet reaped).
+std::optional<unsigned long long> process_start_ticks(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t comm_end = stat.rfind(')');  // the command name may hold spaces and ')'
+  if (comm_end == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(comm_end + 1));
+  std::string state;
+  fields >> state;
+  if (state == "Z" || state == "X") return std::nullopt;
+  std::string field;
+  for (int index = 4; index < 22 && fields >> field; ++index) {
   }
-  // Signal every child first so they shut down in parallel, then wait for each.
-  for (auto& [id, child] : children) {
-    if (!child.exited) ::kill(child.pid, SIGTERM);
+  unsigned long long ticks = 0;
+  if (!(fields >> ticks)) return std::nullopt;
+  return ticks;
+}
+
+// An incarnation directory's name as a record may give it: the id, a dash, no separator.
+bool valid_incarnation_dir(const std::string& sandbox_id, const std::string& dir) {
+  return dir.size() > sandbox_id.size() + 1 && dir.rfind(sandbox_id + "-", 0) == 0 &&
+         dir.find('/') == std::string::npos;
+}
+
+}  // namespace
+
+ProcessSandboxBackend::IdLock::IdLock(const fs::path& work_dir, const std::string& sandbox_id) {
+  const std::string path = (work_dir / (sandbox_id + ".lock")).string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd_ < 0) {
+    throw std::runtime_error(kLogPrefix + std::string("cannot open ") + path + ": " +
+                             errno_message(errno));
   }
-  for (auto& [id, child] : children) {
-    try {
-      stop_child(child);
-      remove_dir(child.dir);
-      logger_->info(kLogPrefix + std::string("stopped sandbox ") + id + " at shutdown");
-    } catch (const std::exception& e) {
-      logger_->error(kLogPrefix + std::string("could not stop sandbox ") + id +
-                     " at shutdown: " + e.what());
-    }
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    const int error = errno;
+    ::close(fd_);
+    throw std::runtime_error(kLogPrefix + std::string("cannot lock ") + path + ": " +
+                             errno_message(error));
   }
 }
 
-bool ProcessSandboxBackend::refresh_locked(Child& child) {
-  if (child.exited) return false;
-  for (;;) {
-    int status = 0;
-    const pid_t reaped = ::waitpid(child.pid, &status, WNOHANG);
-    if (reaped == child.pid) {
-      child.exited = true;
-      logger_->warning(kLogPrefix + std::string("sandbox ") + child.info.sandbox_id + " (pid " +
-                       std::to_string(child.pid) + ") " + describe_status(status));
-      return false;
+std::optional<Record> ProcessSandboxBackend::read_record(const std::string& sandbox_id) const {
+  std::ifstream in(record_path(sandbox_id));
+  if (!in) return std::nullopt;
+  Record record;
+  std::string line;
+  while (std::getline(in, line)) {
+    const std::size_t equals = line.find('=');
+    if (equals == std::string::npos) continue;
+    const std::string key = line.substr(0, equals);
+    const std::string value = line.substr(equals + 1);
+    try {
+      if (key == "pid") record.pid = static_cast<pid_t>(std::stol(value));
+      if (key == "start_ticks") record.start_ticks = std::stoull(value);
+      if (key == "port") record.port = std::stoi(value);
+      if (key == "created_at") record.created_at = std::stod(value);
+    } catch (const std::exception&) {
+      return std::nullopt;  // not a record of ours: treated as no sandbox
     }
-    if (reaped == 0) break;  // still our child, not exited
-    if (errno == EINTR) continue;
-    if (errno == ECHILD) {  // someone reaped it for us (for example SIGCHLD set to SIG_IGN)
-      child.exited = true;
-      return false;
-    }
-    throw std::runtime_error(kLogPrefix + std::string("waitpid(") + std::to_string(child.pid) +
-                             "): " + errno_message(errno));
+    if (key == "user_id") record.user_id = value;
+    if (key == "thread_id") record.thread_id = value;
+    if (key == "dir") record.dir = value;
   }
-  if (::kill(child.pid, 0) == 0 || errno == EPERM) return true;
-  return false;
+  if (record.pid <= 0 || record.port <= 0 || !valid_incarnation_dir(sandbox_id, record.dir)) {
+    return std::nullopt;
+  }
+  return record;
+}
+
+void ProcessSandboxBackend::write_record(const std::string& sandbox_id,
+                                         const Record& record) const {
+  // Written beside and renamed into place: a reader sees the old record or the new one.
+  const fs::path path = record_path(sandbox_id);
+  const fs::path staged = work_dir_ / (sandbox_id + ".record.new");
+  {
+    std::ofstream out(staged, std::ios::trunc);
+    char created[64];
+    std::snprintf(created, sizeof created, "%.6f", record.created_at);
+    out << "pid=" << record.pid << "\nstart_ticks=" << record.start_ticks
+        << "\nport=" << record.port << "\ncreated_at=" << created
+        << "\nuser_id=" << record.user_id << "\nthread_id=" << record.thread_id
+        << "\ndir=" << record.dir << "\n";
+    if (!out.flush()) throw std::runtime_error("cannot write " + staged.string());
+  }
+  fs::rename(staged, path);
+}
+
+bool ProcessSandboxBackend::running(const std::string& sandbox_id, const Record& record) const {
+  int status = 0;
+  if (::waitpid(record.pid, &status, WNOHANG) == record.pid) {  // ours, and it has exited
+    logger_->warning(kLogPrefix + std::string("sandbox ") + sandbox_id + " (pid " +
+                     std::to_string(record.pid) + ") " + describe_status(status));
+    return false;
+  }
+  return process_start_ticks(record.pid) == record.start_ticks;
+}
+
+sandboxd::SandboxInfo ProcessSandboxBackend::info_of(const std::string& sandbox_id,
+                                                     const Record& record) const {
+  sandboxd::SandboxInfo info;
+  info.sandbox_id = sandbox_id;
+  info.sandbox_url = "http://127.0.0.1:" + std::to_string(record.port);
+  info.created_at = record.created_at;
+  if (!record.user_id.empty()) info.user_id = record.user_id;
+  if (!record.thread_id.empty()) info.thread_id = record.thread_id;
+  info.mount_contract_version = sandboxd::kSandboxMountContractVersion;
+  return info;
 }
 
 pid_t ProcessSandboxBackend::spawn_httpd(const fs::path& dir, int port) const {
@@ -299,6 +390,10 @@ pid_t ProcessSandboxBackend::spawn_httpd(const fs::path& dir, int port) const {
   posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO);
   // The child must die on SIGTERM even when the host blocks or ignores it (the daemons do).
   sandboxd::set_child_signal_defaults(setup.attributes);
+  // A session of its own: no terminal's signals reach it, and its pid is its process group.
+  short flags = 0;
+  posix_spawnattr_getflags(&setup.attributes, &flags);
+  posix_spawnattr_setflags(&setup.attributes, static_cast<short>(flags | POSIX_SPAWN_SETSID));
 
   pid_t pid = -1;
   const int rc = ::posix_spawn(&pid, httpd_path_.c_str(), &setup.actions, &setup.attributes,
@@ -310,41 +405,34 @@ pid_t ProcessSandboxBackend::spawn_httpd(const fs::path& dir, int port) const {
   return pid;
 }
 
-bool ProcessSandboxBackend::await_exit(Child& child, std::chrono::milliseconds timeout) {
+bool ProcessSandboxBackend::await_exit(const std::string& sandbox_id, const Record& record,
+                                       std::chrono::milliseconds timeout) const {
   // Real time on purpose: the child is a real process, and a host clock may be a test's
   // manual clock that never moves on its own.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    int status = 0;
-    const pid_t reaped = ::waitpid(child.pid, &status, WNOHANG);
-    if (reaped == child.pid || (reaped < 0 && errno == ECHILD)) {
-      child.exited = true;
-      return true;
-    }
-    if (reaped < 0 && errno != EINTR) {
-      throw std::runtime_error(kLogPrefix + std::string("waitpid(") + std::to_string(child.pid) +
-                               "): " + errno_message(errno));
-    }
+    if (!running(sandbox_id, record)) return true;
     if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
-void ProcessSandboxBackend::stop_child(Child& child) {
-  if (child.exited) return;
-  ::kill(child.pid, SIGTERM);
-  if (await_exit(child, stop_timeout_)) return;
-  logger_->warning(kLogPrefix + std::string("sandbox ") + child.info.sandbox_id + " (pid " +
-                   std::to_string(child.pid) + ") ignored SIGTERM for " +
+void ProcessSandboxBackend::stop(const std::string& sandbox_id, const Record& record) const {
+  if (!running(sandbox_id, record)) return;
+  // Checked just above against the process's start time, so the group is the sandbox's own.
+  ::kill(-record.pid, SIGTERM);
+  if (await_exit(sandbox_id, record, stop_timeout_)) return;
+  logger_->warning(kLogPrefix + std::string("sandbox ") + sandbox_id + " (pid " +
+                   std::to_string(record.pid) + ") ignored SIGTERM for " +
                    std::to_string(stop_timeout_.count()) + " ms; sending SIGKILL");
-  ::kill(child.pid, SIGKILL);
-  if (await_exit(child, stop_timeout_)) return;
-  throw std::runtime_error(kLogPrefix + std::string("sandbox ") + child.info.sandbox_id + " (pid " +
-                           std::to_string(child.pid) +
+  ::kill(-record.pid, SIGKILL);
+  if (await_exit(sandbox_id, record, stop_timeout_)) return;
+  throw std::runtime_error(kLogPrefix + std::string("sandbox ") + sandbox_id + " (pid " +
+                           std::to_string(record.pid) +
                            ") has not exited even after SIGKILL; its stop may still be in flight");
 }
 
-void ProcessSandboxBackend::remove_dir(const fs::path& dir) {
+void ProcessSandboxBackend::remove_dir(const fs::path& dir) const {
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec) {
@@ -354,35 +442,32 @@ void ProcessSandboxBackend::remove_dir(const fs::path& dir) {
 }
 
 sandboxd::SandboxInfo ProcessSandboxBackend::create(const sandboxd::CreateRequest& request) {
-  if (!valid_sandbox_id(request.sandbox_id)) {
-    throw std::invalid_argument(kLogPrefix + std::string("invalid sandbox id \"") +
-                                request.sandbox_id +
+  const std::string& id = request.sandbox_id;
+  if (!valid_sandbox_id(id)) {
+    throw std::invalid_argument(kLogPrefix + std::string("invalid sandbox id \"") + id +
                                 "\" (expected 1-128 of [A-Za-z0-9._-], not starting with . or -)");
   }
   if (!request.extra_mounts.empty()) {
-    logger_->debug(kLogPrefix + std::string("sandbox ") + request.sandbox_id + ": ignoring " +
+    logger_->debug(kLogPrefix + std::string("sandbox ") + id + ": ignoring " +
                    std::to_string(request.extra_mounts.size()) +
                    " mount(s); child processes share the host filesystem");
   }
 
-  std::lock_guard lock(mutex_);
-  auto existing = children_.find(request.sandbox_id);
-  if (existing != children_.end()) {
-    if (refresh_locked(existing->second)) {
-      logger_->debug(kLogPrefix + std::string("sandbox ") + request.sandbox_id +
-                     " already running at " + existing->second.info.sandbox_url);
-      return existing->second.info;
-    }
-    remove_dir(existing->second.dir);  // a dead incarnation; start afresh
-    children_.erase(existing);
+  const IdLock lock(work_dir_, id);  // one create or destroy of this id at a time, anywhere
+  std::optional<Record> existing = read_record(id);
+  if (existing && running(id, *existing)) {
+    logger_->debug(kLogPrefix + std::string("sandbox ") + id + " already running on port " +
+                   std::to_string(existing->port));
+    return info_of(id, *existing);  // another process may have made it: the same sandbox
   }
+  if (existing) remove_dir(work_dir_ / existing->dir);  // a dead incarnation; start afresh
 
-  // Each incarnation gets its own directory, so a stop still cleaning up an older one (it has
-  // left the map already) never removes the files of a new one.
-  const fs::path dir = work_dir_ / (request.sandbox_id + "-" + std::to_string(::getpid()) + "-" +
-                                    std::to_string(++next_incarnation_));
-  Child child;
-  child.dir = dir;
+  // Each incarnation gets its own directory, so a stop still cleaning up an older one never
+  // removes the files of a new one.
+  Record record;
+  record.dir = id + "-" + std::to_string(::getpid()) + "-" +
+               std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  const fs::path dir = work_dir_ / record.dir;
   try {
     fs::create_directories(dir / "www" / "v1");
     {
@@ -392,77 +477,104 @@ sandboxd::SandboxInfo ProcessSandboxBackend::create(const sandboxd::CreateReques
         throw std::runtime_error("cannot write " + (dir / "www" / "v1" / "sandbox").string());
       }
     }
-    const int port = pick_free_port();
-    child.pid = spawn_httpd(dir, port);
-    child.info.sandbox_id = request.sandbox_id;
-    child.info.sandbox_url = "http://127.0.0.1:" + std::to_string(port);
-    child.info.created_at = clock_->wall_now();
-    child.info.user_id = request.user_id;
-    child.info.thread_id = request.thread_id;
-    child.info.mount_contract_version = sandboxd::kSandboxMountContractVersion;
-  } catch (const fs::filesystem_error& e) {
-    remove_dir(dir);
-    throw std::runtime_error(kLogPrefix + std::string("sandbox ") + request.sandbox_id + ": " +
-                             e.what());
+    record.port = pick_free_port();
+    record.pid = spawn_httpd(dir, record.port);
+    const std::optional<unsigned long long> started = process_start_ticks(record.pid);
+    if (!started) {
+      int status = 0;
+      ::waitpid(record.pid, &status, 0);
+      throw std::runtime_error(kLogPrefix + std::string("\"") + httpd_command_ + "\" " +
+                               describe_status(status) + " at once (see " +
+                               (dir / "httpd.log").string() + ")");
+    }
+    record.start_ticks = *started;
+    record.created_at = clock_->wall_now();
+    record.user_id = request.user_id.value_or("");
+    record.thread_id = request.thread_id.value_or("");
+    write_record(id, record);
   } catch (...) {
+    // Nothing of a failed create stays: its process and its directory go.
+    if (record.pid > 0) {
+      ::kill(-record.pid, SIGKILL);
+      int status = 0;
+      ::waitpid(record.pid, &status, 0);
+    }
     remove_dir(dir);
-    throw;
+    try {
+      throw;
+    } catch (const fs::filesystem_error& e) {
+      throw std::runtime_error(kLogPrefix + std::string("sandbox ") + id + ": " + e.what());
+    }
   }
-
-  logger_->info(kLogPrefix + std::string("started sandbox ") + request.sandbox_id + " (pid " +
-                std::to_string(child.pid) + ") at " + child.info.sandbox_url);
-  sandboxd::SandboxInfo info = child.info;
-  children_.emplace(request.sandbox_id, std::move(child));
-  return info;
+  logger_->info(kLogPrefix + std::string("started sandbox ") + id + " (pid " +
+                std::to_string(record.pid) + ") on port " + std::to_string(record.port));
+  return info_of(id, record);
 }
 
 void ProcessSandboxBackend::destroy(const sandboxd::SandboxInfo& info) {
-  Child child;
-  {
-    std::lock_guard lock(mutex_);
-    auto it = children_.find(info.sandbox_id);
-    if (it == children_.end()) {
-      logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + info.sandbox_id +
-                     " is not running here");
+  const std::string& id = info.sandbox_id;
+  if (!valid_sandbox_id(id)) return;  // never one of ours
+  // Nothing recorded: nothing to stop, and no lock file is made for an id never created.
+  std::optional<Record> record = read_record(id);
+  if (record) {
+    const IdLock lock(work_dir_, id);
+    record = read_record(id);  // as it is now that no create or destroy of it runs
+    if (record) {
+      destroy_locked(info, *record);
       return;
     }
-    if (!info.sandbox_url.empty() && info.sandbox_url != it->second.info.sandbox_url) {
-      // The instance this info names is gone; the one running now is a newer incarnation.
-      logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + info.sandbox_id + " at " +
-                     info.sandbox_url + " is already gone");
-      return;
-    }
-    child = std::move(it->second);
-    children_.erase(it);
   }
-  stop_child(child);  // throws when the stop may still be in flight; the directory stays then
-  remove_dir(child.dir);
-  logger_->info(kLogPrefix + std::string("stopped sandbox ") + info.sandbox_id);
+  logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + id + " is not running here");
+}
+
+void ProcessSandboxBackend::destroy_locked(const sandboxd::SandboxInfo& info,
+                                           const Record& record) {
+  const std::string& id = info.sandbox_id;
+  if (!info.sandbox_url.empty() && info.sandbox_url != info_of(id, record).sandbox_url) {
+    // The instance this info names is gone; the one running now is a newer incarnation.
+    logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + id + " at " +
+                   info.sandbox_url + " is already gone");
+    return;
+  }
+  stop(id, record);  // throws when the stop may still be in flight; the record stays then
+  std::error_code ignored;
+  fs::remove(record_path(id), ignored);
+  remove_dir(work_dir_ / record.dir);
+  logger_->info(kLogPrefix + std::string("stopped sandbox ") + id);
 }
 
 bool ProcessSandboxBackend::is_alive(const sandboxd::SandboxInfo& info) {
-  std::lock_guard lock(mutex_);
-  auto it = children_.find(info.sandbox_id);
-  if (it == children_.end()) return false;
-  if (!info.sandbox_url.empty() && info.sandbox_url != it->second.info.sandbox_url) return false;
-  return refresh_locked(it->second);
+  if (!valid_sandbox_id(info.sandbox_id)) return false;
+  const std::optional<Record> record = read_record(info.sandbox_id);
+  if (!record) return false;
+  if (!info.sandbox_url.empty() &&
+      info.sandbox_url != info_of(info.sandbox_id, *record).sandbox_url) {
+    return false;  // an older incarnation
+  }
+  return running(info.sandbox_id, *record);
 }
 
 std::optional<sandboxd::SandboxInfo> ProcessSandboxBackend::discover(
     const std::string& sandbox_id) {
-  std::lock_guard lock(mutex_);
-  auto it = children_.find(sandbox_id);
-  if (it == children_.end() || !refresh_locked(it->second)) return std::nullopt;
-  return it->second.info;
+  if (!valid_sandbox_id(sandbox_id)) return std::nullopt;
+  const std::optional<Record> record = read_record(sandbox_id);
+  if (!record || !running(sandbox_id, *record)) return std::nullopt;
+  return info_of(sandbox_id, *record);
 }
 
 std::vector<sandboxd::SandboxInfo> ProcessSandboxBackend::list_running() {
-  std::vector<sandboxd::SandboxInfo> running;
-  std::lock_guard lock(mutex_);
-  for (auto& [id, child] : children_) {
-    if (refresh_locked(child)) running.push_back(child.info);
+  // Bounded: a work directory holding more entries than this is not read past them.
+  constexpr std::size_t kMaxEntries = 100000;
+  std::vector<sandboxd::SandboxInfo> running_now;
+  std::error_code ec;
+  std::size_t seen = 0;
+  for (const auto& entry : fs::directory_iterator(work_dir_, ec)) {
+    if (++seen > kMaxEntries) break;
+    const fs::path name = entry.path().filename();
+    if (name.extension() != ".record") continue;
+    if (auto info = discover(name.stem().string())) running_now.push_back(std::move(*info));
   }
-  return running;
+  return running_now;
 }
 
 SANDBOXD_EXPORT_BACKEND(ProcessSandboxBackend,

@@ -14,7 +14,8 @@ command -v strace >/dev/null || { echo "durability: strace is not installed (scr
 # AddressSanitizer build (scripts/asan.sh) its leak check is off here; every other test keeps it.
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A sandbox of the example backend outlives the command that made it: none outlives the test.
+trap 'pkill -f "$work/" 2>/dev/null; rm -rf "$work"' EXIT
 failures=0
 
 # Whether, in strace output `trace`, a rename onto a path ending in `name` is followed by an
@@ -46,7 +47,9 @@ cat >"$work/cfg.json" <<JSON
   "ownership": {"use": "ownership_sqlite:SqliteOwnershipStore", "path": "$work/leases.db"},
   "base_dir": "$work/state", "plugin_dirs": ["$plugin_dir"]}}
 JSON
-strace -f -y -qq -e trace=fsync,rename,renameat,renameat2 -o "$work/registry.trace" \
+# -b execve: the sandbox's own process (a child that outlives the command, as a container
+# would) is left untraced, so strace returns when sandboxctl does.
+strace -f -b execve -y -qq -e trace=fsync,rename,renameat,renameat2 -o "$work/registry.trace" \
   "$ctl" --config "$work/cfg.json" acquire --user alice --thread t-1 >"$work/acquire.out" 2>&1 ||
   { echo "durability: acquire failed:"; cat "$work/acquire.out"; exit 1; }
 if renamed_then_dir_synced "$work/registry.trace" "sandboxctl-registry.json" "$(realpath "$work/state")"; then

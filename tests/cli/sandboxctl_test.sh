@@ -6,7 +6,8 @@ example_dir="$2"
 examples="$3"
 static_init_dir="$4"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# A sandbox of the example backend outlives the command that made it: none outlives the test.
+trap 'pkill -f "$work/" 2>/dev/null; rm -rf "$work"' EXIT
 failures=0
 passes=0
 
@@ -137,6 +138,31 @@ for example in "$examples"/*.json; do
     check "check-config $(basename "$example") names the negotiation capability" $? "$out"
   fi
 done
+
+# A third-party backend through the one-shot CLI, each command its own process: the example's
+# sandbox outlives `acquire`, the printed URL answers, and the next acquire of the conversation
+# after a release finds the same sandbox (reclaimed), until destroy stops it.
+mkdir -m 700 "$work/example-cli"
+cat >"$work/example-cli.json" <<JSON
+{"sandbox": {"plugin_dirs": ["$example_dir"], "base_dir": "$work/example-cli",
+  "backend": {"use": "process_backend:ProcessSandboxBackend", "work_dir": "$work/example-cli/sandboxes"}}}
+JSON
+example_ctl() { "$ctl" --config "$work/example-cli.json" "$@"; }
+out=$(example_ctl acquire --user alice --thread t-1 --json 2>&1); rc=$?
+check "example: acquire exits 0" $rc "$out"
+id=$(sed -n 's/.*"sandbox_id": *"\([^"]*\)".*/\1/p' <<<"$out" | head -1)
+url=$(sed -n 's/.*"sandbox_url": *"\([^"]*\)".*/\1/p' <<<"$out" | head -1)
+contains "$out" '"path": "created"'; check "example: the first acquire creates" $? "$out"
+answer=$(curl -sf --max-time 5 "$url/v1/sandbox" 2>&1); rc=$?
+check "example: the sandbox answers after acquire returned" $rc "$url: $answer"
+out=$(example_ctl release "$id" 2>&1); check "example: release exits 0" $? "$out"
+out=$(example_ctl acquire --user alice --thread t-1 --json 2>&1); rc=$?
+contains "$out" "\"sandbox_id\": \"$id\"" && contains "$out" '"path": "reclaimed"'
+check "example: the next acquire reclaims the same sandbox" $? "$out"
+out=$(example_ctl destroy "$id" 2>&1); check "example: destroy exits 0" $? "$out"
+! curl -sf --max-time 2 "$url/v1/sandbox" >/dev/null 2>&1; check "example: destroy stopped it" $? "$url"
+out=$(example_ctl list --json 2>&1)
+! contains "$out" "$id"; check "example: nothing listed after destroy" $? "$out"
 
 echo "sandboxctl: $passes passed, $failures failed"
 [ $failures -eq 0 ]

@@ -299,24 +299,27 @@ TEST_F(ExampleBackendTest, CreateIsIdempotentPerIdAndEachIdGetsItsOwnChild) {
   EXPECT_TRUE(backend->list_running().empty());
 }
 
-TEST_F(ExampleBackendTest, DroppingTheBackendStopsItsRunningChildren) {
-  std::shared_ptr<SandboxBackend> backend = load_by_path();
-  const SandboxInfo a = backend->create(request_for("sbx-left-1"));
-  const SandboxInfo b = backend->create(request_for("sbx-left-2"));
-  ASSERT_EQ(wait_for_readiness(port_of(a)), std::optional<int>(200));
-  ASSERT_EQ(wait_for_readiness(port_of(b)), std::optional<int>(200));
-  ASSERT_TRUE(pid_serving(port_of(a)).has_value());
+TEST_F(ExampleBackendTest, ASandboxOutlivesItsBackendAndAnotherInstanceFindsAndStopsIt) {
+  // As one `sandboxctl` command after another: the backend that made the sandbox goes, and a
+  // new one (another process in real use) finds it by its record, reuses it, and stops it.
+  std::shared_ptr<SandboxBackend> first = load_by_path();
+  const SandboxInfo made = first->create(request_for("sbx-kept"));
+  ASSERT_EQ(wait_for_readiness(port_of(made)), std::optional<int>(200));
+  first.reset();
+  EXPECT_EQ(wait_for_readiness(port_of(made)), std::optional<int>(200)) << "died with its backend";
 
-  backend.reset();  // the last reference: the destructor must stop both children
-
-  EXPECT_TRUE(connection_refused(port_of(a)));
-  EXPECT_TRUE(connection_refused(port_of(b)));
-  EXPECT_EQ(pid_serving(port_of(a)), std::nullopt) << "child for sbx-left-1 leaked";
-  EXPECT_EQ(pid_serving(port_of(b)), std::nullopt) << "child for sbx-left-2 leaked";
-  EXPECT_TRUE(sandbox_dirs(work_dir(), "sbx-left-1").empty());
-  EXPECT_TRUE(sandbox_dirs(work_dir(), "sbx-left-2").empty());
-  EXPECT_TRUE(logger_->contains("stopped sandbox sbx-left-1 at shutdown"));
-  EXPECT_TRUE(logger_->contains("stopped sandbox sbx-left-2 at shutdown"));
+  std::shared_ptr<SandboxBackend> second = load_by_path();
+  EXPECT_EQ(second->discover("sbx-kept"), std::optional<SandboxInfo>(made));
+  EXPECT_TRUE(second->is_alive(made));
+  ASSERT_EQ(second->list_running().size(), 1u);
+  EXPECT_EQ(second->list_running()[0], made);
+  clock_->advance(10);
+  EXPECT_EQ(second->create(request_for("sbx-kept")), made) << "a second sandbox for one id";
+  second->destroy(made);
+  EXPECT_TRUE(connection_refused(port_of(made)));
+  EXPECT_EQ(pid_serving(port_of(made)), std::nullopt) << "the sandbox's process outlived destroy";
+  EXPECT_TRUE(sandbox_dirs(work_dir(), "sbx-kept").empty());
+  EXPECT_EQ(second->discover("sbx-kept"), std::nullopt);
 }
 
 TEST_F(ExampleBackendTest, AChildThatDiesIsReportedGoneAndCanBeRecreated) {
