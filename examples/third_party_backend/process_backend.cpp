@@ -35,8 +35,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <sandboxd/sdk.hpp>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -344,9 +344,8 @@ void ProcessSandboxBackend::write_record(const std::string& sandbox_id,
     char created[64];
     std::snprintf(created, sizeof created, "%.6f", record.created_at);
     out << "pid=" << record.pid << "\nstart_ticks=" << record.start_ticks
-        << "\nport=" << record.port << "\ncreated_at=" << created
-        << "\nuser_id=" << record.user_id << "\nthread_id=" << record.thread_id
-        << "\ndir=" << record.dir << "\n";
+        << "\nport=" << record.port << "\ncreated_at=" << created << "\nuser_id=" << record.user_id
+        << "\nthread_id=" << record.thread_id << "\ndir=" << record.dir << "\n";
     if (!out.flush()) throw std::runtime_error("cannot write " + staged.string());
   }
   fs::rename(staged, path);
@@ -532,8 +531,8 @@ void ProcessSandboxBackend::destroy_locked(const sandboxd::SandboxInfo& info,
   const std::string& id = info.sandbox_id;
   if (!info.sandbox_url.empty() && info.sandbox_url != info_of(id, record).sandbox_url) {
     // The instance this info names is gone; the one running now is a newer incarnation.
-    logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + id + " at " +
-                   info.sandbox_url + " is already gone");
+    logger_->debug(kLogPrefix + std::string("destroy: sandbox ") + id + " at " + info.sandbox_url +
+                   " is already gone");
     return;
   }
   stop(id, record);  // throws when the stop may still be in flight; the record stays then

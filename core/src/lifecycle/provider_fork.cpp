@@ -126,9 +126,8 @@ Provider::Forked Provider::fork(const std::string& sandbox_id,
     Forked forked;
     forked.from_sandbox_id = sandbox_id;
     for (auto& result : made) forked.sandboxes.push_back(std::move(*result));
-    impl.log(LogLevel::info, "Forked sandbox " + sandbox_id + " (" + user + "/" +
-                                 source.thread_id + ") into " + std::to_string(threads.size()) +
-                                 " conversations");
+    impl.log(LogLevel::info, "Forked sandbox " + sandbox_id + " (" + user + "/" + source.thread_id +
+                                 ") into " + std::to_string(threads.size()) + " conversations");
     return forked;
   }
   // None is kept: the sandboxes made go, and the conversations' directories with them.

@@ -185,7 +185,8 @@ Provider::Impl::ServedConversation Provider::Impl::served_conversation(
     throw ServiceError(ErrorKind::invalid_argument,
                        "sandbox " + sandbox_id +
                            " serves no conversation (anonymous, or adopted and not acquired "
-                           "since): " + std::string(purpose));
+                           "since): " +
+                           std::string(purpose));
   }
   served.conversation = std::move(*conversation);
   return served;
