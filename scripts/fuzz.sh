@@ -25,6 +25,7 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests
 # in the time of one. Each target's result goes to build-asan/<target>.result, shown in order.
 fuzz_one() {
   local target=$1 scratch="build-asan/corpus/$1" findings="build-asan/findings/$1"
+  rm -f "build-asan/$target.result"  # an earlier run's result never stands in for this one's
   rm -rf "$scratch" && mkdir -p "$scratch" "$findings"
   cp tests/fuzz/corpus/"$target"/* "$scratch"/
   if build-asan/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \

@@ -90,8 +90,10 @@ std::string conversation_disk_lines(const sandboxd::core::Provider& provider) {
   header(out, "sandboxd_conversation_disk_limit_bytes", "gauge",
          "The bound on that conversation's directory (disk_limit).");
   out << limits.str();
-  sample(out, "sandboxd_conversation_disk_unlisted", "gauge",
-         "Tracked sandboxes beyond the first 1000, whose conversations' disk is not listed.",
+  const std::string unlisted_help = "Tracked sandboxes beyond the first " +
+                                    std::to_string(kMaxConversationsShown) +
+                                    ", whose conversations' disk is not listed.";
+  sample(out, "sandboxd_conversation_disk_unlisted", "gauge", unlisted_help.c_str(),
          tracked.left_out);
   return out.str();
 }
