@@ -1,4 +1,4 @@
-// sandboxd_egress_bench: what the egress proxy (issue 34, network mode `allowlist`) costs, against
+// sandboxd_egress_bench: what the egress proxy (network mode `allowlist`) costs, against
 // the same upstream reached directly (BENCHMARKS.md, "Egress"). Everything is on 127.0.0.1: the
 // proxy is the product's EgressProxy with the test-only upstream network (names resolve to
 // loopback servers this bench starts), listening on a loopback socket instead of one inside a

@@ -10,7 +10,7 @@
 //   backend_is_alive, engine_inspect_provider_container
 //                     the plugin's liveness check of the reclaimed container, and the same
 //                     container inspected directly (where a reclaim's time goes)
-//   provider_resume   (issue 23) release, pause pass, then acquire of the same conversation
+//   provider_resume   release, pause pass, then acquire of the same conversation
 //                     (the thaw, the liveness check and the hand-out: path resumed)
 //   engine_unpause_inspect
 //                     the engine alone: one POST /containers/{id}/unpause of a paused
@@ -21,7 +21,7 @@
 //   engine_cold_beside_stop
 //                     the engine alone doing what replica pressure asks of it: one stop
 //                     and one create-to-ready side by side, until both are done
-//   provider_claimed  (issue 22) with warm_slots, acquire of a new conversation given a ready
+//   provider_claimed  with warm_slots, acquire of a new conversation given a ready
 //                     pre-started slot (its DeerFlow mounts bound, renamed: path claimed)
 //   provider_cold_beside_slots
 //                     acquire of a new conversation created cold by the same kind of
@@ -29,14 +29,14 @@
 // then the slots' hit rate with one new conversation every --slot-arrival-seconds (2) and
 // warm_slots 2, and with a burst faster than refill (misses counted by reason),
 // and prints median and p90 of each with the ratios BENCHMARKS.md tracks. With
-// --paused-sandboxes N (issue 23) it then releases N sandboxes, each left with one busy process
+// --paused-sandboxes N it then releases N sandboxes, each left with one busy process
 // (a background job), and reads the CPU their containers' cgroups used over --paused-seconds S
 // (60) while warm, then over S again once paused: the figure the paused tier is for.
 //
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
 //                         [--paused-sandboxes N [--paused-seconds S]]
 //                         [--slot-arrival-seconds S] [--only isolation|slots]
-// and (issue 33) cold acquires without isolation, with each sandbox's bridge port isolated,
+// and cold acquires without isolation, with each sandbox's bridge port isolated,
 // and in `isolated` mode, and a 64 MiB download and a small GET directly and through the relay.
 #include <curl/curl.h>
 #include <rapidjson/document.h>
@@ -337,7 +337,7 @@ class EngineBench {
     q->shutdown();
   }
 
-  // Issue 22: a new conversation's first sandbox from a ready slot, beside the same created
+  // A new conversation's first sandbox from a ready slot, beside the same created
   // cold; each measured acquire runs with the engine otherwise idle (the pool refilled).
   void slots() {
     auto s = provider(1000, "s", 0, /*warm_slots=*/1);
@@ -420,7 +420,7 @@ class EngineBench {
     h->shutdown();
   }
 
-  // Issue 23: what N released sandboxes cost in CPU over `paused_seconds`, warm then paused.
+  // What N released sandboxes cost in CPU over `paused_seconds`, warm then paused.
   void paused_cpu() {
     const int n = options_.paused_sandboxes;
     auto provider_for_cpu = provider(1000, "cpu", /*pause_after_seconds=*/0.001);
@@ -526,7 +526,7 @@ class EngineBench {
         p->destroy(id);
       }
     }
-    // Issue 44: a reuse of an active sandbox, now checked before it is handed out (its port's
+    // A reuse of an active sandbox, now checked before it is handed out (its port's
     // flag read back from sysfs: no engine round trip), beside the same reuse where there is no
     // port to keep (isolation off).
     for (int round = 0; round < options_.rounds; ++round) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The kubernetes backend's listing at fleet size (issue 24): one `sandboxctl reconcile` pass
+"""The kubernetes backend's listing at fleet size: one `sandboxctl reconcile` pass
 (the core's orphan reconciliation, which calls the backend's list_running) over 1,000 and
 10,000 sandbox pods in the stand-in API server (tests/support/kube_standin.py, over TLS with a
 bearer token). Counts the API requests the pass made (from the stand-in's request log) and

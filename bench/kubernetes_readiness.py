@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How soon a new sandbox on Kubernetes is handed out once its pod turns Ready (issue 24): the
+"""How soon a new sandbox on Kubernetes is handed out once its pod turns Ready: the
 time from the pod's Ready condition to `sandboxctl acquire` returning, with the backend
 following the pod on a watch, beside the same backend polling it (a Role without the watch
 verb, which the stand-in plays with --forbid-watch). Runs against the stand-in API server

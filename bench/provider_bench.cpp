@@ -356,7 +356,7 @@ class Bench {
     p->shutdown();
   }
 
-  // Issue 36: the warm pair beside 500 active conversations, alone and while the operator
+  // The warm pair beside 500 active conversations, alone and while the operator
   // page's sampler sweeps all 500 without a pause (every sandbox read from the backend, 2 ms
   // each, a page asking for the figures every 100 ms): the sampling is off the request path
   // when the two agree. The pairs are spaced 1 ms apart so that they span several sweeps.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pre-started slots through sandboxd-provisioner (issue 22): the time from a gateway's
+"""Pre-started slots through sandboxd-provisioner: the time from a gateway's
 POST /api/sandboxes for a new conversation to the sandbox answering GET /v1/sandbox, from a
 provisioner keeping one slot ready (warm_slots: 1) beside one without slots, on the same
 engine, alternating round by round; each measured create runs with the engine otherwise idle.

@@ -1,4 +1,4 @@
-// sandboxd_relay_bench: what the relay (issue 33) adds to a request, against the same sandbox
+// sandboxd_relay_bench: what the relay adds to a request, against the same sandbox
 // reached directly (BENCHMARKS.md, "The relay"). The sandbox is a real HTTP server on 127.0.0.1
 // (cpp-httplib) and, for the WebSocket figure, a raw server that answers 101 and echoes; the
 // client is a minimal HTTP/1.1 client over plain sockets, the same for both paths, so the

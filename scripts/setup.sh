@@ -13,7 +13,7 @@ packages=(
   rapidjson-dev libcurl4-openssl-dev libsqlite3-dev libssl-dev libhiredis-dev redis-server redis-tools
   # yaml-cpp: sandboxctl and serve read DeerFlow's own config.yaml.
   libyaml-cpp-dev
-  # libidn2: the egress proxy compares host names in their IDNA form (issue 34).
+  # libidn2: the egress proxy compares host names in their IDNA form.
   libidn2-dev
   # python3-venv and python3-wheel-whl: the test that installs clients/python into a fresh
   # virtual environment offline (pip and setuptools come with the venv, wheel from Debian).

@@ -341,7 +341,7 @@ cmd_ours() {
   pm ps -a --filter "label=$LABEL" --format '{{.Names}}' 2>/dev/null || true
 }
 
-# The sandboxes' bridge networks (issue 33), by id: a backend makes one per container prefix
+# The sandboxes' bridge networks, by id: a backend makes one per container prefix
 # and removes it with its last sandbox.
 cmd_our_networks() {
   ping_ok || return 0

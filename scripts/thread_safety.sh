@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The lock rules the compiler checks (issue 21; plugins and apps since issue 35): every source
+# The lock rules the compiler checks (plugins and apps since issue 35): every source
 # of the core, the plugins and the programs, and the provider tests' fixtures, parsed by clang
 # with -Wthread-safety -Werror (-fsyntax-only: no object is built). The flags come from ./build's compile_commands.json
 # (scripts/setup.sh makes it), with gcc swapped for clang++. CI does not run this pass: its clang

@@ -1,4 +1,4 @@
-// The egress routes of both daemons (issue 34), over the host's egress proxy
+// The egress routes of both daemons, over the host's egress proxy
 // (core/egress_host.hpp); serve's prefix is /v1/sandboxes, the provisioner's /api/sandboxes:
 //   GET  {prefix}/ID/egress               mode, allow-list, pending requests, grants
 //   POST {prefix}/ID/egress/events        pending requests not handed out before, now handed

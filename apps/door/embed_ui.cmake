@@ -1,5 +1,5 @@
 # Writes ui_assets.cpp: the operator page's files (apps/door/ui/) as string constants, so the
-# daemons serve them from the binary with nothing to install (issue 36). Run by the build as
+# daemons serve them from the binary with nothing to install. Run by the build as
 #   cmake -DSOURCE_DIR=apps/door/ui -DOUTPUT=…/ui_assets.cpp -P embed_ui.cmake
 # (A list's items cannot hold ';': the charset is added below.)
 set(files index.html app.js app.css favicon.svg)

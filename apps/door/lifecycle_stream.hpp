@@ -1,5 +1,5 @@
 // The lifecycle event log (core/lifecycle_events.hpp) as a Server-Sent Events stream: the
-// operator page's live tail (issue 36). Each event goes out as
+// operator page's live tail. Each event goes out as
 //   id: 42
 //   event: lifecycle
 //   data: {"sequence":42,"time":…,"kind":"released",…}

@@ -1,4 +1,4 @@
-// Routes in one place (issue 35.4): a daemon declares each of its routes once, as a method, a
+// Routes in one place: a daemon declares each of its routes once, as a method, a
 // pattern and a handler, and the table does the rest both daemons used to write by hand: it
 // matches a request's path, hands the handler the pattern's parameters, names the answer by its
 // pattern (the access log's and the metrics' label, so a made-up path never becomes a label),

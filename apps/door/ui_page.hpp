@@ -1,4 +1,4 @@
-// The operator's live view (issue 36; design "The operator's live view"): what serve and
+// The operator's live view (design "The operator's live view"): what serve and
 // sandboxd-provisioner share of it. The page itself (apps/door/ui/: one HTML file, one script,
 // one style sheet, hand-written, nothing fetched from elsewhere) is embedded in the binary at
 // build time and served on GET /ui, /ui/app.js, /ui/app.css and /ui/favicon.svg, open to

@@ -77,7 +77,7 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
              [&service](const Request&, const RouteParams& params) {
                return answer(service.instance(params["id"]));
              });
-  // Issue 36: the operator page (apps/door/ui_page.hpp): its files open, its data behind the
+  // The operator page (apps/door/ui_page.hpp): its files open, its data behind the
   // API key, presented as the page's cookie.
   for (const door::UiAsset& asset : door::ui_assets()) {
     routes.add(
@@ -120,7 +120,7 @@ door::RouteTable provisioner_routes(ProvisionerService& service,
       return usage_error(error);
     }
   });
-  // Issue 34: an allowlist sandbox's way out (apps/door/egress_routes.hpp).
+  // An allowlist sandbox's way out (apps/door/egress_routes.hpp).
   using Call = ProvisionerService::EgressCall;
   for (const auto& [method, pattern, call] :
        {std::tuple{"GET", "/api/sandboxes/{id}/egress", Call::view},

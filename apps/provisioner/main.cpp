@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  // The egress proxy's settings (issue 34, network mode allowlist) are read before the backend
+  // The egress proxy's settings (network mode allowlist) are read before the backend
   // is made: each secret's placeholder goes into the sandboxes' environment. The grants and
   // placeholders are kept beside the relay's secret.
   std::optional<core::EgressSettings> egress_settings;
@@ -281,7 +281,7 @@ int main(int argc, char** argv) {
   settings.roots = config.roots;
   settings.mount_contract_version = config.mount_contract_version;
   settings.backend_timeout_seconds = config.backend_timeout_seconds;
-  // Pre-started slots (issue 22), when the backend offers them and its options ask for some:
+  // Pre-started slots, when the backend offers them and its options ask for some:
   // a gateway creating through this provisioner gets a new conversation's sandbox from one.
   if (auto* slots = backend_capability<PreStartedSlots>(*backend)) slots->start_slots();
   ProvisionerService service(settings, backend, logger);
@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
         "request will be refused with 401");
   }
 
-  // The relay (issue 33): sandboxes the backend makes without a host address are reached only
+  // The relay: sandboxes the backend makes without a host address are reached only
   // through it, with the token each answer carries in request_headers.
   std::unique_ptr<core::BackendRelayTargets> relay_targets;
   std::unique_ptr<core::Relay> relay;
@@ -325,7 +325,7 @@ int main(int argc, char** argv) {
       return fail(4, std::string("relay: ") + error.what());
     }
     service.set_relay(relay.get(), relay_targets.get());
-    // The egress proxy (issue 34), for network mode allowlist: each sandbox's only way out. Its
+    // The egress proxy, for network mode allowlist: each sandbox's only way out. Its
     // sandboxes are the backend's running ones; their namespaces are the relay's endpoints.
     if (egress_settings) {
       core::EgressSandboxes sandboxes;

@@ -305,7 +305,7 @@ Reply ProvisionerService::create(std::string_view body) {
     // The call may outlive this request (a timeout): it shares nothing with it by reference.
     auto [info, claimed] = calls_.run(
         [backend = backend_, logger = logger_, create]() -> std::pair<SandboxInfo, bool> {
-          // A ready pre-started slot first (issue 22); a miss is logged with its reason and
+          // A ready pre-started slot first; a miss is logged with its reason and
           // the sandbox is created cold as before.
           auto* slots = backend_capability<PreStartedSlots>(*backend);
           if (slots != nullptr && slots->slot_status().target > 0) {

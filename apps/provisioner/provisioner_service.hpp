@@ -72,7 +72,7 @@ class ProvisionerService {
   Reply usage(const std::string& sandbox_id);
   Reply list();  // GET /api/sandboxes
 
-  // Issue 36: the operator page (apps/door/ui_page.hpp). Its table, in serve's shape:
+  // The operator page (apps/door/ui_page.hpp). Its table, in serve's shape:
   // {sandboxes: [{sandbox_id, state: "running", user_id, thread_id, since}]}, `since` the
   // creation time (null when the backend does not know it); its counts, {status, running}.
   Reply ui_sandboxes();
@@ -86,7 +86,7 @@ class ProvisionerService {
   // deletes (destroyed); thread-safe, in memory, the last 1,000.
   const std::shared_ptr<core::LifecycleEventLog>& events() const { return events_; }
 
-  // Issue 33: sandboxes the backend makes namespaced (network mode isolated) are answered with
+  // Sandboxes the backend makes namespaced (network mode isolated) are answered with
   // `relay`'s URL and `request_headers`, and `targets` forgets a removed one. Set before
   // serving; both outlive the service's requests.
   void set_relay(const core::SandboxAddressing* relay, core::BackendRelayTargets* targets) {
@@ -94,7 +94,7 @@ class ProvisionerService {
     relay_targets_ = targets;
   }
 
-  // Issue 34: network mode allowlist. `egress` is told of each sandbox made and removed, and
+  // Network mode allowlist. `egress` is told of each sandbox made and removed, and
   // answers the egress routes (apps/door/egress_routes.hpp). Set before serving; outlives the
   // service's requests.
   void set_egress(core::SandboxEgress* egress, core::EgressHost* host) {

@@ -232,7 +232,7 @@ ServiceConfig load_service_config(const ServiceFlags& flags, const EnvironmentLo
     }
     config.plugin_dirs = file.get_string_list("plugin_dirs");
 
-    // The relay (issue 33), started when the backend makes sandboxes no host address reaches.
+    // The relay, started when the backend makes sandboxes no host address reaches.
     if (auto relay_listen = file.optional_string("relay_listen")) {
       parse_listen(*relay_listen, file.path_of("relay_listen"), config.relay_host,
                    config.relay_port);

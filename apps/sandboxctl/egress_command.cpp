@@ -1,4 +1,4 @@
-// `sandboxctl egress` (issue 34): what an allowlist sandbox may reach, and the operator's word
+// `sandboxctl egress`: what an allowlist sandbox may reach, and the operator's word
 // on it, through the serve that runs its egress proxy (serve_egress.hpp's routes). The proxy
 // lives in serve, so this command talks to it: by default on {state dir}/serve.sock.
 #include <rapidjson/document.h>
@@ -115,7 +115,7 @@ int cmd_egress(GlobalContext& context, const std::vector<std::string>& args) {
       "sandboxctl [--config FILE] egress ID [allow DOMAIN [--temporary] | deny DOMAIN |\n"
       "                                      decide REQUEST_ID DECISION] [--serve ADDR]\n"
       "                                      [--token-env NAME] [--json]",
-      "Network mode allowlist (issue 34): what sandbox ID may reach through the egress proxy of\n"
+      "Network mode allowlist: what sandbox ID may reach through the egress proxy of\n"
       "the serve that runs it, the requests it was refused that wait for a decision (approval\n"
       "prompt), and the grants. `allow DOMAIN` grants a name for the sandbox's life\n"
       "(--temporary: for the configured temporary_grant_ttl); `deny DOMAIN` takes a grant back\n"

@@ -241,7 +241,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
             "How long creations queued for a slot, counted as each wait ended.",
             sandboxd::core::ProviderEventCounts::kCapacityWaitBounds, events.capacity_wait_buckets,
             waits_ended, events.capacity_wait_seconds);
-  // Pre-started slots (issue 22): a pool that never hits is visible with its reason.
+  // Pre-started slots: a pool that never hits is visible with its reason.
   const sandboxd::PreStartedSlots::Status slots = provider.slot_status();
   sample(out, "sandboxd_slot_claims_total", "counter",
          "New conversations given a pre-started slot (acquire path claimed).", events.slot_claims);

@@ -30,13 +30,13 @@ class ServeMetrics {
   void record_backend_error();  // any request the backend failed
 
   // The whole exposition, provider figures included.
-  // `relay`: the relay's counts (issue 33), when one runs; `egress`: the egress proxy's (issue
+  // `relay`: the relay's counts, when one runs; `egress`: the egress proxy's (issue
   // 34), when one runs.
   std::string render(const sandboxd::core::Provider& provider,
                      const sandboxd::core::RelayStats* relay = nullptr,
                      const sandboxd::core::EgressStats* egress = nullptr) const;
 
-  // The same figures for the operator page's Flow panel (issue 36; docs/ui.md), one JSON
+  // The same figures for the operator page's Flow panel (docs/ui.md), one JSON
   // object: {acquires: {path: n}, acquire_failures: {kind: n}, latency: {bounds, counts (per
   // bucket, the last beyond every bound), count, sum}, capacity_rejections: {reason: n},
   // capacity_queue: {waits, bursts}, capacity: {…Provider::Capacity}, slots: {target, ready,

@@ -318,9 +318,9 @@ class ControlApi {
     route("GET", "/v1/sandboxes/{id}", &ControlApi::get);
     route("DELETE", "/v1/sandboxes/{id}", &ControlApi::destroy);
     route("POST", "/v1/sandboxes/{id}/release", &ControlApi::release);
-    // Issue 36: what happened to sandboxes, newest last (lifecycle_events.hpp).
+    // What happened to sandboxes, newest last (lifecycle_events.hpp).
     route("GET", "/v1/events", &ControlApi::events);
-    // Issue 36: the operator's live view (ui_page.hpp). The page's files need no credential;
+    // The operator's live view (ui_page.hpp). The page's files need no credential;
     // its data does, as a cookie from POST /ui/login or the bearer token.
     for (const door::UiAsset& asset : door::ui_assets()) {
       route("GET", std::string(asset.path), &ControlApi::ui_file, door::RouteTable::Access::open);
@@ -333,7 +333,7 @@ class ControlApi {
     route("GET", "/ui/api/flow", &ControlApi::ui_flow);
     route("GET", "/ui/api/usage", &ControlApi::ui_usage);
     route("GET", "/ui/events", &ControlApi::ui_events);
-    // Issue 34: an allowlist sandbox's way out (serve_egress.hpp).
+    // An allowlist sandbox's way out (serve_egress.hpp).
     route("GET", "/v1/sandboxes/{id}/egress", &ControlApi::egress_view);
     route("POST", "/v1/sandboxes/{id}/egress/events", &ControlApi::egress_events);
     route("POST", "/v1/sandboxes/{id}/egress/deny-pending", &ControlApi::egress_deny_pending);
@@ -766,7 +766,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     return ready;
   };
-  // The egress proxy's settings (issue 34, network mode allowlist) are read before the backend
+  // The egress proxy's settings (network mode allowlist) are read before the backend
   // is made: each secret's placeholder goes into the sandboxes' environment.
   std::optional<core::EgressSettings> egress_settings;
   try {
@@ -786,14 +786,14 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
                   std::max<std::size_t>(1, limits.worker_threads / 2));
   ControlApi control(session, metrics, context.logger, token, !token.empty());
   api = &control;
-  // The relay (issue 33): the way into sandboxes without a host address, on a port that stays
+  // The relay: the way into sandboxes without a host address, on a port that stays
   // the same across restarts, with tokens that do too (the secret is the state directory's).
   std::unique_ptr<core::Relay> relay = start_relay(
       session, state_dir, vm.count("relay-listen") ? vm["relay-listen"].as<std::string>() : "",
       context.logger);
   session.service().set_relay(relay.get());
   control.relay_ = relay.get();
-  // The egress proxy (issue 34), for network mode allowlist: each sandbox's only way out.
+  // The egress proxy, for network mode allowlist: each sandbox's only way out.
   std::unique_ptr<core::EgressHost> egress;
   if (egress_settings) {
     egress = std::make_unique<core::EgressHost>(session.provider(), std::move(*egress_settings),
@@ -806,7 +806,7 @@ int cmd_serve(GlobalContext& context, const std::vector<std::string>& args) {
     control.egress_remote_ = backend_capability<RemoteSandboxEgress>(*backend);
   }
 
-  // What each sandbox uses (issue 36), for the operator page: sampled on a thread of its own
+  // What each sandbox uses, for the operator page: sampled on a thread of its own
   // while a page polls it, never on a request.
   auto usage =
       std::make_unique<core::UsageSampler>(session.provider(), std::make_shared<SystemClock>());

@@ -1,4 +1,4 @@
-// What the kubernetes backend asks the API server to make (issue 35 item 3, beside its
+// What the kubernetes backend asks the API server to make (beside its
 // api_request): a sandbox's Pod, its Service and, in network mode isolated, its NetworkPolicy,
 // each as the JSON document POSTed, built from typed settings alone, so each is tested
 // without a server (tests/kubernetes/kube_objects_test.cpp). Named and labelled as DeerFlow's
@@ -17,11 +17,11 @@ inline constexpr const char* kAppLabel = "app";
 inline constexpr const char* kAppValue = "deer-flow-sandbox";
 inline constexpr const char* kSandboxIdLabel = "sandbox-id";
 inline constexpr const char* kManagedByLabel = "sandboxd.io/managed-by";
-// The mount contract a pod was made under (issue 32 A.4), as local_docker labels its
+// The mount contract a pod was made under, as local_docker labels its
 // containers: a provisioner over this backend answers it, and refuses to reuse a pod made
 // under another. A pod without it (DeerFlow's provisioner made it) is contract 0.
 inline constexpr const char* kContractLabel = "sandboxd.io/mount-contract-version";
-// The network policy a pod was made under (issue 33): "open" or "isolated". A pod without it
+// The network policy a pod was made under: "open" or "isolated". A pod without it
 // was made open (DeerFlow's default).
 inline constexpr const char* kNetworkPolicyLabel = "sandboxd.io/network-policy";
 // Pods that may reach an isolated sandbox (the provisioner's, a gateway's): this label.

@@ -1,6 +1,6 @@
 // kubernetes:KubernetesBackend — one Pod per sandbox on a Kubernetes cluster, and a Service when
 // the sandbox URL needs one, through about ten core/v1 endpoints with libcurl and RapidJSON
-// (issue 24). Named and labelled as DeerFlow's provisioner does, so its pods are found as the
+//. Named and labelled as DeerFlow's provisioner does, so its pods are found as the
 // same sandboxes; the objects themselves (pod, service, network policy) are built from typed
 // settings in kube_objects.hpp, and this file keeps the policy: when to make, take over, wait
 // for, replace or delete them.
@@ -295,7 +295,7 @@ class KubernetesBackend final : public SandboxBackend, public SandboxNetworkPoli
     return "/apis/networking.k8s.io/v1/namespaces/" + namespace_ + "/networkpolicies";
   }
 
-  // DeerFlow's `sandbox.network` (issue 33), as local_docker reads it: an object whose mode is
+  // DeerFlow's `sandbox.network`, as local_docker reads it: an object whose mode is
   // open or isolated; allowlist is refused (the egress proxy serves local_docker only); the other
   // keys of DeerFlow's section are accepted (they belong to allowlist mode or to DeerFlow's proxy).
   void read_network(PluginConfig& options) {

@@ -105,7 +105,7 @@ std::optional<SandboxInfo> LocalContainerBackend::discover(const std::string& sa
   }
   SandboxInfo info = std::move(*ours);
   if (state->paused) {
-    // Paused by an earlier process (issue 23): discovery hands it out, so thaw it first.
+    // Paused by an earlier process: discovery hands it out, so thaw it first.
     try {
       unpause(info);
     } catch (const std::exception& e) {

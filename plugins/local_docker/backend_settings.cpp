@@ -509,7 +509,7 @@ Settings read_settings(const PluginContext& context, Logger& logger) {
   const long long warm_slots = options.get_integer("warm_slots", 0);
   if (warm_slots < 0 || warm_slots > 64) options.reject("warm_slots", "must be between 0 and 64");
   s.warm_slots = static_cast<std::size_t>(warm_slots);
-  // Normal once, here (issue 32 A.2): every later path and mount under it starts from it.
+  // Normal once, here: every later path and mount under it starts from it.
   if (auto dir = options.optional_string("slots_dir"); dir && !trimmed(*dir).empty()) {
     if (!std::filesystem::path(trimmed(*dir)).is_absolute()) {
       options.reject("slots_dir", "must be an absolute path");

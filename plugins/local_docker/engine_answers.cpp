@@ -135,7 +135,7 @@ std::vector<ContainerState> parse_listing(const std::string& body, const std::st
     state.name = listing_name(entry);
     if (state.name.size() <= name_prefix.size() || state.name.rfind(name_prefix, 0) != 0) continue;
     state.status = string_member(entry, "State");
-    // A paused container is alive (frozen by /pause, issue 23).
+    // A paused container is alive (frozen by /pause).
     state.running = state.status.empty() || state.status == "running" || state.status == "paused";
     state.paused = state.status == "paused";
     state.labels = string_map_member(entry, "Labels");

@@ -1,4 +1,4 @@
-// Host mounts for pre-started slots (issue 22, design "Pre-started slots"): a shared slots
+// Host mounts for pre-started slots (design "Pre-started slots"): a shared slots
 // root, binds of a conversation's directories onto a slot's directories, and their removal.
 //
 // A conversation's directories lie in trees its sandbox can write, so a source is opened with

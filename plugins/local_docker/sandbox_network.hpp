@@ -1,4 +1,4 @@
-// How local_docker keeps sandboxes apart on the network (issue 33; docs/network-isolation.md):
+// How local_docker keeps sandboxes apart on the network (docs/network-isolation.md):
 //
 //  - `open` (DeerFlow's default mode): every sandbox joins one bridge network of ours (or the
 //    operator's `network`), with its engine egress and its published loopback port, and its

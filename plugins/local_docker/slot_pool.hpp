@@ -1,4 +1,4 @@
-// The pool of pre-started slots of one local_docker backend (issue 22, design "Pre-started
+// The pool of pre-started slots of one local_docker backend (design "Pre-started
 // slots"). A slot is a container started ahead of need whose per-conversation mount points
 // are bound, with rslave propagation, from empty directories under a shared slots root; a
 // claim binds the conversation's directories onto them on the host (they appear inside at

@@ -77,7 +77,7 @@ end
 return 0
 )";
 
-// The capacity ledger (issue 23): KEYS[1] is the sorted set of every reservation
+// The capacity ledger: KEYS[1] is the sorted set of every reservation
 // ({prefix}:capacity, member sandbox id, score expiry in ms on the server's clock), KEYS[2] the
 // user's ({prefix}:capacity:user:{user}). Expired members are dropped first; an id already
 // reserved is renewed and never refused. 0 = granted, 1 = the total ceiling, 2 = the user's.
@@ -365,7 +365,7 @@ class RedisOwnershipStore final : public OwnershipStore, public CapacityLedger {
     }
   }
 
-  // ── CapacityLedger (issue 23): sorted sets beside the leases, one Lua script per call ──
+  // ── CapacityLedger: sorted sets beside the leases, one Lua script per call ──
   Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
                   std::size_t per_user_ceiling) override {
     const long long result = run_keys(

@@ -326,7 +326,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
                    });
   }
 
-  // ── CapacityLedger (issue 23): the `capacity` table, one row per sandbox of the host ──
+  // ── CapacityLedger: the `capacity` table, one row per sandbox of the host ──
   Refusal reserve(const std::string& sandbox_id, const std::string& user, std::size_t total_ceiling,
                   std::size_t per_user_ceiling) override {
     return in_write_transaction("reserve capacity", sandbox_id, [&](double now) REQUIRES(mutex_) {
@@ -434,7 +434,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
     execute(db, "BEGIN IMMEDIATE");
     try {
       prepare_schema(db, path_key, described_path);
-      // The capacity ledger (issue 23) is a table of its own beside the leases: a file made by
+      // The capacity ledger is a table of its own beside the leases: a file made by
       // an earlier build gains it here, and such a build still reads the file (it looks only
       // at `leases`), so the schema version stays.
       execute(db,
@@ -576,7 +576,7 @@ class SqliteOwnershipStore final : public OwnershipStore, public CapacityLedger 
   // more than three quarters of its TTL left, the write would only move its expiry: the renewal
   // interval is at most half the TTL (ttl_multiplier >= 2), so even a renewal that runs a little
   // early or late finds it alive with half an interval to spare. A SELECT then answers instead
-  // of a WAL commit (issue 10); anything else writes as before. With the default multiplier (4)
+  // of a WAL commit; anything else writes as before. With the default multiplier (4)
   // the renewal loop itself always writes: its leases have 3/4 of the TTL left when it runs.
   bool our_lease_is_fresh(const char* action, const std::string& sandbox_id) {
     return in_read(action, sandbox_id, [&](double now) REQUIRES(mutex_) {

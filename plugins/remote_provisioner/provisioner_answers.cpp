@@ -44,7 +44,7 @@ std::optional<std::string> sandbox_url_member(const rapidjson::Value& object) {
   return url;
 }
 
-// request_headers (issue 33): what every request to the sandbox must carry (a relay's token).
+// request_headers: what every request to the sandbox must carry (a relay's token).
 // From a service we do not control: at most kMaxRequestHeaders, names HTTP tokens, values
 // without line breaks, each bounded; anything else and the member is refused whole.
 constexpr std::size_t kMaxRequestHeaders = 16;

@@ -100,7 +100,7 @@ class RemoteSandboxBackend final : public SandboxBackend,
     return {static_cast<int>(response.status), response.body};
   }
 
-  // ── what a sandbox uses, as the provisioner's backend counts it (issue 36) ──
+  // ── what a sandbox uses, as the provisioner's backend counts it ──
   Reading usage(const SandboxInfo& info) override {
     if (clock_->monotonic_now() < usage_unsupported_until_.load()) {
       throw std::runtime_error("the provisioner's backend reports no usage");

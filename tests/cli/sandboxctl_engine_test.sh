@@ -134,7 +134,7 @@ JSON
 expect_rc "engine unreachable" 4 "$ctl" --config "$work/noengine.json" acquire --user a --thread t
 grep -q "no-such.sock" <<<"$err"; check "engine error names the socket" $? "$err"
 # (list and reconcile cannot tell an unreachable engine from an empty one: the backend's
-# list_running logs the failure and answers nothing, SPEC §9.8.)
+# list_running logs the failure and answers nothing, design §9.8.)
 
 # ── two state directories, one lease database: ownership refused, nothing stopped ──────────
 for name in a b c; do
@@ -175,7 +175,7 @@ expect_rc "D reaps after the idle timeout (now 1 s)" 0 "$ctl" --config "$work/d.
 [ "$(field "$out" 'd["reaped"]')" = "['$idle_id']" ]; check "the idle sandbox is reaped" $? "$out"
 gone "$prefix-$idle_id"; check "and its container is gone" $? ""
 
-# ── pause (issue 23): reap pauses a released sandbox, acquire resumes it, list says so ──────
+# ── pause: reap pauses a released sandbox, acquire resumes it, list says so ──────
 sed 's/"idle_timeout": 600/"idle_timeout": 600, "pause_after_seconds": 1/; s/state-a/state-p/' \
   "$work/a.json" >"$work/p.json"
 expect_rc "P checks its config" 0 "$ctl" --config "$work/p.json" check-config --json
@@ -201,7 +201,7 @@ check "the paused sandbox is resumed, same id" $? "$out"
 curl -sf --max-time 5 "$pause_url/v1/sandbox" >/dev/null; check "and answers at once" $? "$pause_url"
 expect_rc "P destroys" 0 "$ctl" --config "$work/p.json" destroy "$pause_id"
 
-# ── a ceiling (issue 23): replicas 1, overflow_policy reject → exit 7, kind capacity ──────
+# ── a ceiling: replicas 1, overflow_policy reject → exit 7, kind capacity ──────
 sed 's/"idle_timeout": 600/"idle_timeout": 600, "replicas": 1, "overflow_policy": "reject"/; s/state-a/state-r/' \
   "$work/a.json" >"$work/r.json"
 expect_rc "R acquires its one slot" 0 "$ctl" --config "$work/r.json" acquire --user rex --thread t-1 --json

@@ -78,7 +78,7 @@ out=$("$ctl" --config "$work/malformed.json" check-config 2>&1); rc=$?
 [ $rc -ne 0 ]; check "malformed JSON fails" $? "$out"
 contains "$out" "line 1"; check "malformed JSON reports the line" $? "$out"
 
-# Issue 25: DeerFlow's config.yaml as is; the id of a conversation, and an older DeerFlow's.
+# DeerFlow's config.yaml as is; the id of a conversation, and an older DeerFlow's.
 cat >"$work/config.yaml" <<'YAML'
 models:
   - name: gpt-4

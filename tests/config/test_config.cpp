@@ -1,4 +1,4 @@
-// Configuration loader (SPEC.md §11, §7.6, §3.6; DESIGN.md "Configuration").
+// Configuration loader (design §11, §7.6, §3.6; design "Configuration").
 // Carries the seed's test_load_config_preserves_thread_data_mounts_override (3 cases).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -356,7 +356,7 @@ TEST_F(ConfigTest, ConflictErrorDoesNotEchoSecretValues) {
   EXPECT_THAT(message, Not(HasSubstr("pk-conflict-secret")));
 }
 
-// Issue 23: off by default; read as a number; a value the idle timeout makes useless is said.
+// Off by default; read as a number; a value the idle timeout makes useless is said.
 TEST_F(ConfigTest, PauseAfterSecondsIsReadAndAUselessOneIsWarnedAbout) {
   EXPECT_EQ(parse_config(R"({"sandbox": {}})", "c").pause_after_seconds, 0.0);
   const SandboxConfig config =
@@ -511,7 +511,7 @@ TEST_F(ConfigTest, FlatProvisionerUrlWithBackendSectionConflicts) {
   EXPECT_THAT(message, HasSubstr("sandbox.backend"));
 }
 
-// DeerFlow's network modes (`sandbox.network`, issue 33) are a policy the backend enforces:
+// DeerFlow's network modes (`sandbox.network`) are a policy the backend enforces:
 // they join the backend's options in the flat shape and beside a backend section alike.
 TEST_F(ConfigTest, TheSandboxNetworkPolicyJoinsTheBackendsOptionsInEitherShape) {
   const SandboxConfig flat = load(R"({"sandbox": {
@@ -760,7 +760,7 @@ TEST_F(ConfigTest, RedisEnvironmentVariablesSelectTheRedisStore) {
     const SandboxConfig config = load(R"({"sandbox": {}})");
     EXPECT_EQ(config.ownership.use, kRedisOwnershipUse) << variable;
     EXPECT_THAT(config.mapping_notes, Contains(HasSubstr(variable)));
-    // The store reads the variable itself (SPEC §7.6's chain), so the config never holds it.
+    // The store reads the variable itself (design §7.6's chain), so the config never holds it.
     EXPECT_THAT(config.ownership.options_json, Not(HasSubstr("env-pw")));
     for (const auto& note : config.mapping_notes) EXPECT_THAT(note, Not(HasSubstr("env-pw")));
   }

@@ -1,4 +1,4 @@
-"""Fixtures for the edge tests (issue 20): the real ``sandboxctl`` and ``sandboxd-provisioner``
+"""Fixtures for the edge tests: the real ``sandboxctl`` and ``sandboxd-provisioner``
 binaries over the example process backend (no engine), driven by hostile clients on unix
 sockets and 127.0.0.1. ctest provides SANDBOXCTL, SANDBOXD_PROVISIONER and
 SANDBOXD_EXAMPLE_PLUGIN_DIR."""

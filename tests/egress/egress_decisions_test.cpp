@@ -1,4 +1,4 @@
-// The gateway's word on refused names (issue 34, approval `prompt`), without a socket: what the
+// The gateway's word on refused names (approval `prompt`), without a socket: what the
 // proxy's end-to-end test cannot drive cheaply (a grant's expiry on the clock, the bound on
 // pending names, two doors deciding one request at once, a grants file that is half wrong).
 #include "egress/egress_decisions.hpp"

@@ -1,4 +1,4 @@
-// The egress proxy (issue 34; core/include/sandboxd/core/egress_proxy.hpp) with real sockets: the
+// The egress proxy (core/include/sandboxd/core/egress_proxy.hpp) with real sockets: the
 // sandbox's listener is an ordinary socket on 127.0.0.1 here (the engine tests put it in a
 // sandbox's namespace), the upstreams are real servers on 127.0.0.1 named through the test-only
 // network, and a scripted network stands in for DNS where a test needs answers a resolver would

@@ -1,4 +1,4 @@
-// The egress proxy's rules (issue 34; core/include/sandboxd/core/egress_rules.hpp): names as the
+// The egress proxy's rules (core/include/sandboxd/core/egress_rules.hpp): names as the
 // allow-list compares them, the allow-list, which addresses are public, and what a ClientHello
 // says. The ClientHellos are OpenSSL's own (a real client's first bytes) and, for what OpenSSL
 // will not send (Encrypted Client Hello, two names), built by hand.

@@ -100,7 +100,7 @@ std::optional<int> get_readiness_status(int port) {
   }
 }
 
-// Readiness wait (SPEC §5.17), not a timed assertion: the child needs a moment to bind.
+// Readiness wait (design §5.17), not a timed assertion: the child needs a moment to bind.
 std::optional<int> wait_for_readiness(int port) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   std::optional<int> status;

@@ -1,4 +1,4 @@
-// libFuzzer target: the config loader (SPEC §11) on arbitrary text. Any input either loads or
+// libFuzzer target: the config loader (design §11) on arbitrary text. Any input either loads or
 // throws ConfigError; a loaded config renders redacted. Crashes, hangs and sanitizer reports
 // are the findings.
 #include <cstddef>

@@ -1,4 +1,4 @@
-// libFuzzer target: DeerFlow's config.yaml as sandboxctl reads it (issue 25): yaml-cpp's parse,
+// libFuzzer target: DeerFlow's config.yaml as sandboxctl reads it: yaml-cpp's parse,
 // the conversion of the sandbox sections to JSON with their lines, then the config parser. Any
 // input either loads or throws ConfigError; a loaded config renders redacted. Crashes, hangs,
 // unbounded recursion and sanitizer reports are the findings.

@@ -1,4 +1,4 @@
-// The kubernetes backend's credentials reader on files alone (issue 24): a kubeconfig's current
+// The kubernetes backend's credentials reader on files alone: a kubeconfig's current
 // or named context, relative files, inline base64 data, an `exec` user refused naming it, a
 // missing context named; in-cluster files and the environment it needs.
 #include "kube_credentials.hpp"

@@ -1,5 +1,5 @@
 // The kubernetes backend called directly, as the core calls it, against the stand-in API server
-// (issue 24): the sandbox URL in each url_mode (node_port, cluster_dns, pod_ip), which the
+//: the sandbox URL in each url_mode (node_port, cluster_dns, pod_ip), which the
 // end-to-end tests through sandboxctl cannot reach for the last two (their URLs resolve only
 // inside a cluster, so the core's readiness probe stops there); discover, list_running,
 // is_alive and destroy then agree with it, and pod_ip makes no Service. The stand-in keeps a
@@ -187,7 +187,7 @@ TEST_F(KubernetesBackendTest, EachUrlModeGivesItsUrlAndTheOtherCallsAgreeWithIt)
   }
 }
 
-// Issue 45 item 5: `runtime` is the one spelling of a sandbox's runtime across backends; here it
+// `runtime` is the one spelling of a sandbox's runtime across backends; here it
 // is the pod's RuntimeClass (runtime_class_name, Kubernetes' own word, is read too; both at once
 // are refused, naming them).
 TEST_F(KubernetesBackendTest, RuntimeIsThePodsRuntimeClassAndOneSpellingOnly) {

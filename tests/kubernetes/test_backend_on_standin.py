@@ -21,7 +21,7 @@ from conftest import TOKEN, kubectls
 SANDBOXCTL = os.environ.get("SANDBOXCTL", "")
 PROVISIONER = os.environ.get("SANDBOXD_PROVISIONER", "")
 NAMESPACE = "sandboxes"
-ALICE_T1 = "204d8a9dc81c839f"  # the deterministic id of (alice, t-1), SPEC §4.1
+ALICE_T1 = "204d8a9dc81c839f"  # the deterministic id of (alice, t-1), design §4.1
 
 pytestmark = pytest.mark.skipif(not SANDBOXCTL, reason="needs SANDBOXCTL (ctest sets it)")
 

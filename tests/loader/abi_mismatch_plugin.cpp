@@ -38,7 +38,7 @@ const sandboxd::PluginDescriptor sandboxd_descriptor_OldBackend = {
 BOOST_DLL_ALIAS_SECTIONED(sandboxd_descriptor_OldBackend, sandboxd_plugin_OldBackend, sandboxd)
 
 // A plugin built against SDK ABI 2, before SandboxInfo recorded a sandbox's network policy and
-// request headers (issue 33): its SandboxInfo is not this host's, so it must be refused
+// request headers: its SandboxInfo is not this host's, so it must be refused
 // unmapped.
 extern "C" const sandboxd::PluginDescriptor sandboxd_descriptor_AbiTwoBackend;
 const sandboxd::PluginDescriptor sandboxd_descriptor_AbiTwoBackend = {

@@ -76,7 +76,7 @@ TEST(EngineAnswers, AListingKeepsOnlyRunningContainersOfOurPrefix) {
   EXPECT_GT(running[1].created_at, 0.0);
 }
 
-// Issue 22: the slots' sweep lists containers in every state (a dead gateway's slot may have
+// The slots' sweep lists containers in every state (a dead gateway's slot may have
 // exited), with their labels, still only those of our prefix.
 TEST(EngineAnswers, AFullListingKeepsEveryStateWithLabels) {
   const auto listed = parse_listing(R"([
@@ -91,7 +91,7 @@ TEST(EngineAnswers, AFullListingKeepsEveryStateWithLabels) {
   EXPECT_EQ(listed[1].labels.at("owner"), "t2");
 }
 
-// Issue 23: a paused container is alive, so reconciliation and `list` must see it; a
+// A paused container is alive, so reconciliation and `list` must see it; a
 // listing that dropped it left a paused orphan nobody would ever adopt or reap.
 TEST(EngineAnswers, AListingKeepsPausedContainersAndSaysSo) {
   const auto listed = parse_running_listing(R"([

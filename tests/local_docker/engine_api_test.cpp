@@ -210,7 +210,7 @@ TEST_P(EngineApiTest, RemovingAndInspectingWhatIsGone) {
   EXPECT_EQ(api_.container_pid("gone", 5.0), 0);
 }
 
-// Issue 36: one reading of a running container's use, as both engines answer it.
+// One reading of a running container's use, as both engines answer it.
 TEST_P(EngineApiTest, OneShotStatsAreReadAsBothEnginesGiveThem) {
   const auto reading = api_.container_stats(kId, 5.0);
   ASSERT_TRUE(reading.has_value());

@@ -296,7 +296,7 @@ class LocalDockerTest : public ::testing::Test {
       ADD_FAILURE() << "container left behind: " << c.name << " (" << c.state << ")";
       engine_->force_remove(c.id);
     }
-    // The sandboxes' bridge network of this test's prefix (issue 33): made on first use,
+    // The sandboxes' bridge network of this test's prefix: made on first use,
     // removed by the backend with its last sandbox; a test that kept it would fill the pool.
     // By id: a racing test may leave two of one name, which the engine will not delete by it.
     for (const auto& network : networks_of_prefix()) {
@@ -529,7 +529,7 @@ TEST_F(LocalDockerTest, MountsAreWritableOrReadOnlyAsConfigured) {
   loaded.backend->destroy(info);
 }
 
-// Issue 23: pausing is a capability local_docker offers on both engines. A paused sandbox is
+// Pausing is a capability local_docker offers on both engines. A paused sandbox is
 // alive but frozen (it answers no HTTP); unpaused, it serves again with its processes and
 // files as they were; a paused one can still be destroyed; both verbs are idempotent.
 TEST_F(LocalDockerTest, APausedSandboxIsFrozenAliveAndComesBackWhole) {
@@ -685,7 +685,7 @@ TEST_F(LocalDockerTest, HostContainerAndNoneNetworksAreRefusedAsDeerFlowRefusesT
   EXPECT_THAT(bad_pids, ::testing::HasSubstr("\"lots\""));
 }
 
-// Issue 33 item 1: no sandbox reaches another, in every network mode. In `open` (DeerFlow's
+// No sandbox reaches another, in every network mode. In `open` (DeerFlow's
 // default) two sandboxes of two users share a bridge, each port isolated: from inside one, a
 // bounded connect (three tries, 2 s each) to the other's address on the engine's network and
 // its port gets nothing, while the same probe to its own address answers (so a silent probe is
@@ -808,7 +808,7 @@ bool every_port_isolated(const std::string& bridge) {
                                        [](const auto& port) { return port.second; });
 }
 
-// Issue 44 item 1: an engine restart of a sandbox (Docker's restart; podman 4.3 removes an
+// An engine restart of a sandbox (Docker's restart; podman 4.3 removes an
 // AutoRemove container instead) or an operator's network reconnect gives it a new veth whose
 // bridge port is open. Before, nothing read isolation back:
 // after the restart, alice reached bob and bob reached alice (200 OK both ways), and it stayed
@@ -884,7 +884,7 @@ TEST_F(LocalDockerTest, AnEngineRestartOfASandboxIsIsolatedAgainAtOnce) {
   second.backend->destroy(bob);
 }
 
-// Issue 44 item 2: bridge port isolation only stops isolated-to-isolated traffic, so a container
+// Bridge port isolation only stops isolated-to-isolated traffic, so a container
 // joined to the sandboxes' network by hand reached every sandbox and was reached by each (200 OK
 // both ways). Now every port on that bridge is isolated as it joins, sandbox or not, and each
 // reconciliation pass names such a container.
@@ -929,7 +929,7 @@ TEST_F(LocalDockerTest, AContainerJoinedToTheSandboxesNetworkByHandReachesNoSand
   loaded.backend->destroy(alice);
 }
 
-// Issue 45 item 5: a runtime per configuration (`runtime: runsc`, gVisor). A runtime the
+// A runtime per configuration (`runtime: runsc`, gVisor). A runtime the
 // engine does not know is refused before any container exists; a container the engine made
 // with another runtime than asked (podman 4.3 ignores the field on its Docker-compatible API,
 // even for a bogus name) is caught by reading it back, removed, and the create fails; on
@@ -1352,7 +1352,7 @@ TEST(LocalDockerNoEngine, MissingSocketGivesAClearErrorNamingIt) {
   EXPECT_FALSE(loaded.backend->requires_create_validation());
 }
 
-// ── pre-started slots (issue 22) ─────────────────────────────────────────────
+// ── pre-started slots ─────────────────────────────────────────────
 
 using sandboxd::PreStartedSlots;
 
@@ -1401,7 +1401,7 @@ constexpr const char* kTwoMountPoints =
 // before is there, a file written inside lands on the host, the read-only mount refuses a
 // write, another user's claim for the same thread id sees none of it, and the claimed slot is
 // the conversation's sandbox for discovery and listing while an unclaimed one is nobody's.
-// Issue 33: slots under network mode isolated start with no network, ahead of need, and a
+// Slots under network mode isolated start with no network, ahead of need, and a
 // claimed one is the conversation's isolated sandbox: recorded as such, reached only in its
 // namespace.
 TEST_F(WarmSlotsTest, UnderIsolatedModeAClaimedSlotHasNoNetworkAndIsReachedInItsNamespace) {

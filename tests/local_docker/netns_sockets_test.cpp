@@ -98,7 +98,7 @@ TEST(NetnsSocketsTest, ACachedPidIsTrustedOnlyWhileItKeepsItsNamespace) {
   ::close(fd);
 }
 
-// Issue 44 item 11: at a first lookup nothing tied the pid the engine reported to the
+// At a first lookup nothing tied the pid the engine reported to the
 // /proc/PID/ns/net then opened: a container whose process changed in between (a pid freed and
 // reused by another sandbox's process) gave a socket in another namespace, and that answer was
 // cached. Now the process is held while its namespace is opened and the engine asked again:

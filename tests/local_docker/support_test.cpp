@@ -42,7 +42,7 @@ TEST(LocalDockerSupport, ParsesMemorySizes) {
 }
 
 TEST(LocalDockerSupport, ParsesDockerTimestamps) {
-  // SPEC §9.9 example: nanoseconds are truncated to microseconds.
+  // design §9.9 example: nanoseconds are truncated to microseconds.
   EXPECT_NEAR(parse_docker_timestamp("2026-04-08T01:22:50.123456789Z"), 1775611370.123456, 1e-6);
   EXPECT_DOUBLE_EQ(parse_docker_timestamp("2026-04-08T03:22:50+02:00"), 1775611370.0);
   EXPECT_DOUBLE_EQ(parse_docker_timestamp(""), 0.0);

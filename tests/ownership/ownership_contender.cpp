@@ -11,7 +11,7 @@
 //   interval <id> <start ns> <end ns>
 // on CLOCK_MONOTONIC, which is system-wide, so intervals from different processes compare.
 //
-// mode "reserve" (issue 23): for <duration ms>, reserve capacity (ceilings: 3 in all, 2 per
+// mode "reserve": for <duration ms>, reserve capacity (ceilings: 3 in all, 2 per
 // user) for new sandbox ids of this process under a random user of u0..u2, hold each a few ms
 // and give it back. Every held reservation is written as
 //   reserved <user> <start ns> <end ns>

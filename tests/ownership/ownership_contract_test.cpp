@@ -1,4 +1,4 @@
-// The ownership-store contract (SPEC §7.2, §7.3), run against every store plugin, each loaded
+// The ownership-store contract (design §7.2, §7.3), run against every store plugin, each loaded
 // through the real plugin loader by its use string. Time moves on a ManualClock: no sleeping.
 //
 // Cases that need a second owner get one from make_peer(): for the SQLite store, another store
@@ -448,7 +448,7 @@ TEST_P(OwnershipContract, AcceptsItsOwnTypeAndWarnsAboutUnknownKeys) {
   EXPECT_FALSE(logger_->contains(LogLevel::warning, "sandbox.ownership.type"));
 }
 
-// --- the capacity ledger (issue 23) ---------------------------------------------------------
+// --- the capacity ledger ---------------------------------------------------------
 
 #define LEDGER_OR_SKIP(store, ledger)                                                         \
   auto* ledger = store_capability<CapacityLedger>(*(store));                                  \

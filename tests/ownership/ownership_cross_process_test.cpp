@@ -167,7 +167,7 @@ void expect_exclusive_destroy_claims(const TempDir& dir, const std::string& db_p
               kContenders);
 }
 
-// Issue 23: three processes reserve capacity in one store for 2.5 s under the ceilings 3 in all
+// Three processes reserve capacity in one store for 2.5 s under the ceilings 3 in all
 // and 2 per user; at no instant may the reservations they held exceed either.
 void expect_ceilings_hold_across_processes(const TempDir& dir, const std::string& db_path) {
   constexpr int kProcesses = 3;
@@ -382,7 +382,7 @@ INSTANTIATE_TEST_SUITE_P(States, KilledHolderOverRedis, ::testing::Values(false,
                            return std::string(info.param ? "Del" : "Own");
                          });
 
-// Issue 23: a gateway SIGKILLed while it holds a capacity reservation: the slot stays taken
+// A gateway SIGKILLed while it holds a capacity reservation: the slot stays taken
 // until one TTL (1 s here) after the reservation's last write, then another gateway gets it.
 // Real time on both stores (the child writes on the wall clock or the server's).
 class KilledReservationHolder : public ::testing::TestWithParam<std::string> {};

@@ -168,7 +168,7 @@ TEST_F(SqliteStore, StoresLeaseStateAsOwnOrDel) {
   EXPECT_EQ(raw.query("SELECT owner_id FROM leases WHERE sandbox_id = 'sb-del'"), "owner-a");
 }
 
-// Issue 10: every warm acquire takes its lease and every release renews it. While our own
+// Every warm acquire takes its lease and every release renews it. While our own
 // lease has more than 3/4 of its TTL left neither writes (the renewal interval is at most half
 // the TTL), so the warm path costs a SELECT, not a WAL commit; the renewal loop still writes. A
 // peer's lease or a teardown decide as before.

@@ -1,4 +1,4 @@
-// Deterministic and random sandbox ids, external-id sanitising (SPEC §4.1, §4.2, §2.3).
+// Deterministic and random sandbox ids, external-id sanitising (design §4.1, §4.2, §2.3).
 #include <gtest/gtest.h>
 
 #include <stdexcept>

@@ -1,4 +1,4 @@
-// Mount composition (SPEC §3).
+// Mount composition (design §3).
 #include "sandboxd/core/mounts.hpp"
 
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// Base dirs, validation, host path joining, the layout and thread/credential dirs (SPEC §2).
+// Base dirs, validation, host path joining, the layout and thread/credential dirs (design §2).
 #include "sandboxd/core/paths.hpp"
 
 #include <gmock/gmock.h>
@@ -114,7 +114,7 @@ TEST(ValidateIdsTest, ThreadIdAcceptsUpTo64SafeCharacters) {
 }
 
 TEST(ValidateIdsTest, UserIdMessageUsesPythonRepr) {
-  // One bound wherever ids enter (issue 20 A.10; the seed's SPEC had none, DeerFlow's
+  // One bound wherever ids enter (DeerFlow's provider had none, its
   // provisioner allows 128): the message shows only the start of a long value.
   EXPECT_NO_THROW(validate_user_id(std::string(128, 'u')));
   EXPECT_EQ(invalid_argument_message([] { validate_user_id(std::string(129, 'u')); }),
@@ -275,7 +275,7 @@ TEST_F(EnsureThreadDirsTest, IsIdempotentAndRestoresModes) {
   EXPECT_EQ(mode_of(work), 0777u);
 }
 
-// Issue 10: inside one acquisition the directories are ensured once; the scope covers only its
+// Inside one acquisition the directories are ensured once; the scope covers only its
 // own conversation, only on its own thread, and ends with the scope.
 TEST_F(EnsureThreadDirsTest, AnEnsuredScopeSkipsTheRepeatForItsConversationOnly) {
   const Paths paths(tmp_.path(), tmp_.str());

@@ -1,4 +1,4 @@
-// The fair queue of `overflow_policy: wait` (issue 23) as a property of the type: no threads,
+// The fair queue of `overflow_policy: wait` as a property of the type: no threads,
 // no clock. First come, first served per the ceiling that blocks each waiter.
 #include "lifecycle/capacity_queue.hpp"
 

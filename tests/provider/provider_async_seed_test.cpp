@@ -526,7 +526,7 @@ TEST_F(ProviderAsyncSeedTest, AcquireWaitsOutThisProcesssTeardownThenCreatesAnew
 
 // Issue requirement, registration path: a teardown of the same id by this process that starts
 // while the acquire is already creating makes the publish meet its `del` marker. The new
-// container is rolled back (SPEC §5.9), the acquire waits the teardown out and creates anew
+// container is rolled back (design §5.9), the acquire waits the teardown out and creates anew
 // instead of failing with SandboxBeingDestroyedError.
 TEST_F(ProviderAsyncSeedTest, AcquireRetriesAfterItsRegistrationMeetsThisProcesssTeardown) {
   build();

@@ -1,4 +1,4 @@
-// The ceilings (issue 23): with overflow_policy set, `replicas` holds; max_per_user holds per
+// The ceilings: with overflow_policy set, `replicas` holds; max_per_user holds per
 // user; released sandboxes are evicted first (the user's own for the per-user ceiling); then
 // a creation is refused (reject), created within burst_limit (burst) or queued in arrival
 // order up to acquire_timeout (wait). Every refusal is a ServiceError of kind capacity that
@@ -283,7 +283,7 @@ TEST_F(ProviderCapacityTest, TwoGatewaysSharingASqliteStoreHoldOneCeiling) {
 
   const std::string a1 = gateway_a->acquire("t-1", "alice");
   gateway_b->acquire("t-2", "bob");
-  // What the operator page shows (issue 36): this gateway's count beside the deployment's.
+  // What the operator page shows: this gateway's count beside the deployment's.
   const core::Provider::Capacity seen = gateway_a->capacity();
   EXPECT_EQ(seen.replicas, 2);
   EXPECT_EQ(seen.overflow_policy, "reject");

@@ -298,7 +298,7 @@ class FakeBackend final : public SandboxBackend, public MountContractNegotiation
   int snapshot_calls_ = 0;
 };
 
-// Holds a FakeBackend's probe lock from a helper thread for `hold` (SPEC §10.2: the Python
+// Holds a FakeBackend's probe lock from a helper thread for `hold` (design §10.2: the Python
 // test holds the probe lock and releases it from a timer; std::mutex must be unlocked by the
 // thread that locked it, so the helper does both).
 class ProbeLockHolder {

@@ -1,5 +1,5 @@
-// Host-level pieces around the provider: the process-wide registry (SPEC §5.18) and shutdown
-// on SIGTERM/SIGINT/SIGHUP with chaining to the previous disposition (SPEC §5.2 step 4).
+// Host-level pieces around the provider: the process-wide registry (design §5.18) and shutdown
+// on SIGTERM/SIGINT/SIGHUP with chaining to the previous disposition (design §5.2 step 4).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>

@@ -177,7 +177,7 @@ TEST_F(ProviderIsolationTest, EveryReconciliationPassKeepsIsolationAndSaysWhatIt
   EXPECT_TRUE(logger->contains(LogLevel::warning, "container stranger (not a sandbox)"));
 }
 
-// Issue 44 item 12: a claimed slot was handed out without a look: with its network deleted under
+// A claimed slot was handed out without a look: with its network deleted under
 // a running serve, the next acquire claimed the dead slot and answered "failed to become ready"
 // after the cold create's whole minute. Now a claimed slot gets a short readiness probe (5 s);
 // a dead one is destroyed and the acquire goes on cold.

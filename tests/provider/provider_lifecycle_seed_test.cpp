@@ -25,7 +25,7 @@ using Status = SandboxDiscoveryResult::Status;
 
 class ProviderLifecycleSeedTest : public ProviderFixture {};
 
-// ── release / destroy / shutdown / get (SPEC §5.12–§5.15) ──────────────────
+// ── release / destroy / shutdown / get (design §5.12–§5.15) ──────────────────
 
 // Python: test_release_closes_cached_sandbox_client
 TEST_F(ProviderLifecycleSeedTest, ReleaseClosesCachedSandboxClient) {
@@ -110,7 +110,7 @@ TEST_F(ProviderLifecycleSeedTest, DestroySwallowsCloseErrorsAndStillDestroysBack
   EXPECT_EQ(backend->destroys().size(), 1u);
 }
 
-// ── health checks (SPEC §5.5, §5.6, §5.16) ──────────────────────────────────
+// ── health checks (design §5.5, §5.6, §5.16) ──────────────────────────────────
 
 // Python: test_acquire_drops_dead_cached_sandbox
 TEST_F(ProviderLifecycleSeedTest, AcquireDropsDeadCachedSandbox) {
@@ -208,7 +208,7 @@ TEST_F(ProviderLifecycleSeedTest, AcquireSkipsDeadWarmPoolSandbox) {
   EXPECT_EQ(client_of("sandbox-warm-dead")->base_url(), "http://fresh-sandbox");
 }
 
-// ── idle reaper and eviction (SPEC §6) ──────────────────────────────────────
+// ── idle reaper and eviction (design §6) ──────────────────────────────────────
 
 // Python: test_cleanup_idle_sandboxes_keeps_active_cleanup_and_delegates_warm_expiry
 TEST_F(ProviderLifecycleSeedTest, CleanupIdleSandboxesKeepsActiveCleanupAndDelegatesWarmExpiry) {
@@ -275,7 +275,7 @@ TEST_F(ProviderLifecycleSeedTest, CreateSandboxEvictsOldestWarmReplicaViaSharedL
   EXPECT_EQ(*entry_of("created").info, created);
 }
 
-// Issue 10: the eviction's stop runs beside the create instead of before it, and the creating
+// The eviction's stop runs beside the create instead of before it, and the creating
 // call still returns only once the oldest warm sandbox has been destroyed, exactly once. Each
 // fake step waits (at most 2 s) for the other to have begun; in sequence they never overlap.
 TEST_F(ProviderLifecycleSeedTest, TheEvictionsStopOverlapsTheCreate) {
@@ -454,7 +454,7 @@ TEST_F(ProviderLifecycleSeedTest, IdleExpiryRefusesAWarmEntryParkedAgainSinceIts
   EXPECT_TRUE(is_warm("warm-y"));
 }
 
-// ── tenant isolation (SPEC §4.3) ────────────────────────────────────────────
+// ── tenant isolation (design §4.3) ────────────────────────────────────────────
 
 // Python: test_aio_forced_collision_never_overwrites_active_tenant
 TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant) {
@@ -491,7 +491,7 @@ TEST_F(ProviderLifecycleSeedTest, AioForcedCollisionNeverOverwritesActiveTenant)
   EXPECT_EQ(info_of(sandbox_id), info_a);
 }
 
-// The collision message carries both identities in Python repr (SPEC §1.7).
+// The collision message carries both identities in Python repr (design §1.7).
 TEST_F(ProviderLifecycleSeedTest, CollisionMessageNamesBothIdentities) {
   build();
   add_warm(make_info_ptr("deadbeefdeadbeef", "http://a"), 1.0, ThreadKey{"user-a", "thread-a"});
@@ -506,7 +506,7 @@ TEST_F(ProviderLifecycleSeedTest, CollisionMessageNamesBothIdentities) {
   }
 }
 
-// ── readiness-failure teardown (SPEC §5.11) ─────────────────────────────────
+// ── readiness-failure teardown (design §5.11) ─────────────────────────────────
 
 class UnreadyTeardownTest : public ProviderLifecycleSeedTest {
  protected:
@@ -584,7 +584,7 @@ TEST_F(UnreadyTeardownTest, CreateSandboxSkipsDestroyWhenUnreadySandboxOwnedByPe
   EXPECT_EQ(provider.registry().teardown_count(), 0u);
 }
 
-// ── orphan reconciliation (SPEC §8) ─────────────────────────────────────────
+// ── orphan reconciliation (design §8) ─────────────────────────────────────────
 
 // Python: test_reconcile_does_not_adopt_a_container_whose_unready_teardown_is_reserved
 TEST_F(UnreadyTeardownTest, ReconcileDoesNotAdoptAContainerWhoseUnreadyTeardownIsReserved) {
@@ -655,7 +655,7 @@ TEST_F(ProviderLifecycleSeedTest, ReconcileMayAdoptPreUpgradeIdOnlyForOrphanClea
   EXPECT_TRUE(logger->contains(LogLevel::info, "Startup reconciliation complete: 1 adopted"));
 }
 
-// ── crash-recovery reconnect (SPEC §5.19) ───────────────────────────────────
+// ── crash-recovery reconnect (design §5.19) ───────────────────────────────────
 
 class ReconciliationSeedTest : public ProviderLifecycleSeedTest {
  protected:

@@ -1,4 +1,4 @@
-// Issue 33: a sandbox records the network policy it was made under (SandboxInfo.network_policy),
+// A sandbox records the network policy it was made under (SandboxInfo.network_policy),
 // and one whose policy differs from the backend's configured one is never handed out again:
 // not reclaimed from the warm pool, not reused in process, not adopted by discovery. It is
 // replaced through the fenced destroy path (destroyed, then made anew under the configured

@@ -41,7 +41,7 @@ TEST_F(ProviderOneShotTest, AcquireTracedSaysHowEachSandboxWasObtained) {
   EXPECT_EQ(std::string(core::to_string(AcquirePath::discovered)), "discovered");
 }
 
-// Issue 36: the operator page's counts include what is being created and torn down now.
+// The operator page's counts include what is being created and torn down now.
 TEST_F(ProviderOneShotTest, CountsShowCreationsAndTeardownsInFlight) {
   build();
   std::promise<void> create_entered, let_create, destroy_entered, let_destroy;
@@ -77,7 +77,7 @@ TEST_F(ProviderOneShotTest, CountsShowCreationsAndTeardownsInFlight) {
   backend->clear_scripts();
 }
 
-// Issue 35 item 1: the result carries what a door shows, so none reads the provider again.
+// The result carries what a door shows, so none reads the provider again.
 TEST_F(ProviderOneShotTest, AnAcquireResultCarriesItsInfoAndConversation) {
   build();
   const auto created = provider->acquire_traced("t-1", "alice");
@@ -96,7 +96,7 @@ TEST_F(ProviderOneShotTest, AnAcquireResultCarriesItsInfoAndConversation) {
   EXPECT_EQ(anonymous.conversation, std::nullopt);
 }
 
-// Issue 36: each tracked sandbox says how its last acquisition here obtained it (the operator
+// Each tracked sandbox says how its last acquisition here obtained it (the operator
 // page's column), through the export a one-shot command or a restarted serve reads back.
 TEST_F(ProviderOneShotTest, EachSandboxKeepsThePathOfItsLastAcquisition) {
   build();

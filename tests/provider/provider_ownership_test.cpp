@@ -1,4 +1,4 @@
-// How the provider uses ownership leases with a peer (SPEC §7.7–§7.10, §8): renewal outcomes,
+// How the provider uses ownership leases with a peer (design §7.7–§7.10, §8): renewal outcomes,
 // forgetting a lost sandbox without touching its container, the fail-open refresh, waiting out
 // a peer's teardown, the adoption grace after a restart, and the teardown heartbeat. The peer
 // is a second real SQLite store on the same file with another owner id.
@@ -213,7 +213,7 @@ TEST_F(ProviderOwnershipTest, APeersTeardownThatOutlastsTheDeadlineFailsTheAcqui
   EXPECT_FALSE(is_tracked(id));
 }
 
-// Issue 25 item 4: a wait whose deadline has already passed was logged as "at most -0.0s".
+// A wait whose deadline has already passed was logged as "at most -0.0s".
 TEST_F(ProviderOwnershipTest, AWaitWithNoTimeLeftIsLoggedAsZeroNotNegative) {
   options.teardown_wait_seconds = 0;
   build();
@@ -225,7 +225,7 @@ TEST_F(ProviderOwnershipTest, AWaitWithNoTimeLeftIsLoggedAsZeroNotNegative) {
   EXPECT_FALSE(logger->contains(LogLevel::info, "-0.0s"));
 }
 
-// Issue 25 item 4: every pass of the idle checker's reconciliation was logged as the startup's.
+// Every pass of the idle checker's reconciliation was logged as the startup's.
 TEST_F(ProviderOwnershipTest, APeriodicReconciliationPassIsNotLoggedAsTheStartupOne) {
   build();
   backend->list_running_fn = [] { return std::vector<SandboxInfo>{make_info("p-1", "http://p")}; };

@@ -1,4 +1,4 @@
-// The paused tier (issue 23): a warm sandbox released longer than pause_after_seconds ago is
+// The paused tier: a warm sandbox released longer than pause_after_seconds ago is
 // frozen through the backend's SandboxPausing capability, handed out again by thawing it
 // (path `resumed`), evicted before running warm ones, and reaped at idle_timeout counted from
 // its release. With the option unset or a backend that cannot pause, nothing changes.

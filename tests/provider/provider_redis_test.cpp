@@ -47,11 +47,11 @@ TEST_F(ProviderOverRedisTest, AnUnreachableRedisFailsClosedAndAReturningOneServe
   provider->destroy(id);
   EXPECT_EQ(destroys_of(id), 0u) << "a sandbox was stopped without a teardown lease";
   EXPECT_TRUE(provider->find(id)) << "the refused destroy still tracks it";
-  // Renewal keeps what it cannot check (the fail-open path of SPEC §7.7).
+  // Renewal keeps what it cannot check (the fail-open path of design §7.7).
   provider->renew_owned_leases();
   EXPECT_TRUE(provider->find(id));
   // The one stop made meanwhile is t-2's own new container, whose lease could not be written:
-  // never handed out, it is destroyed rather than leaked (SPEC §5.9).
+  // never handed out, it is destroyed rather than leaked (design §5.9).
   EXPECT_EQ(backend->destroys().size(), 1u);
   std::printf(
       "[ figures ] with Redis down: 2 acquires and 1 destroy refused; the only stop was "

@@ -166,7 +166,7 @@ TEST_F(ProviderReliabilityTest, ASecondShutdownWaitsForTheFirst) {
   backend->clear_scripts();
 }
 
-// Issue 10: shutdown stops sandboxes side by side (bounded), not one after another. Each fake
+// Shutdown stops sandboxes side by side (bounded), not one after another. Each fake
 // stop waits, at most 2 s, until four run at once; in sequence none ever sees a second.
 TEST_F(ProviderReliabilityTest, ShutdownStopsSandboxesSideBySide) {
   build();
@@ -485,7 +485,7 @@ TEST_F(ProviderReliabilityTest, AWallClockStepReapsNothingAndTheRegistryStillSpe
   EXPECT_EQ(provider->counts().warm, 0u);
 }
 
-// Issue 21: optional verbs are capability interfaces. A backend that claims negotiated mounts
+// Optional verbs are capability interfaces. A backend that claims negotiated mounts
 // without offering the negotiation capability is refused at construction, by name, instead of
 // failing at the first acquire.
 class NegotiatingWithoutTheCapability final : public SandboxBackend {

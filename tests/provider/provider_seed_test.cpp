@@ -70,7 +70,7 @@ class ProviderSeedTest : public ProviderFixture {
   }
 };
 
-// ── thread-data mount mode (SPEC §3.6) ──────────────────────────────────────
+// ── thread-data mount mode (design §3.6) ──────────────────────────────────────
 
 struct OverrideCase {
   bool backend_is_local;
@@ -203,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(SeedCases, SandboxMountModeTest,
                          ::testing::Values(InstanceContractCase{2, 0, false},
                                            InstanceContractCase{0, 2, true}));
 
-// A warm sandbox answers from its own contract too (SPEC §3.6: active infos, then warm pool).
+// A warm sandbox answers from its own contract too (design §3.6: active infos, then warm pool).
 TEST_F(ProviderSeedTest, SandboxMountModeReadsWarmSandboxContract) {
   negotiating_backend(2, true);
   options.thread_data_mounts = true;
@@ -250,7 +250,7 @@ TEST_F(ProviderSeedTest, GetExtraMountsProvisionerPayloadHasUniqueContainerPaths
   EXPECT_TRUE(conversions->read_only);
 }
 
-// ── sandbox ids (SPEC §4.2) ─────────────────────────────────────────────────
+// ── sandbox ids (design §4.2) ─────────────────────────────────────────────────
 
 // Python: test_remote_sandbox_id_changes_with_negotiated_mount_contract
 TEST_F(ProviderSeedTest, RemoteSandboxIdChangesWithNegotiatedMountContract) {
@@ -280,7 +280,7 @@ TEST_F(ProviderSeedTest, SnapshotVersionWinsAndAnonymousIdsAreRandom) {
   EXPECT_NE(anonymous, provider.peer().sandbox_id_for_thread(std::nullopt, "u", {}));
 }
 
-// ── reuse and contract upgrades (SPEC §5.5) ─────────────────────────────────
+// ── reuse and contract upgrades (design §5.5) ─────────────────────────────────
 
 // Python: test_cached_legacy_sandbox_is_not_reused_after_contract_upgrade
 TEST_F(ProviderSeedTest, CachedLegacySandboxIsNotReusedAfterContractUpgrade) {
@@ -298,7 +298,7 @@ TEST_F(ProviderSeedTest, CachedLegacySandboxIsNotReusedAfterContractUpgrade) {
   EXPECT_EQ(backend->total_calls(), 0u);
 }
 
-// ── acquisition restarts (SPEC §5.3) ────────────────────────────────────────
+// ── acquisition restarts (design §5.3) ────────────────────────────────────────
 
 // Python: test_acquire_restarts_with_a_new_id_when_mount_contract_changes
 TEST_F(ProviderSeedTest, AcquireRestartsWithANewIdWhenMountContractChanges) {
@@ -348,7 +348,7 @@ TEST_F(ProviderSeedTest, AcquireGivesUpAfterThreeContractChanges) {
   EXPECT_EQ(backend->refresh_calls(), core::kMaxContractAttempts);
 }
 
-// ── discover-or-create under the file lock (SPEC §5.8) ──────────────────────
+// ── discover-or-create under the file lock (design §5.8) ──────────────────────
 
 // Python: test_discover_or_create_only_unlocks_when_lock_succeeds
 TEST_F(ProviderSeedTest, DiscoverOrCreateOnlyUnlocksWhenLockSucceeds) {
@@ -393,7 +393,7 @@ TEST_F(ProviderSeedTest, RemoteContractBackendRevalidatesExistingPodViaCreate) {
                 {std::string("thread-1"), "sandbox-v2", "alice"}}));
 }
 
-// ── revalidation through create (SPEC §5.7) ─────────────────────────────────
+// ── revalidation through create (design §5.7) ─────────────────────────────────
 
 // Python: test_remote_active_cache_revalidates_current_contract_before_reuse
 TEST_F(ProviderSeedTest, RemoteActiveCacheRevalidatesCurrentContractBeforeReuse) {
@@ -494,7 +494,7 @@ TEST_F(ProviderSeedTest, RevalidationReportingAnotherIdentityIsACollision) {
   EXPECT_TRUE(backend->destroys().empty());
 }
 
-// ── create flags (SPEC §3.7, §5.10) ─────────────────────────────────────────
+// ── create flags (design §3.7, §5.10) ─────────────────────────────────────────
 
 class CreateFlagsTest : public ProviderSeedTest {
  protected:

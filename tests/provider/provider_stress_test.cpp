@@ -121,7 +121,7 @@ class CountingLogger final : public Logger {
     }
     if (level != LogLevel::error) return;
     // A destroy(id) racing an acquire of that id briefly holds a `del` lease even when nothing
-    // is tracked yet; the acquire then rolls its new container back (SPEC §5.9) and retries.
+    // is tracked yet; the acquire then rolls its new container back (design §5.9) and retries.
     if (message.find("is being destroyed by another instance") != std::string_view::npos &&
         message.rfind("Could not register new sandbox ", 0) == 0) {
       rollbacks_.fetch_add(1);

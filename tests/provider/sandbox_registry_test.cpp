@@ -29,7 +29,7 @@ ClientPtr client(const std::string& id) {
 const ThreadKey kAlice{"alice", "t-1"};
 const ThreadKey kBob{"bob", "t-1"};
 
-// Issue 35 item 6: one spelling of each state, both ways, for every door and file.
+// One spelling of each state, both ways, for every door and file.
 TEST(SandboxStateTest, EachStateHasOneWordAndTheWordGivesItBack) {
   for (const SandboxState state :
        {SandboxState::none, SandboxState::active, SandboxState::warm, SandboxState::paused}) {
@@ -46,7 +46,7 @@ TEST(SandboxStateTest, EachStateHasOneWordAndTheWordGivesItBack) {
   EXPECT_FALSE(is_released(SandboxState::none));
 }
 
-// Issue 35 item 1: SPEC §4.3's identity checks are one registry question, asked without threads.
+// Design §4.3's identity checks are one registry question, asked without threads.
 TEST(SandboxRegistryTest, AnIdentityConflictIsAnotherConversationUnderTheSameId) {
   SandboxRegistry registry;
   EXPECT_EQ(registry.identity_conflict("a", kAlice), std::nullopt) << "nothing tracked";
@@ -111,7 +111,7 @@ TEST(SandboxRegistryTest, AnEntryIsActiveOrWarmNeverBothAndTheCountsFollow) {
   EXPECT_EQ(registry.slots_in_use("other"), 1u);
 }
 
-// Issue 23: paused is one more state of the same entry: released, counted apart from warm and
+// Paused is one more state of the same entry: released, counted apart from warm and
 // toward the replica cap, entered only from the very warm entry the backend froze.
 TEST(SandboxRegistryTest, PausedIsAReleasedStateEnteredOnlyFromTheWarmEntryThatWasFrozen) {
   SandboxRegistry registry;
@@ -238,7 +238,7 @@ TEST(SandboxRegistryTest, TakeWarmEmptiesThePoolAndLeavesActiveOnes) {
   EXPECT_TRUE(registry.find("a")->active());
 }
 
-// The ceilings' counts are kept beside the entries (O(1) per admission, issue 23): after any
+// The ceilings' counts are kept beside the entries (O(1) per admission): after any
 // sequence of operations they equal what a walk over every entry counts.
 TEST(SandboxRegistryTest, TheCeilingCountsAlwaysEqualAWalkOverTheEntries) {
   SandboxRegistry registry;

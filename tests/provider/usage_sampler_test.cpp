@@ -1,4 +1,4 @@
-// The operator page's resource figures (issue 36, usage_sampler.hpp): sampled from the backend's
+// The operator page's resource figures (usage_sampler.hpp): sampled from the backend's
 // SandboxUsage by a sweep of the tracked sandboxes, CPU as a share of one CPU between two
 // readings, a failure kept per sandbox, forgotten sandboxes dropped, at most max_per_sweep read,
 // and the thread sweeping only while someone looks. A view never calls the backend.

@@ -316,7 +316,7 @@ TEST_F(ProviderOverDockerTest, ASecondProviderAdoptsAnOrphanAfterARestart) {
 }
 
 
-// Issue 45: inside one conversation's sandbox, dd of 1 GiB into /mnt/user-data/workspace (a
+// Inside one conversation's sandbox, dd of 1 GiB into /mnt/user-data/workspace (a
 // host bind mount) and into /tmp (the container's writable layer) both completed, and the
 // host's free space fell by 2 GiB. Now, with the state directory on btrfs (a loop-mounted one
 // here), the workspace write stops at the conversation's bound with "Disk quota exceeded"
@@ -385,7 +385,7 @@ TEST_F(ProviderOverDockerTest, ASandboxWritingPastItsBoundStopsThereAndItsNeighb
   base_dir_.clear();
 }
 
-// Issue 46: a conversation's sandbox saved to disk and restored: a file in the container's
+// A conversation's sandbox saved to disk and restored: a file in the container's
 // layer and one in the workspace, snapshot, destroy, restore into the same conversation: both
 // files back, the processes started afresh (a process running at the snapshot is not), the path
 // restored. The image the snapshot made goes with it.
@@ -454,7 +454,7 @@ std::string address_of(const std::string& name) {
   return "";
 }
 
-// Issue 46: a fork of a conversation's sandbox into three new conversations, on the engine:
+// A fork of a conversation's sandbox into three new conversations, on the engine:
 // each fork has the source's file in its layer and in its workspace, a write in one fork is in
 // no other, and no fork reaches another over the engine's network (a bounded probe from inside
 // one fork to another's address, which answers the same probe on its own address).

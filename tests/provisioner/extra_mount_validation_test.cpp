@@ -1,4 +1,4 @@
-// SPEC §10.8 extra-mount validation, and seed row 16's last step: the gateway's full mount
+// design §10.8 extra-mount validation, and seed row 16's last step: the gateway's full mount
 // composition, filtered into the provisioner payload, passes the provisioner's validation with
 // exactly the seven expected container paths.
 #include "extra_mount_validation.hpp"

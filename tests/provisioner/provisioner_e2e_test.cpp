@@ -226,7 +226,7 @@ TEST_F(ProvisionerEndToEndTest, AcquireReleaseReclaimAndDestroyThroughTheService
   std::printf("acquire/release/reclaim/destroy through sandboxd-provisioner: 2 created, 0 left\n");
 }
 
-// Issue 36: serve's operator page over a provisioner shows what each sandbox uses. The page's
+// Serve's operator page over a provisioner shows what each sandbox uses. The page's
 // sampler, over a Provider over the remote backend, reads each sandbox through
 // GET /api/sandboxes/{id}/usage, which the provisioner answers from its local_docker backend's
 // one-shot engine stats: real figures from the real engine, two processes away.
@@ -254,7 +254,7 @@ TEST_F(ProvisionerEndToEndTest, ThePagesSamplerReadsEachSandboxsUsageThroughTheS
   provider_->shutdown();
 }
 
-// Issue 33: the backend's network mode isolated. Each answer's sandbox_url is the provisioner's
+// The backend's network mode isolated. Each answer's sandbox_url is the provisioner's
 // relay, with the token in request_headers; the remote backend keeps both, so the gateway's
 // readiness wait and every later request go through the relay. The container has no network
 // and no published port. No token 401, a wrong or another sandbox's token 403, a removed

@@ -1,4 +1,4 @@
-// sandboxd-provisioner's routes (SPEC §10.8) through its real HTTP binding on 127.0.0.1, asked
+// sandboxd-provisioner's routes (design §10.8) through its real HTTP binding on 127.0.0.1, asked
 // by a real HTTP client, over an in-process backend that records what reaches it (the engine
 // path is provisioner_e2e_test's). Each case prints nothing on success; each asserts the exact
 // status and message a gateway sees.
@@ -422,7 +422,7 @@ TEST_F(ProvisionerServiceTest, ALinkInAMountSourceIsRefusedEvenWhenItPointsInsid
   EXPECT_EQ(creates(), 0u);
 }
 
-// SPEC §10.8's validation table, every row through HTTP, plus the service's own rows for
+// design §10.8's validation table, every row through HTTP, plus the service's own rows for
 // symlinks and missing read-only sources. None reaches the backend.
 TEST_F(ProvisionerServiceTest, EveryExtraMountRefusalIs400WithItsMessage) {
   start();
@@ -682,7 +682,7 @@ TEST_F(ProvisionerServiceTest, BackendFailuresAreTheirNamedMessages) {
   backend_->locked([](RecordingBackend& b) { b.create_error = "engine down"; });
   auto created = create_alice();
   ASSERT_TRUE(created);
-  // The core's one table of error kinds (issue 32 A.5): a backend failure is 502.
+  // The core's one table of error kinds: a backend failure is 502.
   EXPECT_EQ(created->status, 502);
   EXPECT_EQ(detail_of(created), "Sandbox creation failed: engine down");
   backend_->locked([](RecordingBackend& b) { b.create_error.reset(); });

@@ -1,4 +1,4 @@
-// The relay (issue 33; core/include/sandboxd/core/relay.hpp) over a real provider whose
+// The relay (core/include/sandboxd/core/relay.hpp) over a real provider whose
 // backend's sandboxes are real HTTP servers on 127.0.0.1 (cpp-httplib), each "namespaced": the
 // relay reaches it through the socket the backend makes (here an ordinary socket, standing in
 // for one made in a network namespace, which the engine tests exercise). Clients are real HTTP

@@ -69,7 +69,7 @@ TEST(ProvisionerAnswers, ACreateAnswerNamesWhatIsMissingOrWrong) {
             "response has a non-integer mount_contract_version");
 }
 
-// Issue 33: a relay's sandbox comes with the headers every request must carry. From a service
+// A relay's sandbox comes with the headers every request must carry. From a service
 // we do not control they are bounded and must be well-formed, or the answer is refused.
 TEST(ProvisionerAnswers, RequestHeadersAreKeptAndABadSetIsRefusedWhole) {
   const std::string head =

@@ -1,4 +1,4 @@
-// Unit tests of the extra-mount payload sent to the provisioner (SPEC §10.6) and of the
+// Unit tests of the extra-mount payload sent to the provisioner (design §10.6) and of the
 // style-preserving host path helpers it uses.
 #include <gtest/gtest.h>
 
@@ -49,7 +49,7 @@ TEST(ProvisionerPayloadTest, RejectsConversionMountWithoutUploadsMount) {
   });
 }
 
-// The full local composition (SPEC §3.5) for thread-1 / alice, as the provider builds it.
+// The full local composition (design §3.5) for thread-1 / alice, as the provider builds it.
 std::vector<Mount> composed_mounts() {
   const std::string ud = kThreadDir + "/user-data";
   return {

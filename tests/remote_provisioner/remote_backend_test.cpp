@@ -546,7 +546,7 @@ TEST_F(RemoteBackendTest, CreateReportsAContractChange) {
 }
 
 // A provisioner that refuses the requested contract answers 409 with the one it serves
-// (SPEC §10.3's proposed wire behaviour, what sandboxd-provisioner does): nothing was created,
+// (design §10.3's proposed wire behaviour, what sandboxd-provisioner does): nothing was created,
 // and the acquisition restarts under that version. A 409 without a version is a plain failure.
 TEST_F(RemoteBackendTest, CreateRefusedFor409WithAVersionIsAContractChange) {
   auto remote = negotiated_v2(server_, host_);

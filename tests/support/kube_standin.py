@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A stand-in for the part of the Kubernetes API server (core/v1) that sandboxd's kubernetes
-backend uses (issue 24), for machines where no kube-apiserver can run. It is a test double, so
+backend uses, for machines where no kube-apiserver can run. It is a test double, so
 its fidelity is checked by real clients, never by ours: tests/kubernetes drives it with kubectl
 and with the official Python client (python3-kubernetes). Where a real client disagrees with
 it, it is wrong.

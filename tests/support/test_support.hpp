@@ -79,7 +79,7 @@ class ManualClock final : public Clock {
   std::atomic<double> now_;
 };
 
-// A fresh mkdtemp directory, resolved through symlinks like SPEC §2.1 resolves base dirs (so
+// A fresh mkdtemp directory, resolved through symlinks like design §2.1 resolves base dirs (so
 // expected path strings match), removed with its contents at scope exit.
 class TempDir {
  public:

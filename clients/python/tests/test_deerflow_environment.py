@@ -133,7 +133,7 @@ def test_with_agent_sandbox_get_returns_deerflows_own_sandbox(tmp_path):
     assert "ran ls at http://127.0.0.1:1" in done.stdout
 
 
-# Issue 44 item 13: a DeerFlow whose AioSandbox takes no request_headers (before its network
+# A DeerFlow whose AioSandbox takes no request_headers (before its network
 # modes) cannot use a relayed mode. Before, the provider found out after the daemon had acquired
 # the sandbox, which stayed active, unreleased, until its idle timeout.
 REFUSE_RELAYED = """

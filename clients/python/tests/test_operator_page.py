@@ -1,4 +1,4 @@
-"""The operator's live view (issue 36), as a person uses it: serve on the engine over
+"""The operator's live view, as a person uses it: serve on the engine over
 127.0.0.1 with a token, sandboxes made through the API, the page opened in a real headless
 Chromium driven over the DevTools protocol on a pipe (nothing listens for the browser), the
 log-in form filled in, and what the page shows read back from its rendered DOM. Beside it,

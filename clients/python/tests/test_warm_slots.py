@@ -1,4 +1,4 @@
-"""Pre-started slots (issue 22) through serve and the Python client, on the real engine: a new
+"""Pre-started slots through serve and the Python client, on the real engine: a new
 conversation is ``claimed`` from a slot with its own user data, the misses are counted with
 their reason, a claimed sandbox survives a SIGKILLed serve as the conversation's sandbox, and
 nothing (container or host mount) is left once the next serve has reconciled and stopped."""

@@ -1,4 +1,4 @@
-// DeerFlow's own config.yaml, read as is (issue 25): the sections that concern sandboxes
+// DeerFlow's own config.yaml, read as is: the sections that concern sandboxes
 // (`sandbox:`, `skills:` and `stream_bridge:`) are turned into the JSON document the config
 // parser already validates, with the line of every key kept so each error names it. The
 // other sections (models, tools, memory, …) are DeerFlow's business and are not read at all.

@@ -23,7 +23,7 @@ bool is_id_char(char c) {
 namespace {
 
 // OpenSSL 3 looks the algorithm up in its provider table on every EVP_sha256() digest and
-// allocates a context each time: half the instructions of a warm acquire+release (issue 10).
+// allocates a context each time: half the instructions of a warm acquire+release.
 // The algorithm is fetched once per process and each thread keeps one context to reuse.
 const EVP_MD* sha256_algorithm() {
   static EVP_MD* const algorithm = EVP_MD_fetch(nullptr, "SHA256", nullptr);

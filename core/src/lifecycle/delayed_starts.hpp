@@ -2,7 +2,7 @@
 // lease heartbeat is needed only while a container stop outlasts one renewal interval, and most
 // stops finish long before. One timer thread per owner runs each start that comes due; a start
 // cancelled before then never runs, so a fast stop costs a map insert and erase instead of a
-// thread (shutdown of 10,000 tracked sandboxes spent most of its time creating them, issue 10).
+// thread (shutdown of 10,000 tracked sandboxes spent most of its time creating them).
 //
 // Lock story: `mutex_` guards `pending_`, `due_of_`, `next_token_` and `stopping_`; a due start
 // runs with it held, so cancel() knows for sure whether the start ran (it must be quick and never

@@ -580,7 +580,7 @@ std::optional<TrackedSandbox> Provider::Impl::find(const std::string& sandbox_id
   return tracked_entry(*entry);
 }
 
-// ── network isolation (issue 33) ─────────────────────────────────────────────
+// ── network isolation ─────────────────────────────────────────────
 
 bool Provider::Impl::namespaced(const SandboxInfo& info) const {
   return namespaced_ != nullptr && namespaced_->namespaced(info);

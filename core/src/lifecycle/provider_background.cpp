@@ -163,7 +163,7 @@ AsyncAcquisition Provider::Impl::acquire_async(const std::optional<std::string>&
     }
     // The wait has its own executor (design §12 item 2), and parks no thread there: the lock
     // queues a grant, run by whoever releases it, which hands the work to the blocking pool. So
-    // waiters on one stuck conversation, cancelled or not, never hold up another (issue 13 A.5).
+    // waiters on one stuck conversation, cancelled or not, never hold up another.
     auto grant = [work, state, lock, blocking, run]() -> bool {
       if (!work->dequeue_and_begin(state)) return false;  // shut down meanwhile: pass it on
       if (state->is_cancelled()) {

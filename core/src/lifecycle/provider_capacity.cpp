@@ -1,4 +1,4 @@
-// Provider: the ceilings (issue 23). With `overflow_policy` set, `replicas` is a ceiling on
+// Provider: the ceilings. With `overflow_policy` set, `replicas` is a ceiling on
 // active + released + creating sandboxes; `max_per_user` is one per user. A creation first
 // evicts released sandboxes (the user's own for the per-user ceiling) when that makes room;
 // when everything is active it queues in arrival order (wait, up to acquire_timeout), creates

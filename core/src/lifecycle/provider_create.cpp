@@ -163,7 +163,7 @@ std::string Provider::Impl::create_sandbox_step(const std::optional<std::string>
     notify_capacity_freed();
   });
   // On a real engine a stop and a create each take a second or so: the eviction's stops run
-  // beside the backend create instead of before it (issue 10). The creating call still waits
+  // beside the backend create instead of before it. The creating call still waits
   // for them before it registers its sandbox, and on every way out, so the oldest warm
   // sandbox has been destroyed, once, by the time it returns (design §5.10).
   std::future<bool> room;

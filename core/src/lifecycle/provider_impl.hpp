@@ -9,7 +9,7 @@
 //  - Per-(user, thread) ThreadLocks serialise acquisition of one conversation; they are taken
 //    before `mutex_`, never while holding it. A ThreadLock keeps a FIFO queue of waiters; an
 //    async waiter is a grant callback run by the releasing thread, so waiting on a busy
-//    conversation parks no pool thread (issue 13 A.5).
+//    conversation parks no pool thread.
 //  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
 //    between processes on one host; taken under the thread lock, outside `mutex_`.
 //  - `background_mutex_` guards only the stop flag of the two background threads.
@@ -219,7 +219,7 @@ struct Provider::Impl {
   // Evicts (per the policy) until within the cap; false when the policy refuses to create
   // beyond it.
   bool make_room(const std::string& creating_id) EXCLUDES(mutex_);
-  // ── network isolation (issue 33; provider.cpp) ──
+  // ── network isolation (provider.cpp) ──
   bool namespaced(const SandboxInfo& info) const;
   bool makes_namespaced_sandboxes() const;
   // Whether `info` was made under the policy the backend is configured with now (a sandbox
@@ -234,7 +234,7 @@ struct Provider::Impl {
   // throws ServiceError conflict when a peer holds it.
   void replace_for_policy(const std::string& sandbox_id, const SandboxInfo& info);
 
-  // ── ceilings (issue 23; provider_capacity.cpp) ──
+  // ── ceilings (provider_capacity.cpp) ──
   // true when replicas is a ceiling or max_per_user is set: creations are admitted first.
   bool enforces_ceilings() const {
     return options_.overflow_policy != OverflowPolicy::soft || options_.max_per_user > 0;
@@ -299,7 +299,7 @@ struct Provider::Impl {
                                const std::string& reason, const Predicate& still_reapable)
       EXCLUDES(mutex_);
   void reap_expired_warm_step(std::optional<double> timeout) EXCLUDES(mutex_);
-  // ── the paused tier (issue 23; provider_pause.cpp) ──
+  // ── the paused tier (provider_pause.cpp) ──
   bool pausing_enabled() const { return pausing_ && options_.pause_after_seconds > 0; }
   // Pauses every warm sandbox released longer than pause_after_seconds ago (the policy
   // agreeing); returns how many it paused.
@@ -359,7 +359,7 @@ struct Provider::Impl {
   // by the constructor.
   SandboxPausing* pausing_ = nullptr;
   PreStartedSlots* slots_ = nullptr;  // the backend's slots, when it offers them
-  // backend_'s network capabilities (issue 33), or nullptr; set once by the constructor.
+  // backend_'s network capabilities, or nullptr; set once by the constructor.
   NamespacedSandboxes* namespaced_ = nullptr;
   SandboxNetworkPolicy* network_policy_ = nullptr;
   // backend_'s IsolationKeeping capability, or nullptr; set once by the constructor.
@@ -412,7 +412,7 @@ struct Provider::Impl {
   mutable Mutex ledger_order_ ACQUIRED_BEFORE(mutex_);
   mutable Mutex mutex_;  // the registry mutex (see the lock story)
   SandboxRegistry registry_ GUARDED_BY(mutex_);
-  // Creations queued for a slot under a ceiling (issue 23); beside the registry so that the
+  // Creations queued for a slot under a ceiling; beside the registry so that the
   // room check and begin_creation are one step.
   CapacityQueue capacity_queue_ GUARDED_BY(mutex_);
   // With mutex_: a slot may have freed (a release, a teardown, a creation's end, a forget).

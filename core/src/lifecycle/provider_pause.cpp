@@ -1,4 +1,4 @@
-// Provider: the paused tier (issue 23). A sandbox released longer than pause_after_seconds ago
+// Provider: the paused tier. A sandbox released longer than pause_after_seconds ago
 // is frozen by the backend's SandboxPausing capability: it keeps its memory, processes and
 // files and uses no CPU. Acquiring it thaws it (path `resumed`); eviction takes paused ones
 // first; the idle timeout still counts from its release. Off unless pause_after_seconds is set

@@ -16,7 +16,7 @@
 // that keeps an old lease check from dropping a newer acquisition. An entry with no state and
 // no marks is erased. Lookups and changes are hash lookups, O(1) expected: a warm pair takes
 // several, and ordered maps keyed by id strings made it cost twice as much with 10,000 others
-// tracked (issue 35.8). Walks (for_each, released_entries) are O(n) and in no particular
+// tracked. Walks (for_each, released_entries) are O(n) and in no particular
 // order: a caller that acts or reports in id order sorts what it collected (sort_by_id) after
 // the registry mutex is let go, so no sort runs under it.
 #pragma once
@@ -53,7 +53,7 @@ struct SandboxEntry {
   // orphan): another identity under the same id is a collision, not a reuse.
   std::optional<ThreadKey> identity;
   // monotonic: last activity (active) or release time (warm and paused: the time spent
-  // paused counts toward the idle timeout, issue 23).
+  // paused counts toward the idle timeout).
   double since = 0.0;
   std::optional<AcquirePath> last_acquire;  // how its last acquisition obtained it
 

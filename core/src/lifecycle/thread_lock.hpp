@@ -6,7 +6,7 @@
 // a grant callback, run by whoever releases the lock, that either takes the lock (true) or
 // declines it (false, e.g. its caller cancelled), in which case the lock passes on. So any
 // number of waiters on one stuck conversation cost no thread, and cannot hold up another
-// conversation (issue 13 A.5).
+// conversation.
 #pragma once
 
 #include <chrono>
@@ -124,7 +124,7 @@ class ThreadLock {
   std::condition_variable handed_over_;
   bool held_ = false;
   // A list, not a deque: every conversation keeps one ThreadLock, and an empty libstdc++ deque
-  // already holds a 512-byte block (a third of the memory per tracked sandbox, issue 10).
+  // already holds a 512-byte block (a third of the memory per tracked sandbox).
   std::list<std::shared_ptr<Waiter>> queue_;
 };
 

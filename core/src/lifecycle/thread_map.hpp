@@ -1,6 +1,6 @@
 // Conversation → sandbox, with the way back. `release` and every removal must find the
 // conversations that point at one sandbox; searching the whole map under the registry mutex
-// made a warm pair cost 231 µs with 10,000 active conversations (issue 10). Both directions
+// made a warm pair cost 231 µs with 10,000 active conversations. Both directions
 // change together here, so that question is a lookup.
 //
 // Not thread-safe: it is the conversation index of the SandboxRegistry and shares its lock (the
@@ -22,7 +22,7 @@
 namespace sandboxd::core {
 
 // Hash lookups, not ordered ones: with 10,000 conversations an ordered lookup compared about
-// fourteen key pairs (two strings each) on every one of a warm pair's lookups (issue 35.8).
+// fourteen key pairs (two strings each) on every one of a warm pair's lookups.
 struct ThreadKeyHash {
   std::size_t operator()(const ThreadKey& key) const noexcept {
     const std::size_t user = std::hash<std::string_view>{}(key.user_id);

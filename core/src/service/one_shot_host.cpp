@@ -415,7 +415,7 @@ void RegistryFile::write_unlocked(const RegistrySnapshot& snapshot) const {
     throw RegistryFileError("cannot replace " + path_.string() + ": " + errno_text(error));
   }
   // The rename is durable only once the directory entry is: without this, a power loss can
-  // bring the old registry back (issue 20 A.12).
+  // bring the old registry back.
   const int dir_fd = ::open(path_.parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd < 0 || ::fsync(dir_fd) != 0) {
     const int error = errno;

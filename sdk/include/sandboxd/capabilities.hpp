@@ -1,4 +1,4 @@
-// Optional backend verbs as capability interfaces (issue 21). A backend that offers a verb
+// Optional backend verbs as capability interfaces. A backend that offers a verb
 // also derives from its interface; the host asks with backend_capability<T>(backend), a
 // dynamic_cast, and a backend without it simply is not asked. So a new optional verb is a new
 // interface in this file: SandboxBackend's layout and the SDK ABI stay as they are.
@@ -32,7 +32,7 @@ class MountContractNegotiation {
   virtual bool cached_mount_contract_capability_known() const = 0;
 };
 
-// Freezing a sandbox's processes and thawing them (issue 23; the engine's cgroup freezer): a
+// Freezing a sandbox's processes and thawing them (the engine's cgroup freezer): a
 // paused sandbox uses no CPU and keeps its memory, processes and files. While paused it is
 // alive (is_alive() answers true) but does not answer HTTP, so the host thaws it before
 // handing it out. Both calls are idempotent and may block on the engine. A backend offering
@@ -47,7 +47,7 @@ class SandboxPausing {
   virtual void unpause(const SandboxInfo& info) = 0;
 };
 
-// A deployment-wide record of sandboxes for the capacity ceilings (issue 23), offered by an
+// A deployment-wide record of sandboxes for the capacity ceilings, offered by an
 // ownership store that several gateway processes share (SQLite on one host, Redis across
 // hosts). A reservation stands for one sandbox, whatever its state (creating, active,
 // released), under its id; it names the user it counts against and the owner (this store's
@@ -75,7 +75,7 @@ class CapacityLedger {
   virtual std::size_t reserved(const std::string& user = "") = 0;
 };
 
-// Pre-started slots (issue 22): containers started ahead of need and handed to a new
+// Pre-started slots: containers started ahead of need and handed to a new
 // conversation with its own mounts in milliseconds. The host asks claim_slot() before a cold
 // create(); a claim that succeeds returns the conversation's sandbox exactly as create() would
 // (deterministic name, identity, URL; the host still probes its readiness), and a miss says
@@ -117,7 +117,7 @@ class PreStartedSlots {
   virtual Status slot_status() const = 0;
 };
 
-// Network policies (issue 33): the one a backend makes new sandboxes under, in the form it
+// Network policies: the one a backend makes new sandboxes under, in the form it
 // records on each sandbox (SandboxInfo::network_policy). The host replaces a sandbox found
 // under another policy through its fenced destroy path instead of reusing it.
 class SandboxNetworkPolicy {
@@ -167,7 +167,7 @@ class IsolationKeeping {
   virtual void start_keeping_isolation() = 0;
 };
 
-// Egress decisions (issue 34) for sandboxes whose egress proxy runs in another host: the remote
+// Egress decisions for sandboxes whose egress proxy runs in another host: the remote
 // provisioner's sandboxes get theirs from sandboxd-provisioner, so a gateway's serve forwards
 // its /v1/sandboxes/ID/egress routes there. `action` is "" (the view, a GET), "events",
 // "deny-pending" or "decide" (POSTs; `json_body` is the route's body, docs/egress.md). Blocks
@@ -197,7 +197,7 @@ class SettingsReport {
   virtual std::vector<Line> effective_settings() const = 0;
 };
 
-// What a running sandbox uses now, as its engine counts it (issue 36; Docker's and podman's
+// What a running sandbox uses now, as its engine counts it (Docker's and podman's
 // one-shot container stats): the host samples it off the request path, at most every few
 // seconds, and caches it for the operator's page. CPU is a cumulative counter: the host derives
 // a percentage from two readings. Any figure the engine did not give stays empty. May block on

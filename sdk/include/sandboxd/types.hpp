@@ -53,7 +53,7 @@ struct SandboxInfo {
   int mount_contract_version = 0;
   // The network policy it was made under, as its backend records it on the sandbox ("open",
   // "isolated", "allowlist:{digest}"; "" for one made before policies existed, which is
-  // "open"). A sandbox is never reused under another policy: it is replaced (issue 33).
+  // "open"). A sandbox is never reused under another policy: it is replaced.
   std::string network_policy;
   // Headers every request to sandbox_url must carry (a relay's token), as DeerFlow's
   // SandboxInfo.request_headers; empty for a URL that needs none.

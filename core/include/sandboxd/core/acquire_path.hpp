@@ -7,8 +7,8 @@
 
 namespace sandboxd::core {
 
-// resumed: taken from the pool while paused, and thawed (issue 23).
-// claimed: a new conversation was given a pre-started slot (issue 22) instead of a create.
+// resumed: taken from the pool while paused, and thawed.
+// claimed: a new conversation was given a pre-started slot instead of a create.
 enum class AcquirePath { reused, reclaimed, resumed, discovered, created, claimed, restored };
 const char* to_string(AcquirePath path);
 // The path a word names (as to_string spells it), or nullopt.

@@ -1,4 +1,4 @@
-// The sandboxes a relay serves for a host that has no Provider (sandboxd-provisioner, issue 33):
+// The sandboxes a relay serves for a host that has no Provider (sandboxd-provisioner):
 // asked of the backend (discover_for_reconciliation: one inspect, no readiness wait) and kept
 // for `ttl_seconds`, so a burst of requests to one sandbox costs one engine call. Only sandboxes
 // the backend says are namespaced are served; any other id is not this relay's (404). The relay

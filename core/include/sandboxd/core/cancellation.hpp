@@ -1,6 +1,6 @@
 // A request to stop waiting, shared between whoever may give up on a call (a client that hung
 // up on `sandboxctl serve`, an abandoned acquire_async) and the one wait inside an acquisition
-// that can be long: a creation queued for a slot under overflow_policy wait (issue 23). A
+// that can be long: a creation queued for a slot under overflow_policy wait. A
 // cancelled acquisition leaves that queue at once and creates nothing; work already past the
 // queue completes as if nobody had cancelled it.
 //

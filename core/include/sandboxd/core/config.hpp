@@ -67,7 +67,7 @@ struct SandboxConfig {
   // How long an acquire waits for a teardown of its sandbox (ours or a peer's `del` lease)
   // before it answers "being destroyed" (serve: 409). A gateway's HTTP timeout must exceed it.
   double teardown_wait_seconds = 30.0;
-  // Issue 23: pause a sandbox released this long ago (0: never, DeerFlow's behaviour). Takes
+  // Pause a sandbox released this long ago (0: never, DeerFlow's behaviour). Takes
   // effect only with a backend that can pause; must be below idle_timeout to matter.
   double pause_after_seconds = 0.0;
   // Destroy a sandbox this long after its creation, active or not (0: never).

@@ -1,4 +1,4 @@
-// The egress proxy (issue 34, network mode `allowlist`; design "Network isolation and the
+// The egress proxy (network mode `allowlist`; design "Network isolation and the
 // relay"): the only way out of a sandbox that has no network of its own. The host makes a
 // listening socket inside each such sandbox's network namespace (127.0.0.1:3128 there, which
 // the sandbox's HTTP_PROXY, HTTPS_PROXY and ALL_PROXY name) and hands it to attach(); whatever

@@ -1,4 +1,4 @@
-// What the egress proxy (issue 34, network mode `allowlist`) decides with, as pure functions
+// What the egress proxy (network mode `allowlist`) decides with, as pure functions
 // the proxy and the tests share: domain names as the allow-list compares them (IDNA to ASCII,
 // lower case), the allow-list itself (exact names and `*.suffix`), which addresses are public,
 // and what a TLS ClientHello says about where it is going (SNI, and whether it hides that

@@ -1,4 +1,4 @@
-// What happened to sandboxes, newest last (issue 36, the operator's live view: its events): a
+// What happened to sandboxes, newest last (the operator's live view: its events): a
 // bounded ring of lifecycle events a host keeps in memory, each numbered so that a reader asks
 // for what came after the last one it saw (an event stream's Last-Event-ID) and learns when
 // some were dropped before it could read them.

@@ -50,7 +50,7 @@ class LifecyclePolicy {
     return true;
   }
 
-  // ── warm long enough to pause (issue 23) ──
+  // ── warm long enough to pause ──
   // Runs, on the idle checker's pass, for each warm sandbox released at least
   // pause_after_seconds ago, only when that option is set and the backend can pause. true:
   // pause it (default); false: keep it running.

@@ -1,5 +1,5 @@
 // What a creation does when every replica slot is in use and nothing released can be evicted
-// (issue 23; DeerFlow's E2B provider speaks the same words).
+// (DeerFlow's E2B provider speaks the same words).
 #pragma once
 
 #include <optional>

@@ -83,7 +83,7 @@ struct ProviderOptions {
   // up with SandboxBeingDestroyedError.
   double teardown_wait_seconds = 30.0;
   double teardown_join_timeout_seconds = kTeardownJoinTimeoutSeconds;
-  // Issue 23: a sandbox released this long ago is paused (frozen by the backend's
+  // A sandbox released this long ago is paused (frozen by the backend's
   // SandboxPausing capability) until it is acquired again or idle_timeout reaps it. 0: never
   // (DeerFlow's behaviour); a backend without the capability keeps it warm.
   double pause_after_seconds = 0.0;
@@ -236,7 +236,7 @@ struct ProviderEventCounts {
   std::uint64_t pause_failures = 0;  // pauses the backend refused (the sandbox stayed warm)
   std::uint64_t resumes = 0;         // paused sandboxes thawed and handed out
   double resume_seconds = 0.0;       // total time of those resumes (thaw + liveness check)
-  // The ceilings (issue 23): creations that queued, the time they spent queued, and refusals
+  // The ceilings: creations that queued, the time they spent queued, and refusals
   // by reason (capacity: the fleet ceiling; per_user: max_per_user; wait_timeout: queued
   // longer than acquire_timeout).
   std::uint64_t capacity_waits = 0;
@@ -254,7 +254,7 @@ struct ProviderEventCounts {
   std::uint64_t rejections_min_free_disk = 0;  // the host's free-space floor (min_free_disk)
   std::uint64_t disk_limit_stops = 0;  // sandboxes stopped with a writable layer past disk_limit
   std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
-  // Pre-started slots (issue 22): creations served by a claim, the time the claims took, and
+  // Pre-started slots: creations served by a claim, the time the claims took, and
   // creations that asked for a slot and missed, indexed by PreStartedSlots::Miss (none_ready,
   // key_mismatch, unsupported, claim_failed; index 0 unused).
   std::uint64_t slot_claims = 0;
@@ -351,7 +351,7 @@ class Provider final {
   TrackedInfos tracked_infos(std::size_t limit) const;
   std::optional<TrackedSandbox> find(const std::string& sandbox_id) const;
 
-  // Network isolation (issue 33). Whether `info` has no host address (its backend's
+  // Network isolation. Whether `info` has no host address (its backend's
   // NamespacedSandboxes says so): clients reach it only through a relay.
   bool namespaced(const SandboxInfo& info) const;
   // Whether the sandboxes the backend makes now are such sandboxes.
@@ -376,7 +376,7 @@ class Provider final {
   void cleanup_idle_sandboxes(double idle_timeout);
   void reap_expired_warm(std::optional<double> timeout = std::nullopt);
   std::optional<std::string> evict_oldest_warm();
-  // Pauses warm sandboxes released at least pause_after_seconds ago (issue 23); returns how
+  // Pauses warm sandboxes released at least pause_after_seconds ago; returns how
   // many. Nothing when the option is 0 or the backend cannot pause.
   int pause_idle_warm();
   // ── snapshots (docs/snapshots.md): provider_snapshots.cpp ──
@@ -459,7 +459,7 @@ class Provider final {
     std::size_t creating = 0;  // creations admitted and in flight, not yet active
   };
   Counts counts() const;
-  // The ceilings as configured (issue 23), what this process counts against them now and, when
+  // The ceilings as configured, what this process counts against them now and, when
   // the lease store keeps a deployment-wide ledger, its reservations in all. Reads the store
   // (it may block on it; never under the registry mutex): for diagnostics, not a hot path.
   struct Capacity {

@@ -1,4 +1,4 @@
-// The relay (issue 33, design "Network isolation and the relay"): the only way into a
+// The relay (design "Network isolation and the relay"): the only way into a
 // sandbox that no host address reaches (network mode `isolated`, or `open` without a published
 // port). It listens on one TCP address of its own; a sandbox's URL is
 // `http://HOST:PORT/s/{sandbox_id}`, and every request to it must carry that sandbox's token in

@@ -1,4 +1,4 @@
-// How a relay reaches one sandbox's API (issue 33): what Provider::endpoint and a relay's
+// How a relay reaches one sandbox's API: what Provider::endpoint and a relay's
 // target lookup answer.
 #pragma once
 

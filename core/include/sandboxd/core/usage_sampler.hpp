@@ -1,4 +1,4 @@
-// What each tracked sandbox uses (CPU, memory, processes), for the operator's page (issue 36).
+// What each tracked sandbox uses (CPU, memory, processes), for the operator's page.
 // The backend's SandboxUsage readings are taken by one thread of the sampler's own, never on a
 // request: a sweep takes the tracked sandboxes' infos (Provider::tracked_infos: one short hold
 // of the registry mutex, the infos shared), then asks the backend for each, one at a time, at
