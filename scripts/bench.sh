@@ -3,7 +3,7 @@
 #   1. sandboxd_bench: DeerFlow's provider scenarios on the in-process backend, the warm pair
 #      beside 0/1,000/10,000 active conversations, shutdown with 1,000/10,000 tracked, memory
 #      per tracked sandbox, the warm pair beside 500 conversations with and without the
-#      operator page's usage sampler sweeping them (issue 36); rows in build/bench/rows.jsonl,
+#      operator page's usage sampler sweeping them; rows in build/bench/rows.jsonl,
 #      the summary table on stdout;
 #   2. syscalls per new conversation: strace -c of N and of 1 new conversations, the difference
 #      divided by N - 1 (set-up and exit cancel out);
@@ -15,30 +15,30 @@
 #      (scripts/test_engine.sh starts it; one it started is stopped again): the provider's cold
 #      acquire, warm reclaim and replica pressure beside the engine's own create-to-ready,
 #      inspect and stop, alternating round by round; then the CPU of 5 released sandboxes
-#      over 60 s warm and 60 s paused (5 s each with --quick); pre-started slots (issue 22): a
+#      over 60 s warm and 60 s paused (5 s each with --quick); pre-started slots: a
 #      new conversation claimed from a ready slot beside one created cold, the slots' hit rate,
 #      and bench/provisioner_slots.py, the same through sandboxd-provisioner.
-#   5. bench/kubernetes_listing.py (issue 24): one `sandboxctl reconcile` over 1,000 and 10,000
+#   5. bench/kubernetes_listing.py: one `sandboxctl reconcile` over 1,000 and 10,000
 #      pods in the Kubernetes stand-in (1,000 only with --quick): API requests and time per pod;
 #      bench/kubernetes_readiness.py: from a pod turning Ready to `sandboxctl acquire` returning,
 #      the backend watching the pod beside it polling (10 rounds; 2 with --quick).
-#   6. (issue 33) sandboxd_relay_bench: per-request latency added by the relay (kept-alive and
+#   6. sandboxd_relay_bench: per-request latency added by the relay (kept-alive and
 #      new connections), a 64 MiB download's throughput and an upgraded pipe's echo, against the
 #      same in-process sandbox reached directly; bench/relay_scale.py: 500 isolated sandboxes
 #      (100 with --quick) held by one serve, memory and descriptors per sandbox and per held
 #      relay connection. With --engine, sandboxd_engine_bench also measures cold acquires with
 #      and without isolation and the relay on the engine (its "isolation" rows).
-#   7. (issue 34) sandboxd_egress_bench: the egress proxy beside the same upstreams reached
+#   7. sandboxd_egress_bench: the egress proxy beside the same upstreams reached
 #      directly (in process, 127.0.0.1): a plain request's p50/p99, a tunnel's time to first
 #      byte, a 64 MiB download's throughput and the proxy's CPU per GiB, memory while refusing
 #      1,000 requests a second, memory and descriptors per held tunnel (500; 100 with --quick).
-#   8. (issue 36) bench/ui_streams.py: serve's CPU at 100 lifecycle events a second with no
+#   8. bench/ui_streams.py: serve's CPU at 100 lifecycle events a second with no
 #      operator page open and with 50 open (each page's files fetched, its event stream read),
 #      acquire latency in both, and every stream checked to have received every event (20 s
 #      windows; 5 s with --quick).
 #   scripts/bench.sh                   the full run (a few minutes on 2 cores)
 #   scripts/bench.sh --quick           fewer iterations, no 10,000-sandbox rows
-#   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 2 with --quick)
+#   scripts/bench.sh --engine podman   also the engine comparison (10 rounds; 1 with --quick)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${BUILD_DIR:-build}"
@@ -53,7 +53,7 @@ paused_seconds=60
 engine=""
 while (($#)); do
   case "$1" in
-    --quick) quick=(--quick); probes=101; rounds=2; paused_seconds=5 ;;
+    --quick) quick=(--quick); probes=101; rounds=1; paused_seconds=5 ;;
     --engine) engine="${2:?--engine needs podman or docker}"; shift ;;
     *) echo "bench: unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac

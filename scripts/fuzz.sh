@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang, ASan and UBSan into ./build-asan (the tree
 # scripts/asan.sh runs the suite from; scripts/configure_asan.sh) and runs each for a
-# bounded time (FUZZ_SECONDS, default 20) from its seed corpus in tests/fuzz/corpus/<target>,
+# bounded time (FUZZ_SECONDS, default 15) from its seed corpus in tests/fuzz/corpus/<target>,
 # on a scratch copy, so the repository's corpora only change by hand. A crash, leak, sanitizer
 # report or timeout fails the run and leaves the input in build-asan/findings/<target>/; turn
 # each into a regression test (and a corpus file) before fixing it. Targets run one per CPU at
 # a time.
-#   scripts/fuzz.sh                      every target, 20 s each
+#   scripts/fuzz.sh                      every target, 15 s each
 #   FUZZ_SECONDS=300 scripts/fuzz.sh config
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${FUZZ_SECONDS:-20}"
+seconds="${FUZZ_SECONDS:-15}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] ||
   targets=(config plugin_config engine_strings engine_answers provisioner_answers ids_and_paths
