@@ -447,8 +447,22 @@ void LocalContainerBackend::destroy_once(const SandboxInfo& info, bool thawed_fo
   } else if (info.container_name && !info.container_name->empty()) {
     target = *info.container_name;
   } else {
-    log(LogLevel::debug, "Sandbox " + info.sandbox_id + " names no container; nothing to stop");
-    return;
+    // An info from another process or a record may hold the id alone: the container is the
+    // one named for that id when its label says so (a stranger that took the name stays).
+    const std::string name = container_name(info.sandbox_id);
+    std::optional<ContainerState> state;
+    if (!info.sandbox_id.empty() && is_valid_container_name(name)) state = inspect(name);
+    if (!state) {
+      log(LogLevel::debug, "Sandbox " + info.sandbox_id + " has no container; nothing to stop");
+      return;
+    }
+    const auto label = state->labels.find(kLabelSandboxId);
+    if (label == state->labels.end() || label->second != info.sandbox_id) {
+      log(LogLevel::warning, "Container " + name + " is not labelled as sandbox " +
+                                 info.sandbox_id + "'s; not stopping it");
+      return;
+    }
+    target = state->id;
   }
   const std::string shown = target == info.container_id.value_or("") ? short_id(target) : target;
   Outcome response;
