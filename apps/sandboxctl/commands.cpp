@@ -178,24 +178,24 @@ int cmd_check_config(GlobalContext& context, const std::vector<std::string>& arg
   // Each conversation's storage bound and the free-space floor (docs/storage.md), judged
   // without changing anything.
   const auto storage = core::ThreadStorage::for_base_dir(
-      services.base_dir, core::parse_size(config.disk_limit.value_or(core::kDefaultDiskLimit)).value_or(0),
+      services.base_dir,
+      core::parse_size(config.disk_limit.value_or(core::kDefaultDiskLimit)).value_or(0),
       config.disk_limit ? "sandbox.disk_limit" : "the default", /*look_only=*/true);
   const std::string floor_shown =
-      core::show_size(core::parse_size(config.min_free_disk.value_or(core::kDefaultMinFreeDisk))
-                          .value_or(0)) +
+      core::show_size(
+          core::parse_size(config.min_free_disk.value_or(core::kDefaultMinFreeDisk)).value_or(0)) +
       " under " + services.base_dir +
       (backend_capability<EngineStorage>(*plugins.backend) ? " and the engine's storage" : "") +
       " (min_free_disk, from " + (config.min_free_disk ? "sandbox.min_free_disk" : "the default") +
       "): new sandboxes refused below it";
   const std::string layer_shown =
-      storage->limit_bytes() == 0
-          ? std::string("not bounded (disk_limit 0)")
-          : backend_capability<WritableLayerUsage>(*plugins.backend)
-                ? "held to " + core::show_size(storage->limit_bytes()) +
-                      " by sampling its size each idle-check pass (up to 256 sandboxes a pass; "
-                      "the engines' own size option needs overlay on XFS with project quotas); "
-                      "a sandbox past it is stopped (event over_disk_limit)"
-                : "not measured: backend " + config.backend.use + " cannot tell its size";
+      storage->limit_bytes() == 0 ? std::string("not bounded (disk_limit 0)")
+      : backend_capability<WritableLayerUsage>(*plugins.backend)
+          ? "held to " + core::show_size(storage->limit_bytes()) +
+                " by sampling its size each idle-check pass (up to 256 sandboxes a pass; "
+                "the engines' own size option needs overlay on XFS with project quotas); "
+                "a sandbox past it is stopped (event over_disk_limit)"
+          : "not measured: backend " + config.backend.use + " cannot tell its size";
   // The optional verbs the backend offers (sandboxd/capabilities.hpp), so an operator sees
   // which features it can have before turning them on.
   std::vector<std::string> capabilities;
@@ -537,15 +537,15 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
           lease += ", " + seconds_text(row.lease->expires_at - now) + " left";
       }
       const std::string conversation = row.thread.empty() ? "-" : row.user + "/" + row.thread;
-      const std::string disk = row.disk ? core::show_size(row.disk->bytes) + " / " +
-                                              core::show_size(row.disk->limit)
-                                        : "unbounded";
+      const std::string disk =
+          row.disk ? core::show_size(row.disk->bytes) + " / " + core::show_size(row.disk->limit)
+                   : "unbounded";
       std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %-20s %s\n", row.id.c_str(),
                   std::string(row.state_word()).c_str(),
                   row.running ? (*row.running ? "yes" : "GONE") : "?", conversation.c_str(),
                   row.url.empty() ? "-" : row.url.c_str(),
-                  row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-",
-                  disk.c_str(), lease.c_str());
+                  row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-", disk.c_str(),
+                  lease.c_str());
     }
   }
   if (!listing.backend_error.empty()) {
@@ -615,6 +615,10 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
     if (!result.newly_paused.empty()) {
       std::cout << result.newly_paused.size() << " paused (released longer than "
                 << session.config().pause_after_seconds << "s ago), ";
+    }
+    if (!result.archived.empty()) {
+      std::cout << result.archived.size() << " archived (released longer than "
+                << session.config().archive_after_seconds << "s ago), ";
     }
     std::cout << result.active << " active, " << result.warm << " warm and " << result.paused
               << " paused left\n";

@@ -361,6 +361,62 @@ TEST_F(ProviderSnapshotTest, AForkOverALinkWhereANewConversationWouldGoIsRefused
   EXPECT_EQ(snapshots->live_count(), 1u);
 }
 
+// The archived tier: a released conversation sandbox idle past archive_after_seconds is
+// snapshotted and its container removed; the conversation's next acquire makes it again from
+// the archive (path restored, its files back), and the archive goes.
+TEST_F(ProviderSnapshotTest, AnIdleReleasedSandboxIsArchivedAndItsNextAcquireRestoresIt) {
+  options.archive_after_seconds = 600;
+  clock->set(1000);
+  provider = make_provider(snapshots, &store);
+  const std::string id = provider->acquire("t-1", "alice");
+  const std::string active_one = provider->acquire("t-2", "alice");  // never archived: active
+  write(workspace("alice", "t-1") / "kept.txt", "work of the conversation");
+  provider->release(id);
+  clock->set(1599);
+  EXPECT_EQ(provider->archive_idle_released(), 0) << "released 599 s ago, the wait is 600 s";
+  EXPECT_EQ(snapshots->live_count(), 2u);
+  clock->set(1600);
+  EXPECT_EQ(provider->archive_idle_released(), 1);
+  EXPECT_EQ(snapshots->live_count(), 1u) << "the archived sandbox's container stayed";
+  EXPECT_FALSE(provider->find(id).has_value());
+  EXPECT_TRUE(provider->find(active_one).has_value());
+  const auto archives = provider->snapshots(std::string("alice"));
+  ASSERT_EQ(archives.size(), 1u);
+  EXPECT_EQ(archives[0].name, "archive-" + id);
+  EXPECT_EQ(archives[0].thread_id, "t-1");
+  EXPECT_EQ(provider->archive_idle_released(), 0) << "archived twice";
+
+  // Meanwhile something changes the directory: the archive's copy is what comes back.
+  write(workspace("alice", "t-1") / "kept.txt", "changed while archived");
+  const auto again = provider->acquire_traced(std::string("t-1"), std::string("alice"));
+  EXPECT_EQ(again.path, AcquirePath::restored);
+  EXPECT_EQ(again.sandbox_id, id) << "one conversation, one id";
+  EXPECT_EQ(snapshots->image_of(id), "img-archive-" + id);
+  EXPECT_EQ(read(workspace("alice", "t-1") / "kept.txt"), "work of the conversation");
+  EXPECT_TRUE(provider->snapshots(std::string("alice")).empty()) << "the archive outlived its use";
+  // The next acquire reuses it as any sandbox.
+  EXPECT_EQ(provider->acquire_traced(std::string("t-1"), std::string("alice")).path,
+            AcquirePath::reused);
+}
+
+TEST_F(ProviderSnapshotTest, AFailedArchiveLeavesTheSandboxParkedAsItWas) {
+  options.archive_after_seconds = 60;
+  clock->set(1000);
+  provider = make_provider(snapshots, &store);
+  const std::string id = provider->acquire("t-1", "alice");
+  provider->release(id);
+  snapshots->fail_commit = true;
+  clock->set(2000);
+  EXPECT_EQ(provider->archive_idle_released(), 0);
+  EXPECT_EQ(snapshots->live_count(), 1u);
+  ASSERT_TRUE(provider->find(id).has_value());
+  EXPECT_TRUE(provider->find(id)->released());
+  EXPECT_TRUE(provider->snapshots(std::string("alice")).empty());
+  EXPECT_FALSE(snapshots->paused(id)) << "left frozen";
+  EXPECT_EQ(provider->acquire_traced(std::string("t-1"), std::string("alice")).path,
+            AcquirePath::reclaimed);
+}
+
 TEST_F(ProviderSnapshotTest, ABackendWithoutSnapshotsSaysSoNamingIt) {
   provider = make_provider(backend, &store);  // the fixture's plain FakeBackend
   const std::string id = provider->acquire("t-1", "alice");

@@ -211,3 +211,37 @@ def test_the_deerflow_provider_snapshots_restores_and_forks(engine_required, mak
     for sandbox_id in [*forks, restored]:
         provider.destroy(sandbox_id)
     provider.shutdown()
+
+
+def test_an_idle_conversation_is_archived_and_its_next_acquire_restores_it(engine_required,
+                                                                            tmp_path, prefix):
+    """The archived tier through the one-shot CLI: released, then past archive_after_seconds,
+    `reap` snapshots the sandbox and removes its container; the next acquire of the
+    conversation makes it from the archive (path restored, its layer and workspace back)."""
+    cli = one_shot_cli(tmp_path, prefix, archive_after_seconds=1, idle_timeout=3600)
+    got = cli("acquire", "--user", "dora", "--thread", "t-1", "--json")
+    assert got.returncode == 0, got.stderr
+    sandbox = json.loads(got.stdout)["sandbox_id"]
+    write_both(f"{prefix}-{sandbox}", "archived-state")
+    assert cli("release", sandbox).returncode == 0
+
+    early = cli("reap", "--json")
+    assert early.returncode == 0, early.stderr
+    assert json.loads(early.stdout)["archived"] == [], "archived before archive_after_seconds"
+    time.sleep(1.2)
+    reaped = cli("reap", "--json")
+    assert reaped.returncode == 0, reaped.stderr
+    assert json.loads(reaped.stdout)["archived"] == [sandbox], reaped.stdout
+    assert containers_left(prefix) == [], "the archived sandbox's container stayed"
+    listed = json.loads(cli("snapshots", "--json").stdout)
+    assert [s["name"] for s in listed["snapshots"]] == [f"archive-{sandbox}"], listed
+
+    again = cli("acquire", "--user", "dora", "--thread", "t-1", "--json")
+    assert again.returncode == 0, again.stderr
+    answer = json.loads(again.stdout)
+    assert (answer["path"], answer["sandbox_id"]) == ("restored", sandbox), answer
+    assert read_both(f"{prefix}-{sandbox}") == ("archived-state", "archived-state")
+    assert json.loads(cli("snapshots", "--json").stdout)["snapshots"] == [], \
+        "the archive outlived its restore"
+    assert cli("destroy", sandbox).returncode == 0
+    assert containers_left(prefix) == []

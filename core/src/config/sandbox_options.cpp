@@ -1,14 +1,14 @@
 // The table of sandbox options (sandbox_options.hpp) and the four walks over it.
 #include "sandbox_options.hpp"
 
-#include "sandboxd/core/thread_storage.hpp"
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <type_traits>
+
+#include "sandboxd/core/thread_storage.hpp"
 
 namespace sandboxd::core {
 
@@ -98,6 +98,14 @@ const SandboxOption kOptions[] = {
      .maximum = 31'536'000,  // a year
      .expected = "a number of seconds >= 0 and <= 31536000 (0: never)",
      .read_by = "provider (the idle pass)"},
+    {.key = "archive_after_seconds",
+     .field = &SandboxConfig::archive_after_seconds,
+     .provider_field = &ProviderOptions::archive_after_seconds,
+     .provider_name = "archive_after_seconds",
+     .minimum = 0,
+     .maximum = 31'536'000,  // a year
+     .expected = "a number of seconds >= 0 and <= 31536000 (0: never)",
+     .read_by = "provider (the archive pass)"},
     {.key = "overflow_policy",
      .field = &SandboxConfig::overflow_policy,
      .provider_field = &ProviderOptions::overflow_policy,

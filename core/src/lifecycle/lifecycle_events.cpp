@@ -42,6 +42,8 @@ const char* to_string(LifecycleEventKind kind) {
       return "restored";
     case LifecycleEventKind::snapshotted:
       return "snapshotted";
+    case LifecycleEventKind::archived:
+      return "archived";
   }
   return "?";
 }

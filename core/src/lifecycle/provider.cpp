@@ -346,6 +346,9 @@ std::optional<std::string> Provider::evict_oldest_warm() {
 int Provider::pause_idle_warm() {
   return impl_->pause_idle_warm();
 }
+int Provider::archive_idle_released() {
+  return impl_->archive_idle_released();
+}
 ReconcileReport Provider::reconcile_orphans() {
   return impl_->reconcile_orphans();
 }

@@ -58,8 +58,8 @@ std::string Provider::Impl::acquire(const std::optional<std::string>& thread_id,
 }
 
 std::string Provider::Impl::keep_isolation_at_hand_out(std::string sandbox_id,
-                                                      const std::optional<std::string>& thread_id,
-                                                      const std::string& user) {
+                                                       const std::optional<std::string>& thread_id,
+                                                       const std::string& user) {
   for (int attempt = 0;; ++attempt) {
     InfoPtr info;
     {
@@ -80,9 +80,9 @@ std::string Provider::Impl::keep_isolation_at_hand_out(std::string sandbox_id,
       log(LogLevel::warning, "Sandbox " + sandbox_id + "'s isolation cannot be kept (" + e.what() +
                                  "); replacing it before anyone gets it");
       if (destroy(sandbox_id) == DestroyOutcome::refused) {
-        throw ServiceError(ErrorKind::conflict,
-                           "sandbox " + sandbox_id + "'s isolation cannot be kept and another " +
-                               "instance holds it; try again later");
+        throw ServiceError(ErrorKind::conflict, "sandbox " + sandbox_id +
+                                                    "'s isolation cannot be kept and another " +
+                                                    "instance holds it; try again later");
       }
       sandbox_id = acquire_with_restarts(thread_id, user);
     }
@@ -200,7 +200,15 @@ std::string Provider::Impl::acquire_internal_step(const std::optional<std::strin
       !wait_out_teardown(sandbox_id, teardown_wait_deadline())) {
     throw SandboxBeingDestroyedError(sandbox_id);
   }
-  if (thread_id) return discover_or_create_with_lock(*thread_id, sandbox_id, user_id, snapshot);
+  if (thread_id) {
+    // An archived conversation (its container removed when it idled): made from its archive.
+    if (restoring_image() == nullptr && snapshots_ != nullptr) {
+      if (auto archive = archive_of(user_id, *thread_id, sandbox_id)) {
+        return restore_archived(*thread_id, sandbox_id, user_id, snapshot, *archive);
+      }
+    }
+    return discover_or_create_with_lock(*thread_id, sandbox_id, user_id, snapshot);
+  }
   note_acquire_path(AcquirePath::created);
   return create_sandbox(std::nullopt, sandbox_id, user_id, snapshot);
 }

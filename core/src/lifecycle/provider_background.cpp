@@ -25,7 +25,7 @@ void Provider::Impl::start_background_threads() {
   std::optional<double> idle_timeout;
   if (options_.idle_timeout > 0) idle_timeout = options_.idle_timeout;
   const bool lifetime = options_.max_lifetime_seconds > 0;
-  if (idle_timeout || pausing_enabled() || lifetime) {
+  if (idle_timeout || pausing_enabled() || lifetime || archiving_enabled()) {
     // With no idle timeout, the idle pass still ends sandboxes past their lifetime.
     idle_checker_ = std::thread([this, idle_timeout, lifetime] {
       idle_checker_loop(lifetime ? idle_timeout.value_or(INFINITY) : idle_timeout);
@@ -37,6 +37,9 @@ void Provider::Impl::start_background_threads() {
                                : std::string()) +
             (lifetime ? ", max lifetime: " + fixed(options_.max_lifetime_seconds, 1) + "s"
                       : std::string()) +
+            (archiving_enabled()
+                 ? ", archive after: " + fixed(options_.archive_after_seconds, 1) + "s"
+                 : std::string()) +
             ")");
   }
 }
@@ -63,9 +66,12 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
   // Reconciliation and idle reaping run every idle-check interval; the pause pass runs more
   // often when pause_after_seconds is shorter, so a sandbox is paused within half of it late.
   const double interval = options_.idle_check_interval_seconds;
-  const double tick = pausing_enabled()
-                          ? std::min(interval, std::max(0.5, options_.pause_after_seconds / 2))
-                          : interval;
+  // The archive pass likewise, within half of archive_after_seconds.
+  double tick = interval;
+  if (pausing_enabled()) tick = std::min(tick, std::max(0.5, options_.pause_after_seconds / 2));
+  if (archiving_enabled()) {
+    tick = std::min(tick, std::max(0.5, options_.archive_after_seconds / 2));
+  }
   double since_full_pass = 0;
   while (wait_for_background_tick(tick)) {
     since_full_pass += tick;
@@ -78,6 +84,7 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
         delete_expired_snapshots();
       }
       pause_idle_warm();
+      archive_idle_released();
     } catch (const std::exception& e) {
       log(LogLevel::error, std::string("Error in warm-pool idle checker loop: ") + e.what());
     }

@@ -114,6 +114,24 @@ struct Provider::Impl {
   void remove_new_conversation_dir(const std::string& thread_id, const std::string& user_id);
   // The image the create of this thread's acquisition makes the sandbox from, or nullptr.
   static const std::string* restoring_image();
+  // A snapshot of `served` taken with its conversation's lock already held by the caller (the
+  // body of Provider::snapshot; the archive pass holds the lock across the snapshot and the
+  // removal of the container).
+  SnapshotRecord snapshot_locked(const std::string& sandbox_id, const ServedConversation& served,
+                                 const std::string& snapshot_name) EXCLUDES(mutex_);
+  // ── the archived tier (provider_archive.cpp) ──
+  bool archiving_enabled() const { return snapshots_ && options_.archive_after_seconds > 0; }
+  // Snapshots every released conversation sandbox idle at least archive_after_seconds and
+  // removes its container; how many. A sandbox whose snapshot fails stays as it was.
+  int archive_idle_released() EXCLUDES(mutex_);
+  // The archive of the conversation whose sandbox id is `sandbox_id`, when one was made.
+  std::optional<SnapshotRecord> archive_of(const std::string& user_id, const std::string& thread_id,
+                                           const std::string& sandbox_id) const;
+  // Makes the conversation's sandbox from its archive (the acquisition's create path, path
+  // restored), then deletes the archive; called where the acquisition would discover or create.
+  std::string restore_archived(const std::string& thread_id, const std::string& sandbox_id,
+                               const std::string& user_id, Snapshot snapshot,
+                               const SnapshotRecord& archive) EXCLUDES(mutex_);
   // The host's free-space floor (options_.min_free_disk_bytes) under the state directory and
   // the engine's storage: a new sandbox is refused below it, as a capacity refusal
   // (provider_storage.cpp).

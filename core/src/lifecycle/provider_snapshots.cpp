@@ -41,13 +41,20 @@ SnapshotRecord Provider::snapshot(const std::string& sandbox_id,
   if (impl.snapshots_ == nullptr) throw unsupported(impl.backend_use_);
   const Impl::ServedConversation served =
       impl.served_conversation(sandbox_id, "a snapshot belongs to a conversation's user");
+  // No acquisition of the conversation meanwhile.
+  auto conversation_lock = impl.thread_lock(served.conversation);
+  std::lock_guard<ThreadLock> held(*conversation_lock);
+  return impl.snapshot_locked(sandbox_id, served, name.value_or(generated_snapshot_name()));
+}
+
+SnapshotRecord Provider::Impl::snapshot_locked(const std::string& sandbox_id,
+                                               const ServedConversation& served,
+                                               const std::string& snapshot_name) {
+  Impl& impl = *this;
   const InfoPtr& info = served.info;
   const ThreadKey& conversation = served.conversation;
-  const std::string snapshot_name = name.value_or(generated_snapshot_name());
   const SnapshotLimits& limits = impl.options_.snapshot_limits;
-  // No acquisition of the conversation, nor another snapshot here, meanwhile.
-  auto conversation_lock = impl.thread_lock(conversation);
-  std::lock_guard<ThreadLock> held(*conversation_lock);
+  // Nor another snapshot here.
   MutexLock one_at_a_time(impl.snapshot_mutex_);
   std::uint64_t used = 0;
   const std::vector<SnapshotRecord> existing = impl.snapshot_store_->list(conversation.user_id);
@@ -299,6 +306,25 @@ AcquireResult Provider::restore(const std::optional<std::string>& thread_id,
                             owner + "/" + from.name);
   }
   return result;
+}
+
+std::string Provider::Impl::restore_archived(const std::string& thread_id,
+                                             const std::string& sandbox_id,
+                                             const std::string& user_id, Snapshot snapshot,
+                                             const SnapshotRecord& archive) {
+  const SnapshotRecord* outer = std::exchange(t_restoring, &archive);
+  ScopeExit restore_outer([outer] { t_restoring = outer; });
+  prepare_restore(thread_id, user_id, sandbox_id);
+  std::string restored = discover_or_create_with_lock(thread_id, sandbox_id, user_id, snapshot);
+  // Restored once: the archive's directories are the conversation's again, and its image goes
+  // once the sandbox made from it is gone (remembered until then).
+  try {
+    delete_snapshot(archive.user_id, archive.name);
+  } catch (const std::exception& e) {
+    log(LogLevel::warning,
+        "Could not delete archive " + archive.name + " after restoring it: " + e.what());
+  }
+  return restored;
 }
 
 void Provider::Impl::prepare_restore(const std::optional<std::string>& thread_id,

@@ -321,6 +321,7 @@ bool Provider::Impl::destroy_warm_entry_step(const std::string& sandbox_id, cons
   release_capacity(sandbox_id, entry.identity ? entry.identity->user_id : std::string());
   note(reason == "idle_timeout"          ? LifecycleEventKind::reaped
        : reason == "replica_enforcement" ? LifecycleEventKind::evicted
+       : reason == "archived"            ? LifecycleEventKind::archived
                                          : LifecycleEventKind::destroyed,
        sandbox_id, entry.identity, reason);
   if (reason == "idle_timeout") {

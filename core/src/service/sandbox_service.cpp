@@ -284,10 +284,20 @@ ReconcileReport SandboxService::reconcile() {
 Reaped SandboxService::reap(int idle_timeout) {
   Reaped reaped;
   reaped.idle_timeout = idle_timeout;
+  {
+    // Archived before the reaper would stop them (archive_after_seconds is the shorter wait).
+    const auto before = provider_.export_registry();
+    typed([&] { provider_.archive_idle_released(); });  // logs its own failures
+    for (const auto& t : before.sandboxes) {
+      if (t.released() && !provider_.find(t.info.sandbox_id)) {
+        reaped.archived.push_back(t.info.sandbox_id);
+      }
+    }
+  }
   if (idle_timeout > 0) {
     const auto before = provider_.export_registry();
     typed([&] { provider_.cleanup_idle_sandboxes(idle_timeout); });  // logs its own failures
-    typed([&] { provider_.stop_layers_past_bound(); });               // likewise
+    typed([&] { provider_.stop_layers_past_bound(); });              // likewise
     for (const auto& t : before.sandboxes) {
       if (!provider_.find(t.info.sandbox_id)) reaped.reaped.push_back(t.info.sandbox_id);
     }

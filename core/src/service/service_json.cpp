@@ -227,6 +227,10 @@ std::string to_json(const Reaped& reaped) {
     w.StartArray();
     for (const auto& id : reaped.newly_paused) write_json_string(w, id);
     w.EndArray();
+    w.Key("archived");
+    w.StartArray();
+    for (const auto& id : reaped.archived) write_json_string(w, id);
+    w.EndArray();
     w.Key("active");
     w.Uint64(reaped.active);
     w.Key("warm");

@@ -72,6 +72,7 @@ struct SandboxConfig {
   double pause_after_seconds = 0.0;
   // Destroy a sandbox this long after its creation, active or not (0: never).
   double max_lifetime_seconds = 0.0;
+  double archive_after_seconds = 0.0;  // 0: never (docs/snapshots.md, "The archived tier")
   // Issue 23, the ceilings (DeerFlow's E2B provider's words): unset overflow_policy keeps
   // `replicas` soft; wait | reject | burst make it a ceiling. max_per_user 0: no per-user one.
   OverflowPolicy overflow_policy = OverflowPolicy::soft;

@@ -41,6 +41,9 @@ enum class LifecycleEventKind {
   over_disk_limit,
   restored,     // made from a snapshot (its reason names the snapshot)
   snapshotted,  // a snapshot taken of it (its reason names the snapshot)
+  // idle past archive_after_seconds: snapshotted, then its container removed (the reason names
+  // the snapshot); the conversation's next acquire restores it
+  archived,
 };
 const char* to_string(LifecycleEventKind kind);
 

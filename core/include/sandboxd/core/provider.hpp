@@ -91,6 +91,10 @@ struct ProviderOptions {
   // destroyed by the idle pass, active or released; one whose creation time is unknown (0) is
   // not. 0: never (DeerFlow's behaviour).
   double max_lifetime_seconds = 0.0;
+  // A released conversation sandbox idle this long is snapshotted and its container removed;
+  // the conversation's next acquire restores it (path restored). 0: never. Needs a backend
+  // with SandboxSnapshots.
+  double archive_after_seconds = 0.0;
   // The free space kept under the state directory and the backend's engine storage
   // (EngineStorage): below it a new sandbox is refused as a capacity refusal, reason
   // min_free_disk. 0: no floor. From the config key min_free_disk (docs/storage.md).
@@ -379,6 +383,10 @@ class Provider final {
   // Pauses warm sandboxes released at least pause_after_seconds ago; returns how
   // many. Nothing when the option is 0 or the backend cannot pause.
   int pause_idle_warm();
+  // Archives released conversation sandboxes idle at least archive_after_seconds (a snapshot,
+  // then the container removed; the next acquire restores it); returns how many. Nothing when
+  // the option is 0 or the backend cannot snapshot.
+  int archive_idle_released();
   // ── snapshots (docs/snapshots.md): provider_snapshots.cpp ──
   // A snapshot of conversation sandbox `sandbox_id` (tracked here): its filesystem changes
   // (the backend's SandboxSnapshots) and its conversation's directories, taken while it is

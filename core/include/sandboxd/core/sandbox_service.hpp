@@ -118,6 +118,7 @@ struct Reaped {
   int idle_timeout = 0;
   std::vector<std::string> reaped;
   std::vector<std::string> newly_paused;  // warm ones this pass paused (pause_after_seconds)
+  std::vector<std::string> archived;  // released ones this pass archived (archive_after_seconds)
   std::size_t active = 0;
   std::size_t warm = 0;
   std::size_t paused = 0;
