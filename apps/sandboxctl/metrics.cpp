@@ -98,6 +98,32 @@ std::string conversation_disk_lines(const sandboxd::core::Provider& provider) {
   return out.str();
 }
 
+// The archived tier (docs/snapshots.md): conversations kept as an archive, their sandbox's
+// container removed, and the bytes those archives hold. Read from the snapshot store at scrape
+// time (one record per archive); nothing when the backend cannot snapshot.
+std::string archive_lines(const sandboxd::core::Provider& provider) {
+  std::vector<sandboxd::core::SnapshotRecord> records;
+  try {
+    records = provider.snapshots(std::nullopt);
+  } catch (const std::exception&) {
+    return "";  // no snapshots here (the backend offers none)
+  }
+  std::uint64_t archived = 0;
+  std::uint64_t bytes = 0;
+  for (const auto& record : records) {
+    if (record.name.rfind("archive-", 0) != 0) continue;
+    ++archived;
+    bytes += record.bytes();
+  }
+  std::ostringstream out;
+  sample(out, "sandboxd_archived_conversations", "gauge",
+         "Conversations archived (archive_after_seconds): kept as a snapshot, no container.",
+         archived);
+  sample(out, "sandboxd_archived_bytes", "gauge",
+         "Bytes the archives hold on disk (directories and image layers).", bytes);
+  return out.str();
+}
+
 }  // namespace
 
 void ServeMetrics::record_acquire(sandboxd::core::AcquirePath path, double seconds) {
@@ -151,6 +177,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
   const auto events = provider.event_counts();
   // Reads the filesystem: before the lock, which request threads take to count.
   const std::string conversation_disk = conversation_disk_lines(provider);
+  const std::string archives = archive_lines(provider);
   std::ostringstream out;
   std::lock_guard lock(mutex_);
 
@@ -221,10 +248,9 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
          counts.warm);
   sample(out, "sandboxd_paused_sandboxes", "gauge",
          "Released sandboxes paused (frozen, no CPU) now.", counts.paused);
-  header(
-      out, "sandboxd_capacity_rejections_total", "counter",
-      "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full, "
-      "min_free_disk).");
+  header(out, "sandboxd_capacity_rejections_total", "counter",
+         "Creations refused by a ceiling, by reason (capacity, per_user, wait_timeout, queue_full, "
+         "min_free_disk).");
   out << "sandboxd_capacity_rejections_total{reason=\"capacity\"} " << events.rejections_capacity
       << "\n"
       << "sandboxd_capacity_rejections_total{reason=\"per_user\"} " << events.rejections_per_user
@@ -313,7 +339,7 @@ std::string ServeMetrics::render(const sandboxd::core::Provider& provider,
     sample(out, "sandboxd_egress_sandboxes", "gauge",
            "Allowlist sandboxes the egress proxy listens for.", egress->attached_sandboxes);
   }
-  out << conversation_disk;
+  out << conversation_disk << archives;
   return out.str();
 }
 

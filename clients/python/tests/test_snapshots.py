@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from conftest import (ENGINE_SOCKET, IMAGE, SANDBOXCTL, EngineConnection, containers_left,
-                      engine_exec)
+                      engine_exec, engine_section)
 
 import sandboxd
 
@@ -245,3 +245,33 @@ def test_an_idle_conversation_is_archived_and_its_next_acquire_restores_it(engin
         "the archive outlived its restore"
     assert cli("destroy", sandbox).returncode == 0
     assert containers_left(prefix) == []
+
+
+def test_serve_archives_an_idle_conversation_on_its_own_and_shows_it(engine_required, make_serve,
+                                                                     tmp_path, prefix):
+    """serve's idle checker archives a released conversation past archive_after_seconds with
+    no command asking; /metrics counts it and its bytes; the client's next acquire of the
+    conversation is restored transparently."""
+    state = tmp_path / "archiving"
+    served = make_serve("archiving", "--on-exit", "destroy",
+                        section=engine_section(prefix, state, archive_after_seconds=1,
+                                               idle_timeout=3600))
+    client = served.client()
+    box = client.acquire("t-1", user_id="erin")
+    write_both(f"{prefix}-{box.sandbox_id}", "kept-by-serve")
+    client.release(box.sandbox_id)
+    deadline = time.monotonic() + 30
+    metrics = client.metrics()
+    while "sandboxd_archived_conversations 1" not in metrics and time.monotonic() < deadline:
+        time.sleep(0.25)
+        metrics = client.metrics()
+    assert "sandboxd_archived_conversations 1" in metrics, metrics
+    archived_bytes = [line for line in metrics.splitlines()
+                      if line.startswith("sandboxd_archived_bytes ")]
+    assert archived_bytes and int(archived_bytes[0].split()[1]) > 0, archived_bytes
+    assert containers_left(prefix) == [], "the archived sandbox's container stayed"
+
+    again = client.acquire("t-1", user_id="erin")
+    assert (again.path, again.sandbox_id) == ("restored", box.sandbox_id)
+    assert read_both(f"{prefix}-{box.sandbox_id}") == ("kept-by-serve", "kept-by-serve")
+    assert "sandboxd_archived_conversations 0" in client.metrics()
