@@ -39,17 +39,16 @@ std::optional<ThreadKey> SandboxRegistry::identity_conflict(const std::string& i
                                                             const ThreadKey& key) const {
   const SandboxEntry* e = find(id);
   if (e == nullptr) return std::nullopt;
-  std::optional<ThreadKey> stored;
-  if (e->active() && (e->client || e->info)) {
-    stored = e->identity;
-    if (!stored) {
-      const std::vector<ThreadKey> mapped = conversations_.keys_of(id);
-      if (mapped.size() == 1) stored = mapped.front();
-    }
-  } else if (e->released()) {
-    stored = e->identity;
+  // Compared in place: a copy of the identity is made only for the rare conflict (this runs
+  // on every acquisition of a conversation, the warm pair included).
+  if (e->identity && (e->released() || (e->active() && (e->client || e->info)))) {
+    if (*e->identity != key) return e->identity;
+    return std::nullopt;
   }
-  if (stored && *stored != key) return stored;
+  if (e->active() && (e->client || e->info)) {
+    const std::vector<ThreadKey> mapped = conversations_.keys_of(id);
+    if (mapped.size() == 1 && mapped.front() != key) return mapped.front();
+  }
   return std::nullopt;
 }
 
@@ -302,25 +301,35 @@ bool SandboxRegistry::any_creation() const {
                      [](const auto& item) { return item.second.creations > 0; });
 }
 
-void SandboxRegistry::tally(const SandboxEntry& e, int sign) {
-  const auto add = [&](const std::string& user, std::size_t n) {
-    if (n == 0) return;
-    if (sign > 0) {
-      per_user_[user] += n;
-      return;
-    }
-    auto it = per_user_.find(user);
-    if (it == per_user_.end() || it->second < n) throw std::logic_error("per-user count underflow");
-    if ((it->second -= n) == 0) per_user_.erase(it);
-  };
+SandboxRegistry::Counted SandboxRegistry::counted(const SandboxEntry& e) {
+  Counted counted;
   if (e.active() || e.released()) {
     // A creation already registered is counted as active (or released), not twice.
-    if (e.identity) add(e.identity->user_id, 1);
+    if (e.identity) {
+      counted.user = e.identity->user_id;
+      counted.sandboxes = 1;
+    }
   } else if (e.creations > 0) {
-    const auto creations = static_cast<std::size_t>(e.creations);
-    pending_creations_ = sign > 0 ? pending_creations_ + creations : pending_creations_ - creations;
-    add(e.creating_user, creations);
+    counted.user = e.creating_user;
+    counted.creations = static_cast<std::size_t>(e.creations);
   }
+  return counted;
+}
+
+void SandboxRegistry::tally(const Counted& counted, int sign) {
+  const std::size_t n = counted.sandboxes + counted.creations;
+  if (counted.creations > 0) {
+    pending_creations_ =
+        sign > 0 ? pending_creations_ + counted.creations : pending_creations_ - counted.creations;
+  }
+  if (n == 0) return;
+  if (sign > 0) {
+    per_user_[counted.user] += n;
+    return;
+  }
+  auto it = per_user_.find(counted.user);
+  if (it == per_user_.end() || it->second < n) throw std::logic_error("per-user count underflow");
+  if ((it->second -= n) == 0) per_user_.erase(it);
 }
 
 std::size_t SandboxRegistry::own_pending_creations(const std::string& creating_id) const {

@@ -215,13 +215,27 @@ class SandboxRegistry {
   void set_state(SandboxEntry& entry, SandboxState state);
   // Every change of an entry's state, identity, creations or creating_user goes through here,
   // so that pending_creations_ and per_user_ stay what a walk over entries_ would count.
+  // What one entry adds to the counts: `sandboxes` of `user` (registered), or `creations` of
+  // `user` (not yet registered).
+  struct Counted {
+    std::string user;
+    std::size_t sandboxes = 0;
+    std::size_t creations = 0;
+    bool operator==(const Counted&) const = default;
+  };
   template <class Change>
   void recount(SandboxEntry& entry, Change change) {
-    tally(entry, -1);
+    Counted before = counted(entry);
     change();
-    tally(entry, +1);
+    Counted after = counted(entry);
+    // Most changes keep the counts (active ↔ warm of one conversation, the warm pair): the
+    // per-user entry is then neither erased nor made again.
+    if (before == after) return;
+    tally(before, -1);
+    tally(after, +1);
   }
-  void tally(const SandboxEntry& entry, int sign);
+  static Counted counted(const SandboxEntry& entry);
+  void tally(const Counted& counted, int sign);
   // A creation of `creating_id` not yet registered under its id: what the counts leave out.
   std::size_t own_pending_creations(const std::string& creating_id) const;
   // Erases `it` when it holds neither a state nor a mark.
