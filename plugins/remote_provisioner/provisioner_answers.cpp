@@ -264,4 +264,15 @@ SandboxUsage::Reading read_usage_answer(const std::string& body) {
   return reading;
 }
 
+std::optional<std::uint64_t> read_writable_layer_bytes(const std::string& body) {
+  rapidjson::Document doc;
+  if (!parse_object(body, doc)) throw AnswerNotAnObject();
+  const auto found = doc.FindMember("writable_layer_bytes");
+  if (found == doc.MemberEnd() || found->value.IsNull()) return std::nullopt;
+  if (!found->value.IsUint64()) {
+    throw std::runtime_error("writable_layer_bytes is not a whole number >= 0");
+  }
+  return found->value.GetUint64();
+}
+
 }  // namespace sandboxd::remote_provisioner

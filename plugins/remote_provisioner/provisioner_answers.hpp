@@ -66,5 +66,8 @@ bool is_unknown_route_answer(long status, const std::string& body);
 // is missing or null stays empty. Throws AnswerNotAnObject, or std::runtime_error naming a
 // member that is not a finite number >= 0 (a whole one for online_cpus, the bytes and pids).
 SandboxUsage::Reading read_usage_answer(const std::string& body);
+// The same answer's `writable_layer_bytes` (what the sandbox wrote outside its mounts), or
+// nullopt when the provisioner's engine did not give it. Throws like read_usage_answer.
+std::optional<std::uint64_t> read_writable_layer_bytes(const std::string& body);
 
 }  // namespace sandboxd::remote_provisioner

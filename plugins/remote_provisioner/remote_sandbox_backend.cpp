@@ -48,7 +48,8 @@ constexpr double kUsageUnsupportedRetry = 60.0;
 class RemoteSandboxBackend final : public SandboxBackend,
                                    public MountContractNegotiation,
                                    public RemoteSandboxEgress,
-                                   public SandboxUsage {
+                                   public SandboxUsage,
+                                   public WritableLayerUsage {
  public:
   explicit RemoteSandboxBackend(const PluginContext& context)
       : logger_(context.logger),
@@ -101,29 +102,21 @@ class RemoteSandboxBackend final : public SandboxBackend,
   }
 
   // ── what a sandbox uses, as the provisioner's backend counts it ──
-  Reading usage(const SandboxInfo& info) override {
-    if (clock_->monotonic_now() < usage_unsupported_until_.load()) {
-      throw std::runtime_error("the provisioner's backend reports no usage");
-    }
-    HttpResponse response;
+  Reading usage(const SandboxInfo& info) override { return read_usage_answer(usage_answer(info)); }
+
+  // What it wrote outside its mounts (the engine's SizeRw, from the same route), so the
+  // gateway's disk_limit bounds a remote sandbox's layer as it does a local one's. nullopt when
+  // the provisioner cannot tell (a provisioner without the route, or an engine that does not
+  // size layers).
+  std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) override {
+    if (clock_->monotonic_now() < usage_unsupported_until_.load()) return std::nullopt;
+    std::string body;
     try {
-      response =
-          http_request("GET", sandbox_url_for(info.sandbox_id) + "/usage", api_key_, kUsageTimeout);
-    } catch (const TransportError& error) {
-      throw std::runtime_error("Provisioner usage call failed for " + info.sandbox_id + ": " +
-                               error.what());
+      body = usage_answer(info);
+    } catch (const UsageUnsupported&) {
+      return std::nullopt;
     }
-    // 501: its backend cannot tell; no such route: a provisioner without usage (DeerFlow's).
-    if (response.status == 501 || is_unknown_route_answer(response.status, response.body)) {
-      usage_unsupported_until_.store(clock_->monotonic_now() + kUsageUnsupportedRetry);
-      throw std::runtime_error(response.status == 501 ? "the provisioner's backend reports no usage"
-                                                      : "the provisioner has no usage route");
-    }
-    if (!response.ok()) {
-      throw std::runtime_error("Provisioner usage of " + info.sandbox_id + " answered HTTP " +
-                               std::to_string(response.status));
-    }
-    return read_usage_answer(response.body);
+    return read_writable_layer_bytes(body);
   }
 
   // ── capability negotiation (§10.2) ──
@@ -326,6 +319,37 @@ class RemoteSandboxBackend final : public SandboxBackend,
   }
 
  private:
+  // The provisioner cannot report usage (its backend cannot: 501; or it has no such route).
+  struct UsageUnsupported : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+  // GET /api/sandboxes/{id}/usage's body (200). Throws UsageUnsupported (then the route is
+  // not asked again for a minute), or std::runtime_error for any other failure.
+  std::string usage_answer(const SandboxInfo& info) {
+    if (clock_->monotonic_now() < usage_unsupported_until_.load()) {
+      throw UsageUnsupported("the provisioner's backend reports no usage");
+    }
+    HttpResponse response;
+    try {
+      response =
+          http_request("GET", sandbox_url_for(info.sandbox_id) + "/usage", api_key_, kUsageTimeout);
+    } catch (const TransportError& error) {
+      throw std::runtime_error("Provisioner usage call failed for " + info.sandbox_id + ": " +
+                               error.what());
+    }
+    // 501: its backend cannot tell; no such route: a provisioner without usage (DeerFlow's).
+    if (response.status == 501 || is_unknown_route_answer(response.status, response.body)) {
+      usage_unsupported_until_.store(clock_->monotonic_now() + kUsageUnsupportedRetry);
+      throw UsageUnsupported(response.status == 501 ? "the provisioner's backend reports no usage"
+                                                    : "the provisioner has no usage route");
+    }
+    if (!response.ok()) {
+      throw std::runtime_error("Provisioner usage of " + info.sandbox_id + " answered HTTP " +
+                               std::to_string(response.status));
+    }
+    return response.body;
+  }
+
   std::string sandbox_url_for(const std::string& sandbox_id) const {
     return base_url_ + "/api/sandboxes/" + sandbox_id;
   }

@@ -1064,4 +1064,30 @@ TEST_F(RemoteBackendTest, AUsageFailureNamesTheSandboxAndTheStatus) {
   EXPECT_THROW(meter->usage(SandboxInfo{"sb-1", "http://x"}), std::runtime_error);
 }
 
+// The gateway's disk_limit bounds a remote sandbox's writable layer too: the provisioner's usage
+// route carries the engine's SizeRw, which the remote backend offers as WritableLayerUsage.
+TEST_F(RemoteBackendTest, TheWritableLayerIsReadFromTheProvisionersUsageRoute) {
+  auto remote = backend(kApiKey);
+  auto* layers = backend_capability<sandboxd::WritableLayerUsage>(*remote);
+  ASSERT_NE(layers, nullptr) << "the remote backend offers WritableLayerUsage";
+  server_.push("GET /api/sandboxes/sb-1/usage", 200,
+               R"({"pids": 3, "writable_layer_bytes": 52428800})");
+  EXPECT_EQ(layers->writable_layer_bytes(SandboxInfo{"sb-1", "http://x"}), 52428800u);
+  // An engine that does not size layers: nothing to bound by, not an error.
+  server_.push("GET /api/sandboxes/sb-1/usage", 200, R"({"pids": 3})");
+  EXPECT_EQ(layers->writable_layer_bytes(SandboxInfo{"sb-1", "http://x"}), std::nullopt);
+  // A sandbox the provisioner does not run: the host's pass skips it and looks again later.
+  server_.push("GET /api/sandboxes/sb-2/usage", 404, R"({"detail": "Sandbox 'sb-2' not found"})");
+  EXPECT_THROW(layers->writable_layer_bytes(SandboxInfo{"sb-2", "http://x"}), std::runtime_error);
+  server_.push("GET /api/sandboxes/sb-1/usage", 200, R"({"writable_layer_bytes": -1})");
+  EXPECT_THROW(layers->writable_layer_bytes(SandboxInfo{"sb-1", "http://x"}), std::runtime_error);
+  // A provisioner without the route: unknown, and not asked again within the minute.
+  server_.push("GET /api/sandboxes/sb-1/usage", 404, R"({"detail": "Not Found"})");
+  EXPECT_EQ(layers->writable_layer_bytes(SandboxInfo{"sb-1", "http://x"}), std::nullopt);
+  const std::size_t asked = server_.requests().size();
+  host_.clock->advance(30);
+  EXPECT_EQ(layers->writable_layer_bytes(SandboxInfo{"sb-1", "http://x"}), std::nullopt);
+  EXPECT_EQ(server_.requests().size(), asked);
+}
+
 }  // namespace
