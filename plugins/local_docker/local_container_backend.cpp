@@ -141,14 +141,18 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
 
   int next_port = settings_.base_port;
   bool pulled = false;
-  bool network_remade = false;
+  int network_remakes = 0;
   int duplicate_networks_settled = 0;
   int name_conflicts = 0;
   // Our network was removed between its check and this create (a destroy of the last sandbox
-  // on it, in this or another process): made again once, and the attempt repeated.
+  // on it, in this or another process): made again, and the attempt repeated. Gateways sharing
+  // a prefix can each remove it again before this create lands (seen with three gateways under
+  // load), so a few rounds, not one; once a container is on it, the engine refuses its removal.
   const auto make_network_again = [&] {
-    if (!open || !settings_.own_network || network_remade) return false;
-    network_remade = true;
+    if (!open || !settings_.own_network || network_remakes >= kMaxNameConflictRounds) {
+      return false;
+    }
+    ++network_remakes;
     {
       MutexLock lock(network_mutex_);
       network_ready_ = false;
@@ -288,7 +292,7 @@ SandboxInfo LocalContainerBackend::start_container(const ContainerSpec& spec, bo
         // (podman's check and removal are not one step): what remains of the network is a
         // name, or nothing, with no bridge under it. Without this container on it, it goes
         // too (the engine refuses while another is on it), and is made again.
-        if (network_remade) throw;
+        if (network_remakes >= kMaxNameConflictRounds) throw;
         log(LogLevel::warning, std::string(e.what()) + "; making the network again");
         remove_quietly(id);
         created_container.keep = true;  // removed just now
