@@ -15,24 +15,14 @@ Prints medians and the ratio restored ÷ cold.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=60)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.path)
+from storage_runtime import UnixConnection  # HTTP to the engine on its unix socket
 
 
 def engine(sock: str, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:

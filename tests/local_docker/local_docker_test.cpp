@@ -804,8 +804,8 @@ std::map<std::string, bool> ports_of_bridge(const std::string& bridge) {
 
 bool every_port_isolated(const std::string& bridge) {
   const auto ports = ports_of_bridge(bridge);
-  return !ports.empty() && std::all_of(ports.begin(), ports.end(),
-                                       [](const auto& port) { return port.second; });
+  return !ports.empty() &&
+         std::all_of(ports.begin(), ports.end(), [](const auto& port) { return port.second; });
 }
 
 // An engine restart of a sandbox (Docker's restart; podman 4.3 removes an
@@ -835,15 +835,15 @@ TEST_F(LocalDockerTest, AnEngineRestartOfASandboxIsIsolatedAgainAtOnce) {
   const bool docker = std::string(std::getenv("SANDBOXD_TEST_ENGINE") ?: "") == "docker";
   const auto restart = [&] {
     if (docker) {
-      const ld::HttpResponse restarted = engine_->client().call(
-          "POST", "/containers/" + *bob.container_id + "/restart?t=1", 60.0);
+      const ld::HttpResponse restarted =
+          engine_->client().call("POST", "/containers/" + *bob.container_id + "/restart?t=1", 60.0);
       ASSERT_EQ(restarted.status / 100, 2) << restarted.body;
       return;
     }
     const std::string who = "{\"Container\":" + json_string(*bob.container_id) + "}";
     for (const char* verb : {"disconnect", "connect"}) {
-      const ld::HttpResponse moved = engine_->client().call(
-          "POST", "/networks/" + prefix_ + "-sandboxes/" + verb, 30.0, who);
+      const ld::HttpResponse moved =
+          engine_->client().call("POST", "/networks/" + prefix_ + "-sandboxes/" + verb, 30.0, who);
       ASSERT_EQ(moved.status / 100, 2) << verb << ": " << moved.body;
     }
   };
@@ -1109,7 +1109,13 @@ TEST_F(LocalDockerTest, ADuplicateInUseByAPeerIsKeptOverAnUnusedOneOfALesserId) 
       engine_->client().call("DELETE", "/networks/" + id, 10.0);
     }
   }
-  ASSERT_FALSE(copy.empty()) << "no copy with a lesser id in 64 tries";
+  if (copy.empty()) {
+    // The network in use drew one of the least ids: no copy can go before it (one run in 65,
+    // as 64 random ids all miss). Nothing to test this time; nothing left behind either.
+    peer.backend->destroy(running);
+    GTEST_SKIP() << "the network in use has one of the least ids (" << in_use[0].id.substr(0, 12)
+                 << "): no copy with a lesser id in 64 tries";
+  }
   ASSERT_EQ(networks_of_prefix().size(), 2u);
 
   Loaded ours = load();
