@@ -595,7 +595,10 @@ int cmd_reap(GlobalContext& context, const std::vector<std::string>& args) {
       "idle_timeout and released ones (warm or paused) released longer ago than that (never one\n"
       "whose lease another instance holds); `idle_timeout: 0` disables that. With\n"
       "pause_after_seconds set and a backend that can pause, it also pauses warm sandboxes\n"
-      "released at least that long ago. Run it from cron beside `reconcile`.\n\n"
+      "released at least that long ago. With archive_after_seconds set and a backend that can\n"
+      "snapshot, it first archives conversations' sandboxes released at least that long ago\n"
+      "(a snapshot, then the container removed; the next acquire restores it: `archived` in\n"
+      "--json). Run it from cron beside `reconcile`.\n\n"
       "Example:\n  sandboxctl reap\n"};
   po::options_description options("Options");
   const auto vm = parse_args(help, options, args);
