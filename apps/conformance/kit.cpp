@@ -1,6 +1,7 @@
 #include "kit.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -9,21 +10,23 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 #include <system_error>
 #include <thread>
 
 #include "sandboxd/capabilities.hpp"
-#include "sandboxd/child_process.hpp"
 #include "sandboxd/clock.hpp"
 #include "sandboxd/core/configured_plugins.hpp"
 #include "sandboxd/core/creation_planner.hpp"
 #include "sandboxd/core/logging.hpp"
 #include "sandboxd/core/paths.hpp"
+#include "sandboxd/json.hpp"
 #include "sandboxd/readiness.hpp"
 
 extern char** environ;
@@ -72,23 +75,14 @@ std::string to_json_line(const SecondLook& look) {
   out.Bool(look.alive);
   out.Key("listed");
   out.Bool(look.listed);
-  out.Key("error");
-  out.String(look.error.c_str());
+  write_json_member(out, "error", look.error);
   if (look.found) {
-    out.Key("sandbox_id");
-    out.String(look.info.sandbox_id.c_str());
-    out.Key("sandbox_url");
-    out.String(look.info.sandbox_url.c_str());
+    write_json_member(out, "sandbox_id", look.info.sandbox_id);
+    write_json_member(out, "sandbox_url", look.info.sandbox_url);
     out.Key("created_at");
     out.Double(look.info.created_at);
-    if (look.info.user_id) {
-      out.Key("user_id");
-      out.String(look.info.user_id->c_str());
-    }
-    if (look.info.thread_id) {
-      out.Key("thread_id");
-      out.String(look.info.thread_id->c_str());
-    }
+    write_json_optional(out, "user_id", look.info.user_id);
+    write_json_optional(out, "thread_id", look.info.thread_id);
   }
   out.EndObject();
   return buffer.GetString();
@@ -96,9 +90,8 @@ std::string to_json_line(const SecondLook& look) {
 
 SecondLook from_json_line(const std::string& line) {
   rapidjson::Document document;
-  document.Parse(line.c_str());
   SecondLook look;
-  if (document.HasParseError() || !document.IsObject()) {
+  if (!parse_json(document, line) || !document.IsObject()) {
     look.error = "the second process printed no answer (its output: " + line.substr(0, 400) + ")";
     return look;
   }
@@ -106,7 +99,7 @@ SecondLook from_json_line(const std::string& line) {
   const auto text = [&](const char* key) -> std::optional<std::string> {
     const auto found = document.FindMember(key);
     if (found == document.MemberEnd() || !found->value.IsString()) return std::nullopt;
-    return std::string(found->value.GetString());
+    return std::string(found->value.GetString(), found->value.GetStringLength());
   };
   const auto flag = [&](const char* key) {
     const auto found = document.FindMember(key);
@@ -251,20 +244,47 @@ SecondLook Kit::run_child(const std::vector<std::string>& verb_arguments) {
     return SecondLook{false,
                       "could not start the second process: " + std::string(std::strerror(spawned))};
   }
+  // A plugin whose verb hangs in the second process must not hang the kit: its answer is read
+  // until a deadline (what the verbs may take, and a margin), then the process is killed.
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+          settings_.ready_seconds + settings_.destroy_seconds + 30.0));
   std::string output;
+  bool timed_out = false;
   char chunk[4096];
-  for (ssize_t got; (got = ::read(pipe_ends[0], chunk, sizeof chunk)) != 0;) {
+  while (output.size() <= (1u << 20)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd readable{pipe_ends[0], POLLIN, 0};
+    const int ready =
+        ::poll(&readable, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;
+    if (ready == 0) continue;
+    const ssize_t got = ::read(pipe_ends[0], chunk, sizeof chunk);
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0 || output.size() > (1u << 20)) break;
+    if (got <= 0) break;
     output.append(chunk, static_cast<std::size_t>(got));
   }
   ::close(pipe_ends[0]);
+  if (timed_out) ::kill(child, SIGKILL);
   int status = 0;
   while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
   const std::size_t last_line = output.rfind('\n', output.size() > 1 ? output.size() - 2 : 0);
   SecondLook look =
       from_json_line(last_line == std::string::npos ? output : output.substr(last_line + 1));
+  if (timed_out) {
+    return SecondLook{false, "the second process did not answer within " +
+                                 std::to_string(static_cast<int>(settings_.ready_seconds +
+                                                                 settings_.destroy_seconds + 30)) +
+                                 " s and was killed: a verb of the plugin hangs"};
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     look.ran = false;
     if (look.error.empty())

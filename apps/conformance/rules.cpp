@@ -192,6 +192,16 @@ TEST(OptionalVerbs, UsageAnswersForARunningSandbox) {
 
 TEST(StaleInfo, AnotherProcessDestroysIt) {
   REQUIRE_FIRST_SANDBOX();
+  SandboxInfo bare;  // what a record or another process may hold: the id and the URL
+  bare.sandbox_id = first.info->sandbox_id;
+  bare.sandbox_url = first.info->sandbox_url;
+  try {
+    EXPECT_TRUE(the_kit().backend().is_alive(bare))
+        << "is_alive of an info holding only the id and URL answered false for a running "
+           "sandbox.\nWhy it matters: false drops a sandbox another process handed out.";
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "is_alive of an info holding only the id and URL threw: " << e.what();
+  }
   const SecondLook destroyed = the_kit().destroy_from_another_process(*first.info);
   ASSERT_TRUE(destroyed.ran) << destroyed.error;
   EXPECT_TRUE(destroyed.error.empty())

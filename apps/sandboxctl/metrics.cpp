@@ -100,13 +100,13 @@ std::string conversation_disk_lines(const sandboxd::core::Provider& provider) {
 
 // The archived tier (docs/snapshots.md): conversations kept as an archive, their sandbox's
 // container removed, and the bytes those archives hold. Read from the snapshot store at scrape
-// time (one record per archive); nothing when the backend cannot snapshot.
+// time (every snapshot record is read: a scrape costs one small file per snapshot kept here).
 std::string archive_lines(const sandboxd::core::Provider& provider) {
   std::vector<sandboxd::core::SnapshotRecord> records;
   try {
     records = provider.snapshots(std::nullopt);
   } catch (const std::exception&) {
-    return "";  // no snapshots here (the backend offers none)
+    return "";  // the snapshot directory cannot be read now: no figure rather than a wrong one
   }
   std::uint64_t archived = 0;
   std::uint64_t bytes = 0;

@@ -53,20 +53,36 @@ std::optional<SandboxInfo> LocalContainerBackend::sandbox_info(const std::string
   return info;
 }
 
+std::optional<std::string> LocalContainerBackend::container_target(const SandboxInfo& info) {
+  if (info.container_id && !info.container_id->empty()) return *info.container_id;
+  if (info.container_name && !info.container_name->empty()) return *info.container_name;
+  const std::string name = container_name(info.sandbox_id);
+  if (info.sandbox_id.empty() || !is_valid_container_name(name)) return std::nullopt;
+  const std::optional<ContainerState> state = inspect(name);
+  if (!state) return std::nullopt;
+  const auto label = state->labels.find(kLabelSandboxId);
+  if (label == state->labels.end() || label->second != info.sandbox_id) {
+    log(LogLevel::warning, "Container " + name + " is not labelled as sandbox " + info.sandbox_id +
+                               "'s; not acting on it");
+    return std::nullopt;
+  }
+  return state->id;
+}
+
 bool LocalContainerBackend::is_alive(const SandboxInfo& info) {
-  std::string target;
+  // By name first when there is one: a container re-created under the name is caught below.
+  std::optional<std::string> target;
   if (info.container_name && !info.container_name->empty()) {
     target = *info.container_name;
-  } else if (info.container_id && !info.container_id->empty()) {
-    target = *info.container_id;
   } else {
-    return false;
+    target = container_target(info);
   }
-  std::optional<ContainerState> state = inspect(target);
+  if (!target) return false;
+  std::optional<ContainerState> state = inspect(*target);
   if (!state) return false;
   if (info.container_id && !info.container_id->empty() &&
       !same_container(state->id, *info.container_id)) {
-    log(LogLevel::debug, "Container name " + target + " now belongs to container " +
+    log(LogLevel::debug, "Container name " + *target + " now belongs to container " +
                              short_id(state->id) + ", not " + short_id(*info.container_id));
     return false;
   }

@@ -445,29 +445,12 @@ void LocalContainerBackend::destroy(const SandboxInfo& info) {
 }
 
 void LocalContainerBackend::destroy_once(const SandboxInfo& info, bool thawed_for_stop) {
-  std::string target;
-  if (info.container_id && !info.container_id->empty()) {
-    target = *info.container_id;
-  } else if (info.container_name && !info.container_name->empty()) {
-    target = *info.container_name;
-  } else {
-    // An info from another process or a record may hold the id alone: the container is the
-    // one named for that id when its label says so (a stranger that took the name stays).
-    const std::string name = container_name(info.sandbox_id);
-    std::optional<ContainerState> state;
-    if (!info.sandbox_id.empty() && is_valid_container_name(name)) state = inspect(name);
-    if (!state) {
-      log(LogLevel::debug, "Sandbox " + info.sandbox_id + " has no container; nothing to stop");
-      return;
-    }
-    const auto label = state->labels.find(kLabelSandboxId);
-    if (label == state->labels.end() || label->second != info.sandbox_id) {
-      log(LogLevel::warning, "Container " + name + " is not labelled as sandbox " +
-                                 info.sandbox_id + "'s; not stopping it");
-      return;
-    }
-    target = state->id;
+  const std::optional<std::string> found = container_target(info);
+  if (!found) {
+    log(LogLevel::debug, "Sandbox " + info.sandbox_id + " has no container; nothing to stop");
+    return;
   }
+  const std::string& target = *found;
   const std::string shown = target == info.container_id.value_or("") ? short_id(target) : target;
   Outcome response;
   try {

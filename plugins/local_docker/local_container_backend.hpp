@@ -279,6 +279,10 @@ class LocalContainerBackend final : public SandboxBackend,
   void retry_pending_removals();
   // nullopt: no such container. Throws on anything else that is not an answer.
   std::optional<ContainerState> inspect(const std::string& target);
+  // The container an info names: its id, else its name; for an info holding the sandbox id
+  // alone (another process's, a record's), the container named for that id when its label says
+  // it is that sandbox's (a stranger that took the name is not ours). nullopt: none.
+  std::optional<std::string> container_target(const SandboxInfo& info);
   SandboxInfo info_from(const std::string& sandbox_id, const ContainerState& state) const;
 
   std::shared_ptr<Logger> logger_;

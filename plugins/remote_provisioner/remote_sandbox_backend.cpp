@@ -109,7 +109,6 @@ class RemoteSandboxBackend final : public SandboxBackend,
   // the provisioner cannot tell (a provisioner without the route, or an engine that does not
   // size layers).
   std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) override {
-    if (clock_->monotonic_now() < usage_unsupported_until_.load()) return std::nullopt;
     std::string body;
     try {
       body = usage_answer(info);
