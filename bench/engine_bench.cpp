@@ -36,6 +36,7 @@
 //   sandboxd_engine_bench --socket unix:///path [--image IMAGE] [--rounds N] [--jsonl FILE]
 //                         [--paused-sandboxes N [--paused-seconds S]]
 //                         [--slot-arrival-seconds S] [--only isolation|slots]
+//                         [--base-dir DIR] [--disk-limit SIZE]
 // and cold acquires without isolation, with each sandbox's bridge port isolated,
 // and in `isolated` mode, and a 64 MiB download and a small GET directly and through the relay.
 #include <curl/curl.h>
@@ -61,6 +62,7 @@
 #include "sandboxd/core/plugin_loader.hpp"
 #include "sandboxd/core/provider.hpp"
 #include "sandboxd/core/relay.hpp"
+#include "sandboxd/core/thread_storage.hpp"
 #include "sandboxd/sdk.hpp"
 
 namespace {
@@ -114,7 +116,9 @@ struct Options {
   int paused_sandboxes = 0;  // 0: the paused-CPU figure is not measured
   double paused_seconds = 60;
   double slot_arrival_seconds = 2;
-  std::string only;  // --only isolation|slots: that part alone
+  std::string only;      // --only isolation|slots: that part alone
+  std::string base_dir;  // --base-dir: where the providers' state goes (default: a temp dir)
+  std::uint64_t disk_limit = 0;  // --disk-limit: each conversation's storage bound (0: none)
 };
 
 // CPU time (ns) the cgroup of process `pid` has used, from its cpu accounting: cgroup v1's
@@ -151,7 +155,9 @@ class EngineBench {
   explicit EngineBench(Options options) : options_(std::move(options)) {
     if (!options_.jsonl.empty()) jsonl_.open(options_.jsonl);
     prefix_ = "sbxbench" + std::to_string(::getpid());
-    base_ = std::filesystem::temp_directory_path() / prefix_;
+    base_ = (options_.base_dir.empty() ? std::filesystem::temp_directory_path()
+                                       : std::filesystem::path(options_.base_dir)) /
+            prefix_;
     std::filesystem::create_directories(base_);
   }
   ~EngineBench() {
@@ -191,7 +197,13 @@ class EngineBench {
         loader.load_ownership_store("ownership_memory:MemoryOwnershipStore", store, "bench");
     deps.logger = logger;
     deps.clock = clock;
-    deps.paths = std::make_shared<const Paths>(dir, dir.string());
+    Paths paths(dir, dir.string());
+    if (options_.disk_limit > 0) {
+      auto storage = ThreadStorage::for_base_dir(dir, options_.disk_limit, "--disk-limit");
+      if (!storage->bounded()) throw std::runtime_error(storage->description());
+      paths.set_storage(std::move(storage));
+    }
+    deps.paths = std::make_shared<const Paths>(std::move(paths));
     deps.options.replicas = replicas;
     deps.options.idle_timeout = 0;
     deps.options.pause_after_seconds = pause_after_seconds;
@@ -699,6 +711,15 @@ int main(int argc, char** argv) {
       }
     } else if (arg == "--slot-arrival-seconds" && has_value) {
       options.slot_arrival_seconds = std::max(0.0, std::atof(argv[++i]));
+    } else if (arg == "--base-dir" && has_value) {
+      options.base_dir = argv[++i];
+    } else if (arg == "--disk-limit" && has_value) {
+      const auto bytes = sandboxd::core::parse_size(argv[++i]);
+      if (!bytes) {
+        std::fprintf(stderr, "sandboxd_engine_bench: --disk-limit: not a size: '%s'\n", argv[i]);
+        return 2;
+      }
+      options.disk_limit = *bytes;
     } else {
       std::fprintf(
           stderr,
@@ -706,6 +727,7 @@ int main(int argc, char** argv) {
           "[--rounds N] [--jsonl FILE]\n"
           "                             [--paused-sandboxes N [--paused-seconds S]]\n"
           "                             [--slot-arrival-seconds S] [--only isolation|slots]\n"
+          "                             [--base-dir DIR] [--disk-limit SIZE]\n"
           "  --paused-sandboxes N  also the CPU N released sandboxes use over S s "
           "warm, then paused (cgroup)\n"
           "  --paused-seconds S    how long each of those two readings lasts "
@@ -715,7 +737,11 @@ int main(int argc, char** argv) {
           "hit-rate reading (default 2)\n"
           "  --only isolation|slots\n"
           "                        only the network isolation and relay figures, or only\n"
-          "                        the pre-started slots' ones\n");
+          "                        the pre-started slots' ones\n"
+          "  --base-dir DIR        the providers' state directories go under DIR\n"
+          "                        (default: the temp directory)\n"
+          "  --disk-limit SIZE     each conversation's storage bounded (\"10g\"); DIR must\n"
+          "                        be on a filesystem that bounds it (btrfs, root)\n");
       return arg == "--help" || arg == "-h" ? 0 : 2;
     }
   }

@@ -4,7 +4,15 @@
   1. a cold acquire of a new conversation with each conversation's storage bounded (the state
      directory on a loop-mounted btrfs, disk_limit 10g: a subvolume and its quota limit made per
      conversation) beside the same with disk_limit 0 on the same filesystem, rounds interleaved;
-  2. with --runtime runsc (Docker, where scripts/test_engine.sh declares it): a cold acquire and
+  2. with --engine-bench PATH (sandboxd_engine_bench): a new conversation's acquire from a
+     pre-started slot (`--only slots`) with the state directory on the same btrfs, storage
+     bounded (--disk-limit 10g: the conversation's subvolume and limit made before the claim
+     binds it) beside unbounded;
+  3. with --layer-looks N: N containers of the image started straight on the engine (no network,
+     each having written 1 MiB to its layer), then what one sweep of the writable-layer watch
+     costs: `GET /containers/{id}/json?size=true` of each in turn, as the watch thread asks
+     them (one at a time), timed per look and in all;
+  4. with --runtime runsc (Docker, where scripts/test_engine.sh declares it): a cold acquire and
      an idle sandbox's memory (the engine's stats, page cache excluded) under runsc beside runc.
 
 Each acquire is `sandboxctl acquire` for a new conversation, timed from outside (one process per
@@ -41,6 +49,54 @@ def engine_get(sock: str, path: str) -> dict:
     return json.loads(conn.getresponse().read())
 
 
+def engine_call(sock: str, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
+    conn = UnixConnection(sock)
+    conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                 headers={"Content-Type": "application/json"})
+    answer = conn.getresponse()
+    return answer.status, answer.read()
+
+
+def layer_sweep(sock: str, image: str, count: int) -> None:
+    """One sweep of the writable-layer watch over `count` containers, timed."""
+    prefix = f"sbxlayers{os.getpid()}"
+    made: list[str] = []
+    try:
+        started = time.monotonic()
+        for i in range(count):
+            status, body = engine_call(sock, "POST", f"/containers/create?name={prefix}-{i}", {
+                "Image": image, "Cmd": ["sh", "-c", "head -c 1048576 /dev/zero > /tmp/f; "
+                                                    "exec sleep 3600"],
+                "Labels": {"sandboxd.bench": prefix},
+                "HostConfig": {"NetworkMode": "none", "AutoRemove": True, "Memory": 64 << 20}})
+            if status != 201:
+                raise RuntimeError(f"create: {status} {body[:200]!r}")
+            made.append(json.loads(body)["Id"])
+            status, body = engine_call(sock, "POST", f"/containers/{made[-1]}/start")
+            if status not in (204, 304):
+                raise RuntimeError(f"start: {status} {body[:200]!r}")
+            if (i + 1) % 100 == 0:
+                print(f"  {i + 1} of {count} containers started "
+                      f"({time.monotonic() - started:.0f} s)", flush=True)
+        time.sleep(2)  # each has written its megabyte
+        looks: list[float] = []
+        sweep = time.monotonic()
+        for container in made:
+            t0 = time.monotonic()
+            inspected = engine_get(sock, f"/containers/{container}/json?size=true")
+            looks.append((time.monotonic() - t0) * 1000)
+            if inspected.get("SizeRw") is None:
+                raise RuntimeError(f"no SizeRw for {container}")
+        total = time.monotonic() - sweep
+        looks.sort()
+        print(f"writable-layer sweep of {count} containers: {total:.1f} s in all; one look "
+              f"p50 {statistics.median(looks):.1f} ms, p90 {looks[int(len(looks) * 0.9)]:.1f} ms, "
+              f"max {looks[-1]:.1f} ms")
+    finally:
+        for container in made:
+            engine_call(sock, "DELETE", f"/containers/{container}?force=true")
+
+
 def sandboxctl(binary: str, config: Path, *args: str) -> dict:
     done = subprocess.run([binary, "--config", str(config), *args, "--json"], capture_output=True,
                           text=True, timeout=300)
@@ -67,6 +123,21 @@ def cold(binary: str, config: Path, thread: str) -> tuple[float, str]:
     return (time.monotonic() - started) * 1000, got["sandbox_id"]
 
 
+def slot_claims(engine_bench: str, sock: str, image: str, base: Path, disk_limit: str,
+                rounds: int) -> list[float]:
+    """provider_claimed of `sandboxd_engine_bench --only slots`, in ms, one per round."""
+    base.mkdir(mode=0o700)
+    jsonl = base / "rows.jsonl"
+    command = [engine_bench, "--socket", f"unix://{sock}", "--image", image, "--rounds",
+               str(rounds), "--only", "slots", "--base-dir", str(base), "--jsonl", str(jsonl),
+               "--slot-arrival-seconds", "0"]
+    if disk_limit != "0":
+        command += ["--disk-limit", disk_limit]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, timeout=1800)
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    return [row["acquire_us"] / 1000 for row in rows if row["scenario"] == "provider_claimed"]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sandboxctl", required=True)
@@ -74,7 +145,15 @@ def main() -> int:
     parser.add_argument("--image", default="localhost/sandboxd-test-sandbox:latest")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--runtime", default="")
+    parser.add_argument("--layer-looks", type=int, default=0,
+                        help="also one writable-layer sweep over this many containers")
+    parser.add_argument("--engine-bench", default="",
+                        help="sandboxd_engine_bench: also the slot claim, bounded and not")
     args = parser.parse_args()
+    if args.layer_looks > 0:
+        layer_sweep(args.socket, args.image, args.layer_looks)
+    if args.rounds < 1:
+        return 0  # --rounds 0: the sweep alone
     with tempfile.TemporaryDirectory(prefix="sandboxd-storage-bench-") as tmp:
         work = Path(tmp)
         image, mount = work / "btrfs.img", work / "btrfs"
@@ -101,6 +180,15 @@ def main() -> int:
             print(f"cold acquire, storage bounded (btrfs subvolume + quota): median {b:.1f} ms")
             print(f"cold acquire, unbounded, same filesystem:               median {u:.1f} ms")
             print(f"bounded / unbounded: {b / u:.2f}")
+            if args.engine_bench:
+                claims = {kind: slot_claims(args.engine_bench, args.socket, args.image,
+                                            mount / f"slots-{kind}", limit, args.rounds)
+                          for kind, limit in (("bounded", "10g"), ("unbounded", "0"))}
+                for kind, values in claims.items():
+                    print(f"slot claim, storage {kind}: median {statistics.median(values):.2f} ms,"
+                          f" max {max(values):.2f} ms ({len(values)} claims)")
+                print(f"slot claim bounded / unbounded: "
+                      f"{statistics.median(claims['bounded']) / statistics.median(claims['unbounded']):.2f}")
         finally:
             subprocess.run(["umount", "-l", str(mount)], check=False)
         if not args.runtime:

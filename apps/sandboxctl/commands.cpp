@@ -507,7 +507,9 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
       "sandboxctl [--config FILE] list [--json]",
       "Shows the active and warm sandboxes of this state directory, every container the\n"
       "backend reports as ours (a container nobody here tracks is an orphan), and each one's\n"
-      "lease: owner and time left. Exit 4 when the backend reports that it cannot list its\n"
+      "lease: owner and time left; then the archived conversations (archive_after_seconds: no\n"
+      "container, an archive whose bytes are shown; their next acquire restores them). Exit 4 when "
+      "the backend reports that it cannot list its\n"
       "containers (the tracked sandboxes are still shown; local_docker instead logs the failure\n"
       "and lists none, as the reference does).\n\n"
       "Example:\n  sandboxctl list --json\n"};
@@ -527,7 +529,9 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
                 "CONVERSATION", "URL", "SINCE", "DISK", "LEASE");
     for (const auto& row : listing.sandboxes) {
       std::string lease = "none";
-      if (!row.lease_error.empty()) {
+      if (row.archived_bytes) {
+        lease = "none; archive of " + core::show_size(*row.archived_bytes);
+      } else if (!row.lease_error.empty()) {
         lease = "unknown (" + row.lease_error + ")";
       } else if (row.lease) {
         lease =
@@ -542,11 +546,17 @@ int cmd_list(GlobalContext& context, const std::vector<std::string>& args) {
                    : "unbounded";
       std::printf("%-34s %-7s %-8s %-24s %-24s %-10s %-20s %s\n", row.id.c_str(),
                   std::string(row.state_word()).c_str(),
-                  row.running ? (*row.running ? "yes" : "GONE") : "?", conversation.c_str(),
-                  row.url.empty() ? "-" : row.url.c_str(),
+                  row.archived_bytes ? "no"
+                  : row.running      ? (*row.running ? "yes" : "GONE")
+                                     : "?",
+                  conversation.c_str(), row.url.empty() ? "-" : row.url.c_str(),
                   row.since ? (seconds_text(now - *row.since) + " ago").c_str() : "-", disk.c_str(),
                   lease.c_str());
     }
+  }
+  if (!listing.snapshot_error.empty()) {
+    std::cerr << "sandboxctl: the archived conversations could not be read: "
+              << listing.snapshot_error << "\n";
   }
   if (!listing.backend_error.empty()) {
     throw CliError(ErrorKind::unavailable,

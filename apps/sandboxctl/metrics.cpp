@@ -111,7 +111,7 @@ std::string archive_lines(const sandboxd::core::Provider& provider) {
   std::uint64_t archived = 0;
   std::uint64_t bytes = 0;
   for (const auto& record : records) {
-    if (record.name.rfind("archive-", 0) != 0) continue;
+    if (!sandboxd::core::is_archive(record)) continue;
     ++archived;
     bytes += record.bytes();
   }

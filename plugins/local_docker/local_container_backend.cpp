@@ -3,6 +3,7 @@
 #include <rapidjson/document.h>
 
 #include <algorithm>
+#include <chrono>
 #include <sandboxd/readiness.hpp>
 #include <stdexcept>
 #include <thread>
@@ -663,9 +664,30 @@ SandboxSnapshots::Image LocalContainerBackend::commit_snapshot(const SandboxInfo
 }
 
 void LocalContainerBackend::remove_snapshot_image(const std::string& image) {
-  const HttpResponse removed = client_.call("DELETE", "/images/" + url_encode(image),
-                                            std::max(settings_.request_timeout_seconds, 60.0));
-  if (removed.status == 200 || removed.status == 404) return;
+  // A destroy stops the container and the engine removes it after (AutoRemove), so right after
+  // the last sandbox of an image is destroyed the engine may still refuse: in use. While every
+  // container from the image has stopped (none runs or is paused), that is a removal under
+  // way: the removal is asked again for a bounded time. One that runs keeps the image.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  HttpResponse removed;
+  for (;;) {
+    removed = client_.call("DELETE", "/images/" + url_encode(image),
+                           std::max(settings_.request_timeout_seconds, 60.0));
+    if (removed.status == 200 || removed.status == 404) return;
+    if (removed.status != 409 || std::chrono::steady_clock::now() >= deadline) break;
+    std::string listed;
+    const Outcome users =
+        api_.list_containers("ancestor", image, /*all=*/true, kInspectTimeoutSeconds, &listed);
+    rapidjson::Document doc;
+    if (users.status != 200 || (doc.Parse(listed.c_str()), !doc.IsArray())) break;
+    const bool one_runs = std::any_of(doc.Begin(), doc.End(), [](const rapidjson::Value& c) {
+      if (!c.IsObject() || !c.HasMember("State") || !c["State"].IsString()) return true;
+      const std::string state = c["State"].GetString();
+      return state == "running" || state == "paused";
+    });
+    if (one_runs) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   throw std::runtime_error("the engine could not remove snapshot image " + image + ": HTTP " +
                            std::to_string(removed.status) + ": " + removed.body.substr(0, 300));
 }

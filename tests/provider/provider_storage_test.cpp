@@ -5,8 +5,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "provider_fixtures.hpp"
 #include "scratch_filesystem.hpp"
@@ -119,6 +121,78 @@ TEST_F(ProviderStorageTest, ALayerPastTheBoundIsStoppedWithItsReason) {
   EXPECT_EQ(page.events.back().sandbox_id, big);
   EXPECT_EQ(page.events.back().reason, "its writable layer holds 30 MiB, past disk_limit 20 MiB");
   EXPECT_EQ(provider->event_counts().disk_limit_stops, 1u);
+}
+
+// Each look at a layer is the engine walking it (a fraction of a second; 256 looks a pass), so
+// the layer pass runs beside the idle checker, not in it: a look that hangs must not hold back
+// the reaper, the pause pass or the archive pass.
+class HangingLayerBackend final : public SandboxBackend, public WritableLayerUsage {
+ public:
+  SandboxInfo create(const CreateRequest& request) override {
+    SandboxInfo info = make_info(request.sandbox_id, "http://" + request.sandbox_id);
+    info.user_id = request.user_id;
+    info.thread_id = request.thread_id;
+    return info;
+  }
+  void destroy(const SandboxInfo& info) override {
+    std::lock_guard lock(mutex_);
+    destroyed.push_back(info.sandbox_id);
+  }
+  bool is_alive(const SandboxInfo&) override { return true; }
+  std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
+  std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo&) override {
+    std::unique_lock lock(mutex_);
+    ++looks_started;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return let_go; });
+    return std::nullopt;
+  }
+  bool wait_for_a_look() {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, std::chrono::seconds(10), [&] { return looks_started > 0; });
+  }
+  void release_looks() {
+    std::lock_guard lock(mutex_);
+    let_go = true;
+    changed_.notify_all();
+  }
+  std::vector<std::string> destroyed_now() {
+    std::lock_guard lock(mutex_);
+    return destroyed;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int looks_started = 0;
+  bool let_go = false;
+  std::vector<std::string> destroyed;
+};
+
+TEST_F(ProviderStorageTest, AHangingLayerLookDoesNotHoldBackTheReaper) {
+  auto hanging = std::make_shared<HangingLayerBackend>();
+  options.idle_timeout = 60;
+  options.run_background_threads = true;
+  options.idle_check_interval_seconds = 0.02;
+  auto store = load_memory_store(clock, logger, tmp.path().string());
+  ProviderDeps deps = deps_over(hanging, store, logger, clock);
+  core::Paths paths(tmp.path(), tmp.path().string());
+  paths.set_storage(ThreadStorage::for_base_dir(tmp.path(), 20u << 20, "the test"));
+  deps.paths = std::make_shared<const core::Paths>(std::move(paths));
+  provider = ProviderUnderTest(std::move(deps));
+  const std::string idle = provider->acquire("t-1", "bob");
+  provider->start();
+  ASSERT_TRUE(hanging->wait_for_a_look()) << "no layer pass ran";
+  provider->release(idle);
+  clock->advance(61);
+  // Bounded wait on real threads; the deadline is a failure bound, not a speed goal.
+  for (int i = 0; i < 500 && hanging->destroyed_now().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(hanging->destroyed_now(), std::vector<std::string>{idle})
+      << "the idle sandbox was not reaped while a layer look hung";
+  hanging->release_looks();
+  provider->shutdown();
 }
 
 }  // namespace

@@ -116,6 +116,10 @@ function bytes(n) {
 // The conversation's storage against its bound (docs/storage.md): "unbounded" where serve
 // says there is none, empty where the daemon does not say (the provisioner, an orphan).
 function diskText(sandbox) {
+  if (sandbox.state === 'archived') {
+    return 'archive ' + bytes(sandbox.archived_bytes) +
+           (sandbox.disk ? '; ' + bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit) : '');
+  }
   if (sandbox.disk === undefined || sandbox.tracked === false) return '';
   if (sandbox.disk === null) return 'unbounded';
   return bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit);

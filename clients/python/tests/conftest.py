@@ -199,8 +199,25 @@ def engine_required():
 
 
 @pytest.fixture
-def prefix() -> str:
-    return "pyt-" + secrets.token_hex(4)
+def prefix():
+    made = "pyt-" + secrets.token_hex(4)
+    yield made
+    # Snapshots outlive sandboxes by design (a snapshot is kept until deleted or expired), so a
+    # test that stopped before deleting its own leaves their images behind its state
+    # directory: removed here, whatever the test's outcome.
+    if not ENGINE_SOCKET or not os.path.exists(ENGINE_SOCKET):
+        return
+    try:
+        conn = EngineConnection()
+        conn.request("GET", "/images/json")
+        tags = [tag for image in json.loads(conn.getresponse().read())
+                for tag in image.get("RepoTags") or [] if tag.startswith(f"localhost/{made}-snapshot:")]
+        for tag in tags:
+            conn = EngineConnection(timeout=60)
+            conn.request("DELETE", f"/images/{urllib.parse.quote(tag, safe='')}?force=true")
+            conn.getresponse().read()
+    except OSError:
+        pass
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from conftest import IMAGE, EngineConnection
+from conftest import IMAGE, EngineConnection, engine_exec, engine_section
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 # The API takes only letters, digits, - and _ in ids, but the page also lists what the engine
@@ -297,6 +297,41 @@ def test_an_operator_logs_in_and_watches_sandboxes_come_and_go(page_serve, brows
     browser.evaluate("document.getElementById('logout').click()")
     browser.wait_for("!document.getElementById('login').hidden", "the log-in form again")
     assert browser.call("Network.getCookies", urls=[page_serve.listen + "/ui"])["cookies"] == []
+
+
+def test_the_page_shows_an_archived_conversation_with_its_bytes(make_serve, browser, tmp_path,
+                                                                prefix):
+    """archive_after_seconds: a released conversation is archived by serve's idle checker; the
+    page's table shows it as archived with the archive's size, without a reload."""
+    token = secrets.token_urlsafe(24)
+    served = make_serve("archiving-page", "--listen", "127.0.0.1:0", "--token-env", "PAGE_TOKEN",
+                        "--on-exit", "destroy", env={"PAGE_TOKEN": token},
+                        section=engine_section(prefix, tmp_path / "archiving-page",
+                                               archive_after_seconds=1, idle_timeout=3600))
+    client = served.client(token=token)
+    box = client.acquire("t-1", user_id="alice")
+    browser.call("Page.navigate", url=served.listen + "/ui")
+    browser.wait_for("!document.getElementById('login').hidden", "the log-in form")
+    browser.evaluate("document.getElementById('credential').focus()")
+    browser.call("Input.insertText", text=token)
+    browser.evaluate("document.querySelector('#login-form button').click()")
+    row = f"document.querySelector('#sandboxes tr[data-sandbox=\"{box.sandbox_id}\"]')"
+    browser.wait_for(f"{row}?.dataset.state === 'active'", "the sandbox as active")
+    code, _ = engine_exec(f"{prefix}-{box.sandbox_id}",
+                          ["sh", "-c", "echo kept > /mnt/user-data/workspace/kept"])
+    assert code == 0
+    client.release(box.sandbox_id)
+    browser.wait_for(f"{row}?.dataset.state === 'archived'", "the conversation as archived",
+                     timeout=40)
+    listed = [r for r in client.list()["sandboxes"] if r["sandbox_id"] == box.sandbox_id]
+    assert listed and listed[0]["archived_bytes"] > 0, listed
+    cells = browser.evaluate(f"[...{row}.cells].map(c => c.textContent)")
+    assert cells[1:4] == ["archived", "alice", "t-1"], cells
+    assert browser.evaluate(f"{row}.querySelector('.disk').textContent").startswith("archive "), \
+        cells
+    # Its next acquire restores it, and the page shows it active again.
+    assert client.acquire("t-1", user_id="alice").path == "restored"
+    browser.wait_for(f"{row}?.dataset.state === 'active'", "the restored sandbox as active")
 
 
 def request(listen: str, method: str, path: str, headers: dict | None = None):

@@ -116,6 +116,9 @@ def test_the_cli_saves_lists_restores_and_deletes(engine_required, make_serve, t
     assert gone.returncode == 0, gone.stderr
     assert cli("destroy", sandbox).returncode == 0
     assert containers_left(prefix) == []
+    # The deleted snapshot's image was in use until that destroy: the same command removes it
+    # (no later command on this state directory may come).
+    assert snapshot_images(prefix) == []
 
 
 def test_a_fork_through_serve_and_the_cli_makes_new_conversations(engine_required, make_serve,
@@ -235,6 +238,12 @@ def test_an_idle_conversation_is_archived_and_its_next_acquire_restores_it(engin
     assert containers_left(prefix) == [], "the archived sandbox's container stayed"
     listed = json.loads(cli("snapshots", "--json").stdout)
     assert [s["name"] for s in listed["snapshots"]] == [f"archive-{sandbox}"], listed
+    rows = json.loads(cli("list", "--json").stdout)["sandboxes"]
+    assert [(r["sandbox_id"], r["state"], r["running"], r["user_id"], r["thread_id"])
+            for r in rows] == [(sandbox, "archived", False, "dora", "t-1")], rows
+    assert rows[0]["archived_bytes"] == listed["snapshots"][0]["bytes"] > 0, rows
+    text = cli("list").stdout
+    assert "archived" in text and "archive of" in text, text
 
     again = cli("acquire", "--user", "dora", "--thread", "t-1", "--json")
     assert again.returncode == 0, again.stderr
@@ -245,6 +254,7 @@ def test_an_idle_conversation_is_archived_and_its_next_acquire_restores_it(engin
         "the archive outlived its restore"
     assert cli("destroy", sandbox).returncode == 0
     assert containers_left(prefix) == []
+    assert snapshot_images(prefix) == [], "the archive's image outlived its last sandbox"
 
 
 def test_serve_archives_an_idle_conversation_on_its_own_and_shows_it(engine_required, make_serve,
@@ -270,6 +280,16 @@ def test_serve_archives_an_idle_conversation_on_its_own_and_shows_it(engine_requ
                       if line.startswith("sandboxd_archived_bytes ")]
     assert archived_bytes and int(archived_bytes[0].split()[1]) > 0, archived_bytes
     assert containers_left(prefix) == [], "the archived sandbox's container stayed"
+    # The archive is published before the container's teardown ends: the row turns archived
+    # once the sandbox is no longer tracked.
+    def archived_rows() -> list[dict]:
+        return [r for r in client.list()["sandboxes"] if r["sandbox_id"] == box.sandbox_id]
+    rows = archived_rows()
+    while rows and rows[0]["state"] != "archived" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        rows = archived_rows()
+    assert [(r["state"], r["tracked"]) for r in rows] == [("archived", False)], rows
+    assert rows[0]["archived_bytes"] == int(archived_bytes[0].split()[1]), rows
 
     again = client.acquire("t-1", user_id="erin")
     assert (again.path, again.sandbox_id) == ("restored", box.sandbox_id)

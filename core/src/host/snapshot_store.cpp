@@ -101,6 +101,14 @@ std::string generated_snapshot_name() {
   return "snap-" + random_hex(8, "a snapshot name");
 }
 
+std::string archive_snapshot_name(const std::string& sandbox_id) {
+  return "archive-" + sandbox_id;
+}
+
+bool is_archive(const SnapshotRecord& record) {
+  return record.name == archive_snapshot_name(record.sandbox_id);
+}
+
 bool valid_snapshot_name(const std::string& name) {
   if (name.empty() || name.size() > 64 || name.front() == '.' || name.front() == '-') return false;
   return std::all_of(name.begin(), name.end(), [](char c) {

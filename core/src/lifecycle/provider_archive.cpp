@@ -12,20 +12,12 @@
 #include "provider_impl.hpp"
 
 namespace sandboxd::core {
-namespace {
-
-// One archive per conversation: its sandbox id names it (a snapshot name of the user's).
-std::string archive_name(const std::string& sandbox_id) {
-  return "archive-" + sandbox_id;
-}
-
-}  // namespace
-
 std::optional<SnapshotRecord> Provider::Impl::archive_of(const std::string& user_id,
                                                          const std::string& thread_id,
                                                          const std::string& sandbox_id) const {
   if (snapshots_ == nullptr || snapshot_store_ == nullptr) return std::nullopt;
-  std::optional<SnapshotRecord> record = snapshot_store_->find(user_id, archive_name(sandbox_id));
+  std::optional<SnapshotRecord> record =
+      snapshot_store_->find(user_id, archive_snapshot_name(sandbox_id));
   if (record && record->thread_id != thread_id) return std::nullopt;
   return record;
 }
@@ -56,7 +48,7 @@ int Provider::Impl::archive_idle_released() {
       MutexLock lock(mutex_);
       if (!same(registry_)) continue;  // reclaimed or gone meanwhile
     }
-    const std::string name = archive_name(id);
+    const std::string name = archive_snapshot_name(id);
     try {
       // An archive left from before (the conversation came back through a process that does
       // not archive) is older than the sandbox now parked: it is replaced.

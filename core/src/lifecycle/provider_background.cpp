@@ -1,4 +1,4 @@
-// Provider: start-up, the two background threads (idle checker, lease renewer) and
+// Provider: start-up, the background threads (idle checker, lease renewer, layer watcher) and
 // acquire_async (design §5.2, §6, §7.10, §12).
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "fixed_decimals.hpp"
 #include "provider_impl.hpp"
 #include "running_cancellation.hpp"
+#include "sandboxd/core/thread_storage.hpp"
 
 namespace sandboxd::core {
 void Provider::Impl::start() {
@@ -22,6 +23,12 @@ void Provider::Impl::start_background_threads() {
   log(LogLevel::info, "Started sandbox ownership renewal thread (interval: " +
                           fixed(options_.renewal_interval_seconds, 1) +
                           "s, ttl: " + fixed(ownership_->ttl_seconds(), 1) + "s)");
+  if (watching_layers()) {
+    layer_watcher_ = std::thread([this] { layer_watch_loop(); });
+    log(LogLevel::info, "Started writable-layer watch thread (bound: " +
+                            show_size(paths_->storage().limit_bytes()) +
+                            ", interval: " + fixed(options_.idle_check_interval_seconds, 1) + "s)");
+  }
   std::optional<double> idle_timeout;
   if (options_.idle_timeout > 0) idle_timeout = options_.idle_timeout;
   const bool lifetime = options_.max_lifetime_seconds > 0;
@@ -54,6 +61,14 @@ void Provider::Impl::stop_background_threads() {
     idle_checker_.join();
   }
   if (renewer_.joinable() && renewer_.get_id() != std::this_thread::get_id()) renewer_.join();
+  if (layer_watcher_.joinable() && layer_watcher_.get_id() != std::this_thread::get_id()) {
+    layer_watcher_.join();
+  }
+}
+
+bool Provider::Impl::background_stopping() {
+  MutexLock lock(background_mutex_);
+  return background_stop_;
 }
 
 bool Provider::Impl::wait_for_background_tick(double seconds) {
@@ -80,7 +95,6 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
         since_full_pass = 0;
         reconcile_orphans();
         cleanup_idle_sandboxes(*idle_timeout);
-        stop_layers_past_bound();
         delete_expired_snapshots();
       }
       pause_idle_warm();
@@ -88,6 +102,24 @@ void Provider::Impl::idle_checker_loop(std::optional<double> idle_timeout) {
     } catch (const std::exception& e) {
       log(LogLevel::error, std::string("Error in warm-pool idle checker loop: ") + e.what());
     }
+  }
+}
+
+void Provider::Impl::layer_watch_loop() {
+  // Its own thread: a pass is up to kLayerChecksPerPass looks, each the engine walking a layer
+  // (milliseconds for a layer of few files, far longer for one of many or a busy engine), so
+  // in the idle checker one slow pass held back reaping, pausing and archiving. A pass that stopped
+  // at its bound is followed at once by the next, so every layer is looked at once per interval
+  // plus the sweep's own time.
+  double wait = options_.idle_check_interval_seconds;
+  while (wait_for_background_tick(wait)) {
+    bool more = false;
+    try {
+      more = stop_layers_past_bound() == LayerPass::more_remain;
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("Error in writable-layer watch loop: ") + e.what());
+    }
+    wait = more ? 0.0 : options_.idle_check_interval_seconds;
   }
 }
 

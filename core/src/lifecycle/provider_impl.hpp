@@ -12,7 +12,7 @@
 //    conversation parks no pool thread.
 //  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
 //    between processes on one host; taken under the thread lock, outside `mutex_`.
-//  - `background_mutex_` guards only the stop flag of the two background threads.
+//  - `background_mutex_` guards only the stop flag of the background threads.
 //  - `async_` (AsyncAcquisitions) has its own leaf mutex: which async acquisitions run or wait.
 //  - `teardown_` (TeardownLeases) has its own leaf mutex, under which only a thread is spawned.
 //  - `shutdown_mutex_` is held for the whole of shutdown() and detach(), taken before every
@@ -135,12 +135,15 @@ struct Provider::Impl {
   // The host's free-space floor (options_.min_free_disk_bytes) under the state directory and
   // the engine's storage: a new sandbox is refused below it, as a capacity refusal
   // (provider_storage.cpp).
-  void check_free_disk(const std::string& sandbox_id, const std::string& user_id)
-      EXCLUDES(mutex_);
+  void check_free_disk(const std::string& sandbox_id, const std::string& user_id) EXCLUDES(mutex_);
   // One pass of the writable-layer bound (provider_storage.cpp): at most
   // kLayerChecksPerPass sandboxes, taking up where the last pass stopped; one whose layer is
   // past disk_limit is destroyed and an over_disk_limit event says why. Idle checker only.
-  void stop_layers_past_bound() EXCLUDES(mutex_);
+  // One writable-layer pass; more_remain when it stopped at kLayerChecksPerPass with others
+  // left to look at. A pass already running elsewhere makes this one return done at once.
+  enum class LayerPass { done, more_remain };
+  LayerPass stop_layers_past_bound() EXCLUDES(mutex_, layer_pass_mutex_);
+  LayerPass layer_pass() REQUIRES(layer_pass_mutex_) EXCLUDES(mutex_);
   // The sandbox `sandbox_id` just acquired, with its isolation verified (and re-applied where
   // the engine undid it); one whose isolation cannot be kept is destroyed and the acquisition
   // runs again, once. Outside the registry mutex, under the conversation's lock.
@@ -363,6 +366,13 @@ struct Provider::Impl {
   void start_background_threads();
   void stop_background_threads() EXCLUDES(background_mutex_);
   void idle_checker_loop(std::optional<double> idle_timeout);
+  // Whether the layer watcher has work here: a WritableLayerUsage backend and a disk_limit.
+  bool watching_layers() const {
+    return writable_layers_ != nullptr && paths_->storage().limit_bytes() > 0;
+  }
+  void layer_watch_loop();
+  // Whether shutdown() has asked the background threads to stop (a long pass ends early).
+  bool background_stopping() EXCLUDES(background_mutex_);
   void renewal_loop();
   bool wait_for_background_tick(double seconds) EXCLUDES(background_mutex_);
   void run_async_acquisition(const std::shared_ptr<AsyncAcquisition::State>& state,
@@ -393,9 +403,12 @@ struct Provider::Impl {
   // one published under it. Guards no field; a leaf taken after the conversation's lock, with
   // file and engine work under it, never with the registry mutex.
   Mutex snapshot_mutex_;
-  // Where the last writable-layer pass stopped (it looks at a bounded number each time);
-  // touched by the idle checker thread only.
-  std::string next_layer_to_check_;
+  // One writable-layer pass at a time (the layer watcher's, or an embedder's or sandboxctl
+  // reap's call): held for the whole pass, engine calls included; taken before `mutex_` and
+  // before any conversation's lock, never under them.
+  Mutex layer_pass_mutex_;
+  // Where the last writable-layer pass stopped (it looks at a bounded number each time).
+  std::string next_layer_to_check_ GUARDED_BY(layer_pass_mutex_);
   // The engine's storage path for the free-space floor (EngineStorage), asked of the backend
   // once, under engine_storage_once_; "" when it has none here.
   std::once_flag engine_storage_once_;
@@ -445,8 +458,7 @@ struct Provider::Impl {
         resume_microseconds{0}, capacity_waits{0}, capacity_wait_microseconds{0},
         rejections_capacity{0}, rejections_per_user{0}, rejections_wait_timeout{0},
         rejections_queue_full{0}, rejections_min_free_disk{0}, disk_limit_stops{0}, bursts{0},
-        slot_claims{0},
-        slot_claim_microseconds{0};
+        slot_claims{0}, slot_claim_microseconds{0};
     std::array<std::atomic<std::uint64_t>, 5> slot_misses{};  // by PreStartedSlots::Miss
     std::array<std::atomic<std::uint64_t>, ProviderEventCounts::kCapacityWaitBounds.size() + 1>
         capacity_wait_buckets{};
@@ -456,8 +468,9 @@ struct Provider::Impl {
   Mutex background_mutex_;
   std::condition_variable background_wake_;
   bool background_stop_ GUARDED_BY(background_mutex_) = false;
-  std::thread idle_checker_;  // started/joined only by start()/shutdown()
-  std::thread renewer_;       // started/joined only by start()/shutdown()
+  std::thread idle_checker_;   // started/joined only by start()/shutdown()
+  std::thread renewer_;        // started/joined only by start()/shutdown()
+  std::thread layer_watcher_;  // started/joined only by start()/shutdown()
 
   // Taken before every other lock (the lock story): the registry's, and the background and
   // capacity-ledger locks shutdown() takes on its way.

@@ -4,8 +4,9 @@
 //    or the engine's storage, new sandboxes are refused (a capacity refusal, reason
 //    min_free_disk) until space returns. Running sandboxes are not touched.
 //  - The writable layer: what a sandbox writes outside its mounts is the engine's; where the
-//    engine cannot bound it, each idle-checker pass asks the backend for a bounded batch of
-//    layers' sizes and stops a sandbox past disk_limit, saying why (event over_disk_limit).
+//    engine cannot bound it, the layer watcher thread's passes ask the backend for a bounded
+//    batch of layers' sizes each and stop a sandbox past disk_limit, saying why (event
+//    over_disk_limit).
 #include <sys/statvfs.h>
 
 #include <algorithm>
@@ -55,35 +56,59 @@ void Provider::Impl::check_free_disk(const std::string& sandbox_id, const std::s
   }
 }
 
-void Provider::Impl::stop_layers_past_bound() {
+Provider::Impl::LayerPass Provider::Impl::stop_layers_past_bound() {
+  if (!watching_layers()) return LayerPass::done;
+  if (!layer_pass_mutex_.try_lock()) return LayerPass::done;  // another pass is looking now
+  LayerPass outcome = LayerPass::done;
+  try {
+    outcome = layer_pass();
+  } catch (...) {
+    layer_pass_mutex_.unlock();
+    throw;
+  }
+  layer_pass_mutex_.unlock();
+  return outcome;
+}
+
+Provider::Impl::LayerPass Provider::Impl::layer_pass() {
   const std::uint64_t bound = paths_->storage().limit_bytes();
-  if (writable_layers_ == nullptr || bound == 0) return;
   struct Looked {
     std::string id;
     InfoPtr info;
     std::optional<ThreadKey> conversation;
   };
+  // In id order from where the last pass stopped, wrapping round: every sandbox is looked at
+  // within (its count / kLayerChecksPerPass) passes. The batch is chosen under the registry
+  // mutex with a bounded heap (a string copied only for a sandbox that enters it), so holding
+  // the mutex stays a walk of the registry, not a copy and a sort of it.
+  const auto comes_first = [cursor = next_layer_to_check_](const std::string& a,
+                                                           const std::string& b) {
+    const bool a_wraps = a <= cursor, b_wraps = b <= cursor;
+    return a_wraps != b_wraps ? b_wraps : a < b;
+  };
+  const auto heap_order = [&](const Looked& a, const Looked& b) { return comes_first(a.id, b.id); };
   std::vector<Looked> batch;
+  bool more_remain = false;
   {
     MutexLock lock(mutex_);
-    // In id order from where the last pass stopped, wrapping round: every sandbox is looked at
-    // within (its count / kLayerChecksPerPass) passes.
-    std::vector<Looked> after, before;
     registry_.for_each([&](const std::string& id, const SandboxEntry& entry) {
       if (!entry.info) return;
-      (id > next_layer_to_check_ ? after : before).push_back({id, entry.info, entry.identity});
-    });
-    std::sort(after.begin(), after.end(), [](const Looked& a, const Looked& b) { return a.id < b.id; });
-    std::sort(before.begin(), before.end(), [](const Looked& a, const Looked& b) { return a.id < b.id; });
-    for (auto* part : {&after, &before}) {
-      for (auto& looked : *part) {
-        if (batch.size() >= kLayerChecksPerPass) break;
-        batch.push_back(std::move(looked));
+      if (batch.size() < kLayerChecksPerPass) {
+        batch.push_back({id, entry.info, entry.identity});
+        std::push_heap(batch.begin(), batch.end(), heap_order);
+        return;
       }
-    }
+      more_remain = true;
+      if (!comes_first(id, batch.front().id)) return;
+      std::pop_heap(batch.begin(), batch.end(), heap_order);
+      batch.back() = {id, entry.info, entry.identity};
+      std::push_heap(batch.begin(), batch.end(), heap_order);
+    });
   }
+  std::sort_heap(batch.begin(), batch.end(), heap_order);
   if (!batch.empty()) next_layer_to_check_ = batch.back().id;
   for (const Looked& sandbox : batch) {
+    if (background_stopping()) return LayerPass::done;  // shutdown does not wait for a sweep
     std::optional<std::uint64_t> bytes;
     try {
       bytes = writable_layers_->writable_layer_bytes(*sandbox.info);
@@ -91,8 +116,8 @@ void Provider::Impl::stop_layers_past_bound() {
       continue;  // gone, or the engine is busy: the next pass looks again
     }
     if (!bytes || *bytes <= bound) continue;
-    const std::string why = "its writable layer holds " + show_size(*bytes) +
-                            ", past disk_limit " + show_size(bound);
+    const std::string why =
+        "its writable layer holds " + show_size(*bytes) + ", past disk_limit " + show_size(bound);
     log(LogLevel::warning, "Sandbox " + sandbox.id + ": " + why + "; stopping it");
     const Predicate same_container = [id = sandbox.id,
                                       info = sandbox.info](const SandboxRegistry& registry) {
@@ -108,10 +133,11 @@ void Provider::Impl::stop_layers_past_bound() {
       log(LogLevel::error, "Failed to stop sandbox " + sandbox.id + " past its bound: " + e.what());
     }
   }
+  return more_remain ? LayerPass::more_remain : LayerPass::done;
 }
 
 void Provider::stop_layers_past_bound() {
-  impl_->stop_layers_past_bound();
+  (void)impl_->stop_layers_past_bound();
 }
 
 std::optional<ThreadStorage::Usage> Provider::conversation_storage(

@@ -209,6 +209,9 @@ void Provider::Impl::detach() {
   stop_background_threads();
   async_->close();
   async_->wait_idle();
+  // A one-shot command that destroyed the last sandbox running from a deleted snapshot's image
+  // removes the image now: no later command on this state directory may come to do it.
+  remove_remembered_images();
   try {
     ownership_->close();
   } catch (const std::exception& e) {

@@ -243,8 +243,28 @@ Listing SandboxService::list() {
                         info.thread_id.value_or(""), true, std::nullopt, std::nullopt, ""});
     }
   }
+  // Archived conversations: a snapshot and no container (a restore in flight is tracked).
+  std::vector<SnapshotRecord> records;
+  try {
+    records = provider_.snapshots(std::nullopt);
+  } catch (const std::exception& e) {
+    listing.snapshot_error = e.what();
+  }
+  for (const SnapshotRecord& record : records) {
+    if (!is_archive(record) || tracked_ids.count(record.sandbox_id)) continue;
+    ListedSandbox row;
+    row.id = record.sandbox_id;
+    row.user = record.user_id;
+    row.thread = record.thread_id;
+    row.running = false;
+    row.since = record.created_at;
+    row.archived_bytes = record.bytes();
+    row.disk = provider_.conversation_storage(record.user_id, record.thread_id);
+    listing.sandboxes.push_back(std::move(row));
+  }
   OwnershipStore& store = *provider_.ownership();
   for (auto& row : listing.sandboxes) {
+    if (row.archived_bytes) continue;  // no container, no lease
     try {
       row.lease = store.inspect(row.id);
     } catch (const std::exception& e) {

@@ -137,6 +137,7 @@ std::string to_json(const Listing& listing) {
     write_json_member(w, "state_dir", listing.state_dir);
     write_json_member(w, "owner_id", listing.owner_id);
     write_json_member_or_null(w, "backend_error", listing.backend_error);
+    write_json_member_or_null(w, "snapshot_error", listing.snapshot_error);
     w.Key("sandboxes");
     w.StartArray();
     for (const auto& row : listing.sandboxes) {
@@ -175,6 +176,13 @@ std::string to_json(const Listing& listing) {
         w.Key("limit");
         w.Uint64(row.disk->limit);
         w.EndObject();
+      } else {
+        w.Null();
+      }
+      // An archived conversation: its archive's bytes (no container runs).
+      w.Key("archived_bytes");
+      if (row.archived_bytes) {
+        w.Uint64(*row.archived_bytes);
       } else {
         w.Null();
       }

@@ -257,7 +257,7 @@ struct ProviderEventCounts {
   std::uint64_t rejections_queue_full = 0;
   std::uint64_t rejections_min_free_disk = 0;  // the host's free-space floor (min_free_disk)
   std::uint64_t disk_limit_stops = 0;  // sandboxes stopped with a writable layer past disk_limit
-  std::uint64_t bursts = 0;  // creations beyond replicas under burst_limit
+  std::uint64_t bursts = 0;            // creations beyond replicas under burst_limit
   // Pre-started slots: creations served by a claim, the time the claims took, and
   // creations that asked for a slot and missed, indexed by PreStartedSlots::Miss (none_ready,
   // key_mismatch, unsupported, claim_failed; index 0 unused).
@@ -430,7 +430,8 @@ class Provider final {
 
   // One pass of the writable-layer bound (docs/storage.md): up to 256 sandboxes' layers asked
   // of the backend (WritableLayerUsage), and one past disk_limit destroyed with an
-  // over_disk_limit event. Run by the idle checker every pass.
+  // over_disk_limit event. Run by the layer watcher thread every idle-check interval (at once
+  // again while more remain); a call while a pass runs returns at once.
   void stop_layers_past_bound();
   ReconcileReport reconcile_orphans();
   void renew_owned_leases();

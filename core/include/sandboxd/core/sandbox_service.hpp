@@ -102,8 +102,13 @@ struct ListedSandbox {
   std::optional<AcquirePath> last_acquire;  // tracked ones: how their last acquisition went
   // The conversation's storage against its bound (docs/storage.md); nullopt: not bounded.
   std::optional<ThreadStorage::Usage> disk;
-  // The state as the doors spell it: active, warm, paused or orphan.
-  std::string_view state_word() const { return state ? to_string(*state) : "orphan"; }
+  // An archived conversation's sandbox (archive_after_seconds): no container, its archive's
+  // bytes here; its next acquire restores it.
+  std::optional<std::uint64_t> archived_bytes;
+  // The state as the doors spell it: active, warm, paused, archived or orphan.
+  std::string_view state_word() const {
+    return state ? to_string(*state) : archived_bytes ? "archived" : "orphan";
+  }
 };
 
 struct Listing {
@@ -112,6 +117,7 @@ struct Listing {
   std::vector<ListedSandbox> sandboxes;
   bool wall_clock_leases = false;  // lease expiry is comparable with the wall clock
   std::string backend_error;       // "" when the backend listed its containers
+  std::string snapshot_error;      // "" when the archives were read (the rows list them)
 };
 
 struct Reaped {

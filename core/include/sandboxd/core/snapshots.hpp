@@ -39,5 +39,10 @@ struct SnapshotLimits {
 std::string generated_snapshot_name();
 // Whether `name` is one a snapshot may have.
 bool valid_snapshot_name(const std::string& name);
+// The archived tier keeps one snapshot per conversation, named for its sandbox:
+// "archive-{sandbox id}".
+std::string archive_snapshot_name(const std::string& sandbox_id);
+// Whether `record` is the archive of the sandbox it was taken of.
+bool is_archive(const SnapshotRecord& record);
 
 }  // namespace sandboxd::core
