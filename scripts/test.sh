@@ -4,8 +4,8 @@
 # separately; a failure on any engine fails the run. Engines: $SANDBOXD_TEST_ENGINES (default
 # "podman docker"; Docker needs root, so without it only podman runs). An engine set-up left
 # running stays running; one this script started is stopped on the way out, whatever happens.
-# Afterwards no container of ours may be left that the run created: any is named, removed, and
-# fails the run. A Redis for the ownership_redis tests is started the same way
+# Afterwards no container, network or snapshot image of ours may be left that the run created:
+# any is named, removed, and fails the run. A Redis for the ownership_redis tests is started the same way
 # (scripts/test_redis.sh; SANDBOXD_SKIP_REDIS=1 leaves it out).
 #   scripts/test.sh                 all tests, then the engine tests on Docker
 #   scripts/test.sh -L ownership    any extra arguments go to every ctest call
@@ -54,6 +54,21 @@ if [ "$(id -u)" -ne 0 ] && [[ " $engines " == *" docker "* ]] &&
   engines="${engines//docker/}"
 fi
 
+# The engine's own CLI on the test engine's socket.
+engine_cli() {
+  local engine=$1
+  shift
+  if [ "$engine" = podman ]; then
+    podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" "$@"
+  else
+    docker -H "unix://$SANDBOXD_TEST_DOCKER_SOCKET" "$@"
+  fi
+}
+# Image tags made by snapshots ("{container prefix}-snapshot:{name}-{suffix}").
+snapshot_images() {
+  engine_cli "$1" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep -- '-snapshot:' || true
+}
+
 declare -A result
 status=0
 first=1
@@ -67,6 +82,7 @@ for engine in $engines; do
   fi
   eval "$(scripts/test_engine.sh env "$engine")"
   before="$(scripts/test_engine.sh ours "$engine")"
+  images_before="$(snapshot_images "$engine")"
   networks_before="$(scripts/test_engine.sh our-networks "$engine")"
   rc=0
   if ((first)); then
@@ -102,6 +118,16 @@ for engine in $engines; do
     rc=1
   else
     echo "test: no network of ours left behind on $engine"
+  fi
+  # A snapshot outlives its sandbox, but not its test: an image a test's snapshot made and
+  # left behind is a leak the run would otherwise pile up on the engine.
+  left_images="$(comm -13 <(echo "$images_before" | sort) <(snapshot_images "$engine" | sort))"
+  if [ -n "$left_images" ]; then
+    echo "test: the run left snapshot images on $engine: $(echo "$left_images" | tr '\n' ' ')" >&2
+    for image in $left_images; do engine_cli "$engine" rmi -f "$image" >/dev/null 2>&1 || true; done
+    rc=1
+  else
+    echo "test: no snapshot image left behind on $engine"
   fi
   if ((rc)); then result[$engine]="FAILED"; status=1; else result[$engine]="passed"; fi
 done
