@@ -15,7 +15,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSANDBOXD_WERROR=ON -DSANDBOX
 cmake --build build-tsan -j"$(nproc)" --target "${targets[@]}"
 # --build-only: .ci/run builds while other stages run, and runs later.
 if [ "${1:-}" = --build-only ]; then exit 0; fi
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
 SANDBOXD_SKIP_ENGINE=1 BUILD_DIR=build-tsan bash scripts/test.sh -L "loader|ownership|provider|provisioner_service|proxy"
 # Once more on a single CPU: there a worker thread tends to run on after the thread it served
 # has moved on, the interleaving that hid a race on two cores (a backend error's exception freed
