@@ -12,14 +12,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <climits>
-
 #include <array>
 #include <cerrno>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
+#include <thread>
 
 namespace sandboxd::local_docker {
 namespace {
@@ -265,7 +266,8 @@ int NetnsSockets::socket_in_container(const std::string& container_id,
   Cached fresh;
   host_fs::UniqueFd made;
   fresh.pid = with_container_process(pid_of, [&](int pid) {
-    made = host_fs::UniqueFd(socket_in_namespace(pid, nullptr, &fresh.netns, domain, type, protocol));
+    made =
+        host_fs::UniqueFd(socket_in_namespace(pid, nullptr, &fresh.netns, domain, type, protocol));
   });
   const int fd = made.release();
   MutexLock lock(cache_mutex_);
@@ -344,7 +346,10 @@ BridgePort isolate_bridge_port(NetnsSockets& sockets, int pid) {
 
 int with_container_process(const std::function<int()>& pid_of,
                            const std::function<void(int pid)>& use) {
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  // A container the engine is restarting changes its process; on a loaded host that can take
+  // longer than three looks in a row, so later looks wait a little (about a second in all).
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (attempt >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(50 * (attempt - 1)));
     const int pid = pid_of();
     if (pid <= 0) throw std::runtime_error("the sandbox's container has no running process");
     const host_fs::UniqueFd held(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
@@ -355,8 +360,9 @@ int with_container_process(const std::function<int()>& pid_of,
     const bool alive = !held || ::syscall(SYS_pidfd_send_signal, held.get(), 0, nullptr, 0) == 0;
     if (alive && pid_of() == pid) return pid;
   }
-  throw std::runtime_error("the sandbox's container kept changing its process while it was "
-                           "looked at (restarting?)");
+  throw std::runtime_error(
+      "the sandbox's container kept changing its process while it was "
+      "looked at (restarting?)");
 }
 
 }  // namespace sandboxd::local_docker
