@@ -17,42 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-from storage_runtime import UnixConnection  # HTTP to the engine on its unix socket
-
-
-def engine(sock: str, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
-    conn = UnixConnection(sock)
-    conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    answer = conn.getresponse()
-    return answer.status, answer.read()
-
-
-def run_in(sock: str, container: str, command: str) -> None:
-    status, body = engine(sock, "POST", f"/containers/{container}/exec",
-                          {"Cmd": ["sh", "-c", command], "AttachStdout": True,
-                           "AttachStderr": True})
-    exec_id = json.loads(body)["Id"]
-    engine(sock, "POST", f"/exec/{exec_id}/start", {"Detach": False, "Tty": False})
-
-
-def sandboxctl(binary: str, config: Path, *args: str) -> dict:
-    done = subprocess.run([binary, "--config", str(config), *args, "--json"],
-                          capture_output=True, text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"sandboxctl {' '.join(args)}: {done.stderr.strip()}")
-    return json.loads(done.stdout) if done.stdout.strip() else {}
+from engine_and_cli import engine_call, run_in, sandboxctl, timed
 
 
 def timed_acquire(binary: str, config: Path, thread: str) -> tuple[float, dict]:
-    started = time.monotonic()
-    got = sandboxctl(binary, config, "acquire", "--user", "bench", "--thread", thread)
-    return (time.monotonic() - started) * 1000, got
+    return timed(binary, config, "acquire", "--user", "bench", "--thread", thread)
 
 
 def main() -> int:
@@ -89,7 +62,7 @@ def main() -> int:
             run_in(args.socket, container,
                    "head -c 8388608 /dev/urandom > /etc/layer.bin && "
                    "head -c 8388608 /dev/urandom > /mnt/user-data/workspace/ws.bin")
-            status, stats = engine(args.socket, "GET", f"/containers/{container}/stats?stream=false")
+            status, stats = engine_call(args.socket, "GET", f"/containers/{container}/stats?stream=false")
             if status == 200:
                 memory = json.loads(stats).get("memory_stats", {}).get("usage")
                 if memory:

@@ -374,11 +374,26 @@ class Bench {
   // The warm pair on one conversation while `others` other conversations are active.
   void warm_pair_with_others(int others) {
     auto p = provider("memory", others + 16, 0);
-    for (int i = 0; i < others; ++i) p->acquire("other-" + std::to_string(i), "bench-user");
+    fill_active(*p, others);
     const std::string scenario = "warm_pair_with_" + std::to_string(others) + "_active";
     pair(*p, "", "memory", 1, -1, "the-one");
     for (int i = 0; i < iterations(); ++i) pair(*p, scenario, "memory", 1, i, "the-one");
     p->shutdown();
+  }
+
+  // Makes `others` active conversations beside the one the pairs use.
+  static void fill_active(Provider& p, int others) {
+    for (int i = 0; i < others; ++i) p.acquire("other-" + std::to_string(i), "bench-user");
+  }
+
+  // The warm pairs of a scenario spaced 1 ms apart, so that they span several sweeps of
+  // whatever runs beside them.
+  void spaced_pairs(Provider& p, const std::string& scenario) {
+    pair(p, "", "memory", 1, -1, "the-one");
+    for (int i = 0; i < iterations(); ++i) {
+      pair(p, scenario, "memory", 1, i, "the-one");
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 
   // The warm pair beside 500 active conversations, alone and while the operator
@@ -388,7 +403,7 @@ class Bench {
   void warm_pair_beside_usage_sampling(bool sampling, const std::string& label) {
     constexpr int kTracked = 500;
     auto p = provider("memory", kTracked + 16, 0);
-    for (int i = 0; i < kTracked; ++i) p->acquire("other-" + std::to_string(i), "bench-user");
+    fill_active(*p, kTracked);
     std::optional<sandboxd::core::UsageSampler> sampler;
     std::atomic<bool> done{false};
     std::thread viewer;
@@ -404,12 +419,7 @@ class Bench {
       });
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // sweeping by now
     }
-    const std::string scenario = "warm_pair_500_" + label;
-    pair(*p, "", "memory", 1, -1, "the-one");
-    for (int i = 0; i < iterations(); ++i) {
-      pair(*p, scenario, "memory", 1, i, "the-one");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    spaced_pairs(*p, "warm_pair_500_" + label);
     if (sampling) {
       done = true;
       viewer.join();
@@ -427,20 +437,15 @@ class Bench {
     constexpr int kTracked = 500;
     auto p = provider("memory", kTracked + 16, 0, nullptr, watching ? (10ull << 30) : 0,
                       /*background=*/true);
-    for (int i = 0; i < kTracked; ++i) p->acquire("other-" + std::to_string(i), "bench-user");
+    fill_active(*p, kTracked);
     const auto looks_before = last_backend_->layer_looks.load();
     const auto t0 = Clock::now();
-    const std::string scenario = "warm_pair_500_" + label;
-    pair(*p, "", "memory", 1, -1, "the-one");
-    for (int i = 0; i < iterations(); ++i) {
-      pair(*p, scenario, "memory", 1, i, "the-one");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    spaced_pairs(*p, "warm_pair_500_" + label);
     if (watching) {
       const double seconds = micros(Clock::now() - t0) / 1e6;
+      const auto looks = last_backend_->layer_looks.load() - looks_before;
       std::printf("layer watch: %llu looks during %.1f s of pairs (%.0f a second)\n",
-                  static_cast<unsigned long long>(last_backend_->layer_looks.load() - looks_before),
-                  seconds, (last_backend_->layer_looks.load() - looks_before) / seconds);
+                  static_cast<unsigned long long>(looks), seconds, looks / seconds);
     }
     p->shutdown();
   }

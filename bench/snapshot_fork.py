@@ -20,16 +20,9 @@ import argparse
 import json
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
-from archive_restore import run_in, sandboxctl
-
-
-def timed(binary: str, config: Path, *words: str) -> tuple[float, dict]:
-    started = time.monotonic()
-    answer = sandboxctl(binary, config, *words)
-    return (time.monotonic() - started) * 1000, answer
+from engine_and_cli import run_in, sandboxctl, timed
 
 
 def main() -> int:

@@ -22,39 +22,15 @@ command, as an operator's script would), then destroyed. Prints medians and rati
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
-
-class UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str) -> None:
-        super().__init__("localhost", timeout=60)
-        self.path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.connect(self.path)
-
-
-def engine_get(sock: str, path: str) -> dict:
-    conn = UnixConnection(sock)
-    conn.request("GET", path)
-    return json.loads(conn.getresponse().read())
-
-
-def engine_call(sock: str, method: str, path: str, body: dict | None = None) -> tuple[int, bytes]:
-    conn = UnixConnection(sock)
-    conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                 headers={"Content-Type": "application/json"})
-    answer = conn.getresponse()
-    return answer.status, answer.read()
+from engine_and_cli import engine_call, engine_get, sandboxctl, timed
 
 
 def layer_sweep(sock: str, image: str, count: int) -> None:
@@ -97,14 +73,6 @@ def layer_sweep(sock: str, image: str, count: int) -> None:
             engine_call(sock, "DELETE", f"/containers/{container}?force=true")
 
 
-def sandboxctl(binary: str, config: Path, *args: str) -> dict:
-    done = subprocess.run([binary, "--config", str(config), *args, "--json"], capture_output=True,
-                          text=True, timeout=300)
-    if done.returncode != 0:
-        raise RuntimeError(f"sandboxctl {' '.join(args)}: {done.stderr.strip()}")
-    return json.loads(done.stdout)
-
-
 def write_config(path: Path, base_dir: Path, sock: str, image: str, prefix: str,
                  disk_limit: str, runtime: str = "") -> None:
     backend = {"use": "local_docker:LocalContainerBackend", "socket": f"unix://{sock}",
@@ -118,9 +86,8 @@ def write_config(path: Path, base_dir: Path, sock: str, image: str, prefix: str,
 
 
 def cold(binary: str, config: Path, thread: str) -> tuple[float, str]:
-    started = time.monotonic()
-    got = sandboxctl(binary, config, "acquire", "--user", "bench", "--thread", thread)
-    return (time.monotonic() - started) * 1000, got["sandbox_id"]
+    took, got = timed(binary, config, "acquire", "--user", "bench", "--thread", thread)
+    return took, got["sandbox_id"]
 
 
 def slot_claims(engine_bench: str, sock: str, image: str, base: Path, disk_limit: str,

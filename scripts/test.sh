@@ -5,8 +5,8 @@
 # "podman docker"; Docker needs root, so without it only podman runs). An engine set-up left
 # running stays running; one this script started is stopped on the way out, whatever happens.
 # Afterwards no container, network or snapshot image of ours may be left that the run created:
-# any is named, removed, and fails the run. A Redis for the ownership_redis tests is started the same way
-# (scripts/test_redis.sh; SANDBOXD_SKIP_REDIS=1 leaves it out).
+# any is named, removed, and fails the run. A Redis for the ownership_redis tests is started the
+# same way (scripts/test_redis.sh; SANDBOXD_SKIP_REDIS=1 leaves it out).
 #   scripts/test.sh                 all tests, then the engine tests on Docker
 #   scripts/test.sh -L ownership    any extra arguments go to every ctest call
 #   TEST_JOBS=3 scripts/test.sh     tests at once (default 2)
@@ -95,11 +95,7 @@ for engine in $engines; do
   if [ -n "$leaked" ]; then
     echo "test: the run left containers of ours on $engine: $(echo "$leaked" | tr '\n' ' ')" >&2
     # shellcheck disable=SC2086
-    if [ "$engine" = podman ]; then
-      podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" rm -f $leaked >/dev/null 2>&1 || true
-    else
-      docker -H "unix://$SANDBOXD_TEST_DOCKER_SOCKET" rm -f $leaked >/dev/null 2>&1 || true
-    fi
+    engine_cli "$engine" rm -f $leaked >/dev/null 2>&1 || true
     rc=1
   else
     echo "test: no container of ours left behind on $engine"
@@ -109,11 +105,7 @@ for engine in $engines; do
   if [ -n "$left_networks" ]; then
     echo "test: the run left networks of ours on $engine: $(echo "$left_networks" | tr '\n' ' ')" >&2
     for id in $(echo "$left_networks" | cut -d' ' -f1); do
-      if [ "$engine" = podman ]; then
-        podman --url "unix://$SANDBOXD_TEST_DOCKER_SOCKET" network rm "$id" >/dev/null 2>&1 || true
-      else
-        docker -H "unix://$SANDBOXD_TEST_DOCKER_SOCKET" network rm "$id" >/dev/null 2>&1 || true
-      fi
+      engine_cli "$engine" network rm "$id" >/dev/null 2>&1 || true
     done
     rc=1
   else

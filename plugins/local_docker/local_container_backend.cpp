@@ -666,8 +666,10 @@ SandboxSnapshots::Image LocalContainerBackend::commit_snapshot(const SandboxInfo
 void LocalContainerBackend::remove_snapshot_image(const std::string& image) {
   // A destroy stops the container and the engine removes it after (AutoRemove), so right after
   // the last sandbox of an image is destroyed the engine may still refuse: in use. While every
-  // container from the image has stopped (none runs or is paused), that is a removal under
-  // way: the removal is asked again for a bounded time. One that runs keeps the image.
+  // container from the image is one of our sandboxes that has stopped (exited, or being
+  // removed), that is a removal under way: the removal is asked again for a bounded time. Any
+  // other user of the image (one running, or a container not ours) keeps it at once, so a
+  // command's start-up never waits on an image that stays.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   HttpResponse removed;
   for (;;) {
@@ -680,12 +682,19 @@ void LocalContainerBackend::remove_snapshot_image(const std::string& image) {
         api_.list_containers("ancestor", image, /*all=*/true, kInspectTimeoutSeconds, &listed);
     rapidjson::Document doc;
     if (users.status != 200 || (doc.Parse(listed.c_str()), !doc.IsArray())) break;
-    const bool one_runs = std::any_of(doc.Begin(), doc.End(), [](const rapidjson::Value& c) {
-      if (!c.IsObject() || !c.HasMember("State") || !c["State"].IsString()) return true;
-      const std::string state = c["State"].GetString();
-      return state == "running" || state == "paused";
-    });
-    if (one_runs) break;
+    const bool all_ours_stopping =
+        std::all_of(doc.Begin(), doc.End(), [](const rapidjson::Value& c) {
+          if (!c.IsObject() || !c.HasMember("State") || !c["State"].IsString()) return false;
+          const std::string state = c["State"].GetString();
+          const bool ours =
+              c.HasMember("Labels") && c["Labels"].IsObject() &&
+              c["Labels"].HasMember(kLabelManagedBy) && c["Labels"][kLabelManagedBy].IsString() &&
+              std::string(c["Labels"][kLabelManagedBy].GetString()) == kManagedByValue;
+          // Docker says exited, then removing; podman's compat API may say stopping or stopped.
+          return ours && (state == "exited" || state == "removing" || state == "stopping" ||
+                          state == "stopped");
+        });
+    if (!all_ours_stopping) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   throw std::runtime_error("the engine could not remove snapshot image " + image + ": HTTP " +

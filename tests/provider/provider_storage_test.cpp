@@ -18,7 +18,19 @@ namespace {
 
 using core::ThreadStorage;
 
-class ProviderStorageTest : public ProviderFixture {};
+class ProviderStorageTest : public ProviderFixture {
+ protected:
+  // A provider over `backend` whose conversations are bounded at 20 MiB (the bound's number is
+  // what the layer pass compares with; tmp's filesystem need not enforce it).
+  ProviderDeps bounded_deps(std::shared_ptr<SandboxBackend> backend) {
+    auto store = load_memory_store(clock, logger, tmp.path().string());
+    ProviderDeps deps = deps_over(std::move(backend), store, logger, clock);
+    core::Paths paths(tmp.path(), tmp.path().string());
+    paths.set_storage(ThreadStorage::for_base_dir(tmp.path(), 20u << 20, "the test"));
+    deps.paths = std::make_shared<const core::Paths>(std::move(paths));
+    return deps;
+  }
+};
 
 TEST_F(ProviderStorageTest, BelowTheFreeSpaceFloorANewSandboxIsRefusedUntilSpaceReturns) {
   if (const auto why = ScratchFilesystem::unavailable(ScratchFilesystem::Kind::tmpfs);
@@ -68,7 +80,8 @@ TEST_F(ProviderStorageTest, BelowTheFreeSpaceFloorANewSandboxIsRefusedUntilSpace
 
 // The writable layer's bound, where the engine cannot hold it: each pass asks the backend for a
 // bounded batch of layers, stops one past disk_limit (the very container looked at) and records
-// why; the others, and a backend that cannot tell, are left alone.
+// why; the others, and a backend that cannot tell, are left alone. With `hang_looks`, every
+// look waits until release_looks(): an engine that does not answer.
 class LayeredBackend final : public SandboxBackend, public WritableLayerUsage {
  public:
   SandboxInfo create(const CreateRequest& request) override {
@@ -84,13 +97,32 @@ class LayeredBackend final : public SandboxBackend, public WritableLayerUsage {
   bool is_alive(const SandboxInfo&) override { return true; }
   std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
   std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo& info) override {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     asked.push_back(info.sandbox_id);
+    looked_.notify_all();
+    looked_.wait(lock, [&] { return !hang_looks; });
     const auto it = layers.find(info.sandbox_id);
     if (it == layers.end()) return std::nullopt;
     return it->second;
   }
+  bool wait_for_a_look() {
+    std::unique_lock lock(mutex_);
+    return looked_.wait_for(lock, std::chrono::seconds(10), [&] { return !asked.empty(); });
+  }
+  void release_looks() {
+    std::lock_guard lock(mutex_);
+    hang_looks = false;
+    looked_.notify_all();
+  }
+  std::vector<std::string> destroyed_now() {
+    std::lock_guard lock(mutex_);
+    return destroyed;
+  }
+  // Lock story: `mutex_` guards every field below; the provider's threads and the test share
+  // them.
   std::mutex mutex_;
+  std::condition_variable looked_;
+  bool hang_looks = false;  // set before the provider starts
   std::map<std::string, std::uint64_t> layers;
   std::vector<std::string> asked, destroyed;
 };
@@ -98,11 +130,7 @@ class LayeredBackend final : public SandboxBackend, public WritableLayerUsage {
 TEST_F(ProviderStorageTest, ALayerPastTheBoundIsStoppedWithItsReason) {
   auto layered = std::make_shared<LayeredBackend>();
   auto events = std::make_shared<core::LifecycleEventLog>(clock);
-  auto store = load_memory_store(clock, logger, tmp.path().string());
-  ProviderDeps deps = deps_over(layered, store, logger, clock);
-  core::Paths paths(tmp.path(), tmp.path().string());
-  paths.set_storage(ThreadStorage::for_base_dir(tmp.path(), 20u << 20, "the test"));
-  deps.paths = std::make_shared<const core::Paths>(std::move(paths));
+  ProviderDeps deps = bounded_deps(layered);
   deps.events = events;
   provider = ProviderUnderTest(std::move(deps));
   const std::string big = provider->acquire("t-1", "alice");
@@ -123,63 +151,16 @@ TEST_F(ProviderStorageTest, ALayerPastTheBoundIsStoppedWithItsReason) {
   EXPECT_EQ(provider->event_counts().disk_limit_stops, 1u);
 }
 
-// Each look at a layer is the engine walking it (a fraction of a second; 256 looks a pass), so
-// the layer pass runs beside the idle checker, not in it: a look that hangs must not hold back
-// the reaper, the pause pass or the archive pass.
-class HangingLayerBackend final : public SandboxBackend, public WritableLayerUsage {
- public:
-  SandboxInfo create(const CreateRequest& request) override {
-    SandboxInfo info = make_info(request.sandbox_id, "http://" + request.sandbox_id);
-    info.user_id = request.user_id;
-    info.thread_id = request.thread_id;
-    return info;
-  }
-  void destroy(const SandboxInfo& info) override {
-    std::lock_guard lock(mutex_);
-    destroyed.push_back(info.sandbox_id);
-  }
-  bool is_alive(const SandboxInfo&) override { return true; }
-  std::optional<SandboxInfo> discover(const std::string&) override { return std::nullopt; }
-  std::optional<std::uint64_t> writable_layer_bytes(const SandboxInfo&) override {
-    std::unique_lock lock(mutex_);
-    ++looks_started;
-    changed_.notify_all();
-    changed_.wait(lock, [&] { return let_go; });
-    return std::nullopt;
-  }
-  bool wait_for_a_look() {
-    std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, std::chrono::seconds(10), [&] { return looks_started > 0; });
-  }
-  void release_looks() {
-    std::lock_guard lock(mutex_);
-    let_go = true;
-    changed_.notify_all();
-  }
-  std::vector<std::string> destroyed_now() {
-    std::lock_guard lock(mutex_);
-    return destroyed;
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  int looks_started = 0;
-  bool let_go = false;
-  std::vector<std::string> destroyed;
-};
-
+// Each look at a layer is the engine walking it (milliseconds, far longer for a layer of many
+// files or a busy engine; 256 looks a pass), so the layer pass runs beside the idle checker, not
+// in it: a look that hangs must not hold back the reaper, the pause pass or the archive pass.
 TEST_F(ProviderStorageTest, AHangingLayerLookDoesNotHoldBackTheReaper) {
-  auto hanging = std::make_shared<HangingLayerBackend>();
+  auto hanging = std::make_shared<LayeredBackend>();
+  hanging->hang_looks = true;
   options.idle_timeout = 60;
   options.run_background_threads = true;
   options.idle_check_interval_seconds = 0.02;
-  auto store = load_memory_store(clock, logger, tmp.path().string());
-  ProviderDeps deps = deps_over(hanging, store, logger, clock);
-  core::Paths paths(tmp.path(), tmp.path().string());
-  paths.set_storage(ThreadStorage::for_base_dir(tmp.path(), 20u << 20, "the test"));
-  deps.paths = std::make_shared<const core::Paths>(std::move(paths));
-  provider = ProviderUnderTest(std::move(deps));
+  provider = ProviderUnderTest(bounded_deps(hanging));
   const std::string idle = provider->acquire("t-1", "bob");
   provider->start();
   ASSERT_TRUE(hanging->wait_for_a_look()) << "no layer pass ran";

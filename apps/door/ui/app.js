@@ -115,14 +115,14 @@ function bytes(n) {
 
 // The conversation's storage against its bound (docs/storage.md): "unbounded" where serve
 // says there is none, empty where the daemon does not say (the provisioner, an orphan).
+// An archived conversation's row leads with its archive's size.
 function diskText(sandbox) {
+  const bound = sandbox.disk ? bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit) : '';
   if (sandbox.state === 'archived') {
-    return 'archive ' + bytes(sandbox.archived_bytes) +
-           (sandbox.disk ? '; ' + bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit) : '');
+    return 'archive ' + bytes(sandbox.archived_bytes) + (bound ? '; ' + bound : '');
   }
   if (sandbox.disk === undefined || sandbox.tracked === false) return '';
-  if (sandbox.disk === null) return 'unbounded';
-  return bytes(sandbox.disk.bytes) + ' / ' + bytes(sandbox.disk.limit);
+  return sandbox.disk === null ? 'unbounded' : bound;
 }
 
 // CPU, memory and processes of one sandbox from the last sample; empty where the daemon

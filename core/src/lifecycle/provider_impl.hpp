@@ -13,6 +13,9 @@
 //  - A cross-process flock on `{thread dir}/{sandbox_id}.lock` guards discover-or-create
 //    between processes on one host; taken under the thread lock, outside `mutex_`.
 //  - `background_mutex_` guards only the stop flag of the background threads.
+//  - `layer_pass_mutex_` makes writable-layer passes one at a time and guards their cursor; held
+//    for a whole pass (engine calls and destroys included), taken before `mutex_` and before any
+//    conversation's lock, never under them; a second caller try-locks and returns.
 //  - `async_` (AsyncAcquisitions) has its own leaf mutex: which async acquisitions run or wait.
 //  - `teardown_` (TeardownLeases) has its own leaf mutex, under which only a thread is spawned.
 //  - `shutdown_mutex_` is held for the whole of shutdown() and detach(), taken before every
